@@ -1,0 +1,25 @@
+// Stable 64-bit identifiers from strings.
+//
+// A session id is xxh64(name, seed 0), so every process that knows a session's
+// name (runner, engine, tandemctl) derives the same id without asking anyone.
+// 0 is reserved for "no session" on the wire: the one name that hashes to 0
+// maps to 1 instead. Tool kinds ("pytest", "Read") are hashed the same way.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace tandem::base {
+
+inline constexpr std::uint64_t kNoSession = 0;
+
+// xxh64 of the bytes of `s` with seed 0.
+std::uint64_t hash64(std::string_view s);
+
+// Non-zero id for a session name.
+std::uint64_t session_id(std::string_view name);
+
+// Non-zero id for a tool kind (the tool's name).
+std::uint64_t tool_kind_id(std::string_view name);
+
+}  // namespace tandem::base

@@ -1,0 +1,15 @@
+# Finds the libraries the modules need. Required ones fail configuration with
+# the Debian package to install; optional ones are reported in the summary.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+
+find_package(fmt REQUIRED)   # libfmt-dev
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)   # libxxhash-dev
+
+find_package(FlatBuffers REQUIRED)   # libflatbuffers-dev
+find_program(TANDEM_FLATC flatc REQUIRED)   # flatbuffers-compiler
+
+if(TANDEM_BUILD_TESTS)
+  find_package(GTest REQUIRED)   # libgtest-dev libgmock-dev
+  include(GoogleTest)
+endif()

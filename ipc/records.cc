@@ -1,0 +1,225 @@
+// Record validation: one function per type, all fields checked after the copy.
+#include "ipc/records.h"
+
+#include <algorithm>
+
+namespace tandem::ipc {
+namespace {
+
+// What a validator reports: nullptr for "valid", else the problem.
+using Problem = const char*;
+
+template <class T, std::size_t N>
+bool all_zero(const T (&a)[N]) {
+  return std::all_of(std::begin(a), std::end(a), [](T v) { return v == T{}; });
+}
+
+// Fields common to every type: flags, reserved, session and timestamp.
+Problem check_header(const RecordHeader& h, std::uint8_t allowed_flags, bool session_required, bool strict) {
+  if ((h.flags & ~allowed_flags) != 0) return "unknown flag bits";
+  if (strict && h.reserved != 0) return "reserved header field is not zero";
+  if (session_required && h.session == 0) return "session id is 0";
+  if (!session_required && h.session != 0) return "session id must be 0";
+  if (h.timestamp_ns < 0) return "negative timestamp";
+  return nullptr;
+}
+
+Problem check(const RoundSubmit& r, bool strict) {
+  if (r.prompt_tokens == 0) return "prompt_tokens is 0";
+  if (r.cached_tokens > r.prompt_tokens) return "cached_tokens > prompt_tokens";
+  if (strict && !all_zero(r.reserved)) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const RoundFirstToken& r, bool strict) {
+  if (strict && (r.reserved0 != 0 || !all_zero(r.reserved))) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const RoundEnd& r, bool strict) {
+  if (strict && !all_zero(r.reserved)) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const KvStats& r, bool strict) {
+  if (r.blocks_total == 0) return "blocks_total is 0";
+  if (r.blocks_free > r.blocks_total) return "blocks_free > blocks_total";
+  // Pinned blocks are allocated, so they come out of the non-free part.
+  if (r.blocks_pinned > r.blocks_total - r.blocks_free) return "blocks_pinned > allocated blocks";
+  if (strict && r.reserved != 0) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const KvEvent& r, bool strict) {
+  if (r.kind < static_cast<std::uint8_t>(KvEventKind::kEvicted) ||
+      r.kind > static_cast<std::uint8_t>(KvEventKind::kDropped)) {
+    return "unknown kind";
+  }
+  if (strict && (!all_zero(r.reserved0) || r.reserved1 != 0 || !all_zero(r.reserved))) {
+    return "reserved field is not zero";
+  }
+  return nullptr;
+}
+
+Problem check(const SessionOpen& r, bool strict) {
+  if (r.priority_class >= kPriorityClasses) return "priority_class out of range";
+  if (strict && (!all_zero(r.reserved0) || !all_zero(r.reserved))) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const SessionClose& r, bool strict) {
+  if (r.reason > static_cast<std::uint8_t>(CloseReason::kCancelled)) return "unknown reason";
+  if (strict && (!all_zero(r.reserved0) || !all_zero(r.reserved))) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const ToolStart& r, bool strict) {
+  if (r.tool_kind == 0) return "tool_kind is 0";
+  if (r.pid > 0x3fffffff) return "pid out of range";  // PID_MAX_LIMIT is 2^22
+  if (strict && !all_zero(r.reserved)) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const ToolEnd& r, bool /*strict*/) {
+  if (r.tool_kind == 0) return "tool_kind is 0";
+  if (r.exit_code < -64 || r.exit_code > 255) return "exit_code is neither a status nor a signal";
+  return nullptr;
+}
+
+template <RecordType T>
+Problem check(const Directive<T>& r, bool strict) {
+  if (strict && !all_zero(r.reserved)) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const Restore& r, bool strict) {
+  if (strict && (r.reserved0 != 0 || !all_zero(r.reserved))) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const Priority& r, bool strict) {
+  if (r.level >= kPriorityLevels) return "level out of range";
+  if (strict && (!all_zero(r.reserved0) || !all_zero(r.reserved))) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const Pin& r, bool strict) {
+  if (r.until_ns <= 0) return "until_ns is not a deadline";
+  if (strict && !all_zero(r.reserved)) return "reserved field is not zero";
+  return nullptr;
+}
+
+struct Verdict {
+  DecodeStatus status;
+  Problem problem;
+};
+
+template <class T>
+Verdict validate(const Slot& raw, Direction expected, Direction actual, std::uint8_t allowed_flags,
+                 bool session_required) {
+  if (expected != actual) return {DecodeStatus::kWrongDirection, "record travels the other way"};
+  T r = std::bit_cast<T>(raw);
+  if (r.header.version == 0) return {DecodeStatus::kBadVersion, "version 0"};
+  bool strict = r.header.version == kRecordVersion;
+  if (Problem p = check_header(r.header, allowed_flags, session_required, strict)) return {DecodeStatus::kBadField, p};
+  if (Problem p = check(r, strict)) return {DecodeStatus::kBadField, p};
+  return {DecodeStatus::kOk, nullptr};
+}
+
+Verdict validate_any(const Slot& raw, Direction dir) {
+  RecordHeader h;
+  std::memcpy(&h, &raw, sizeof h);
+  constexpr auto up = Direction::kToDaemon;
+  constexpr auto down = Direction::kToClient;
+  switch (static_cast<RecordType>(h.type)) {
+    case RecordType::kRoundSubmit:
+      return validate<RoundSubmit>(raw, up, dir, 0, true);
+    case RecordType::kRoundFirstToken:
+      return validate<RoundFirstToken>(raw, up, dir, 0, true);
+    case RecordType::kRoundEnd:
+      return validate<RoundEnd>(raw, up, dir, kRoundEndToolFollows, true);
+    case RecordType::kKvStats:
+      return validate<KvStats>(raw, up, dir, 0, false);
+    case RecordType::kKvEvent:
+      return validate<KvEvent>(raw, up, dir, 0, true);
+    case RecordType::kSessionOpen:
+      return validate<SessionOpen>(raw, up, dir, 0, true);
+    case RecordType::kSessionClose:
+      return validate<SessionClose>(raw, up, dir, 0, true);
+    case RecordType::kToolStart:
+      return validate<ToolStart>(raw, up, dir, 0, true);
+    case RecordType::kToolEnd:
+      return validate<ToolEnd>(raw, up, dir, 0, true);
+    case RecordType::kAdmit:
+      return validate<Admit>(raw, down, dir, 0, true);
+    case RecordType::kPause:
+      return validate<Pause>(raw, down, dir, 0, true);
+    case RecordType::kRestore:
+      return validate<Restore>(raw, down, dir, 0, true);
+    case RecordType::kPriority:
+      return validate<Priority>(raw, down, dir, 0, true);
+    case RecordType::kPin:
+      return validate<Pin>(raw, down, dir, 0, true);
+    case RecordType::kUnpin:
+      return validate<Unpin>(raw, down, dir, 0, true);
+    case RecordType::kDrop:
+      return validate<Drop>(raw, down, dir, 0, true);
+    case RecordType::kOffload:
+      return validate<Offload>(raw, down, dir, 0, true);
+    case RecordType::kPrefetch:
+      return validate<Prefetch>(raw, down, dir, 0, true);
+  }
+  return {DecodeStatus::kUnknownType, "unknown record type"};
+}
+
+}  // namespace
+
+std::string_view record_type_name(RecordType t) {
+  switch (t) {
+    case RecordType::kRoundSubmit: return "ROUND_SUBMIT";
+    case RecordType::kRoundFirstToken: return "ROUND_FIRST_TOKEN";
+    case RecordType::kRoundEnd: return "ROUND_END";
+    case RecordType::kKvStats: return "KV_STATS";
+    case RecordType::kKvEvent: return "KV_EVENT";
+    case RecordType::kSessionOpen: return "SESSION_OPEN";
+    case RecordType::kSessionClose: return "SESSION_CLOSE";
+    case RecordType::kToolStart: return "TOOL_START";
+    case RecordType::kToolEnd: return "TOOL_END";
+    case RecordType::kAdmit: return "ADMIT";
+    case RecordType::kPause: return "PAUSE";
+    case RecordType::kRestore: return "RESTORE";
+    case RecordType::kPriority: return "PRIORITY";
+    case RecordType::kPin: return "PIN";
+    case RecordType::kUnpin: return "UNPIN";
+    case RecordType::kDrop: return "DROP";
+    case RecordType::kOffload: return "OFFLOAD";
+    case RecordType::kPrefetch: return "PREFETCH";
+  }
+  return "UNKNOWN";
+}
+
+DecodeStatus RecordDecoder::decode(const Slot& raw, Record& out, std::string_view* problem) {
+  Verdict v = validate_any(raw, direction);
+  switch (v.status) {
+    case DecodeStatus::kOk:
+      ++ok;
+      out.slot_ = raw;
+      return v.status;
+    case DecodeStatus::kUnknownType:
+      ++unknown_type;
+      break;
+    case DecodeStatus::kWrongDirection:
+      ++wrong_direction;
+      break;
+    case DecodeStatus::kBadVersion:
+      ++bad_version;
+      break;
+    case DecodeStatus::kBadField:
+      ++bad_field;
+      break;
+  }
+  if (problem != nullptr) *problem = v.problem;
+  return v.status;
+}
+
+}  // namespace tandem::ipc
