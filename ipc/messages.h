@@ -1,0 +1,105 @@
+// Socket messages (DESIGN.md §3): one flatbuffers `wire::Message` per
+// SOCK_SEQPACKET datagram, with up to kMaxMessageFds fds attached (SCM_RIGHTS).
+//
+// Receiving is where the trust boundary is. recv_message() reads exactly one
+// datagram into a buffer one byte larger than the largest legal message (so an
+// oversized one is seen, never silently cut), takes ownership of every fd that
+// arrived before it looks at anything else, and hands back the message only
+// after verify_message() has checked the whole buffer: size, identifier,
+// flatbuffers bounds with explicit depth and table limits, and a payload type
+// this build knows. Anything else is an error and every received fd is closed.
+//
+// The builders return a finished, 8-byte-aligned buffer ready for
+// send_message(). They only encode; what a field may hold (e.g. Hello.engine
+// present iff role == Engine) is checked by the receiver, which must not trust
+// the sender to have used these builders.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+#include "ipc/schema/tandem_generated.h"
+
+namespace tandem::ipc {
+
+// Bumps on any incompatible change to ipc/schema/tandem.fbs.
+inline constexpr std::uint32_t kProtocolVersion = 1;
+// Largest datagram either side sends or accepts.
+inline constexpr std::size_t kMaxMessageSize = 64 * 1024;
+// Most fds one message may carry (Welcome carries three).
+inline constexpr std::size_t kMaxMessageFds = 4;
+
+// Checks that `bytes` holds one well-formed Message this build understands and
+// returns its root, which points into `bytes`. Pure: no I/O, and it
+// allocates only to describe a failure.
+// Errors: EMSGSIZE (larger than kMaxMessageSize), EBADMSG (anything malformed,
+// including a NONE or unknown payload type), EINVAL (`bytes` does not start on
+// an 8-byte boundary: a caller bug, since flatbuffers reads scalars in place).
+base::Result<const wire::Message*> verify_message(std::span<const std::uint8_t> bytes);
+
+// Sends `bytes` as one datagram on a SOCK_SEQPACKET socket, with `fds`
+// attached (they stay open and owned by the caller). Never raises SIGPIPE.
+// Errors: EINVAL (empty message, more than kMaxMessageFds fds), EMSGSIZE
+// (larger than kMaxMessageSize), and sendmsg's own (EAGAIN on a full
+// non-blocking socket, EPIPE when the peer is gone).
+base::Result<void> send_message(int sock, std::span<const std::uint8_t> bytes, std::span<const int> fds = {});
+
+// One verified datagram and the fds that came with it (all O_CLOEXEC).
+// Thread-safety: a value type.
+struct ReceivedMessage {
+  std::vector<std::uint8_t> bytes;
+  std::vector<base::UniqueFd> fds;
+
+  // The verified root (nullptr for a default-constructed one). Valid while
+  // `bytes` is alive and unmodified.
+  const wire::Message* message() const;
+};
+
+// Receives one datagram from a SOCK_SEQPACKET socket and verifies it.
+// Errors: ECONNRESET (the peer closed the connection — a 0-byte datagram reads
+// the same, and is not a legal message either), EAGAIN (non-blocking socket,
+// nothing queued), EMSGSIZE (datagram larger than kMaxMessageSize; it is
+// discarded and the socket stays usable), EBADMSG (ancillary data truncated,
+// more than kMaxMessageFds fds, or verify_message() failed), and recvmsg's own.
+// On every error, fds that arrived are closed.
+base::Result<ReceivedMessage> recv_message(int sock);
+
+// --- Builders -------------------------------------------------------------
+
+// Static description of an engine; mirrors wire::EngineParams.
+struct EngineInfo {
+  std::int32_t gpu_index = -1;
+  std::uint32_t block_size = 0;    // tokens per KV block
+  std::uint32_t total_blocks = 0;  // KV blocks in the engine's pool
+  std::uint32_t max_seqs = 0;      // max running sequences per step
+  std::uint32_t token_budget = 0;  // max tokens per step
+};
+
+// What the daemon tells a client in Welcome (protocol version is implied).
+struct WelcomeInfo {
+  std::uint32_t client_id = 0;
+  std::uint64_t segment_size = 0;
+  std::uint32_t event_slots = 0;
+  std::uint32_t directive_slots = 0;
+};
+
+// Hello carries kProtocolVersion. `engine` should be set iff role == Engine.
+std::vector<std::uint8_t> build_hello(wire::Role role, std::string_view name, std::int32_t pid,
+                                      const std::optional<EngineInfo>& engine = std::nullopt);
+std::vector<std::uint8_t> build_welcome(const WelcomeInfo& info);
+// `code` is a positive errno value.
+std::vector<std::uint8_t> build_error(std::int32_t code, std::string_view message);
+std::vector<std::uint8_t> build_session_name(std::uint64_t session, std::string_view name);
+std::vector<std::uint8_t> build_resync_request(std::string_view reason);
+std::vector<std::uint8_t> build_ctl_request(std::string_view command, std::span<const std::string> args, bool json);
+// `status` is 0 or a positive errno value.
+std::vector<std::uint8_t> build_ctl_response(std::int32_t status, std::string_view body);
+
+}  // namespace tandem::ipc
