@@ -94,7 +94,7 @@ class EventSender {
   static constexpr std::size_t kDefaultOverflow = 1024;
 
   EventSender(RingProducer ring, Doorbell bell, ShmSegment* segment, std::size_t overflow_capacity = kDefaultOverflow)
-      : ring_(std::move(ring)), bell_(bell), segment_(segment), overflow_capacity_(overflow_capacity) {}
+      : ring_(ring), bell_(std::move(bell)), segment_(segment), overflow_capacity_(overflow_capacity) {}
 
   // Queues a record and wakes the daemon if it sleeps. Returns false only if
   // the record was dropped (ring and overflow full); resync is then flagged.

@@ -129,45 +129,45 @@ Verdict validate(const Slot& raw, Direction expected, Direction actual, std::uin
 Verdict validate_any(const Slot& raw, Direction dir) {
   RecordHeader h;
   std::memcpy(&h, &raw, sizeof h);
-  constexpr auto up = Direction::kToDaemon;
-  constexpr auto down = Direction::kToClient;
+  constexpr auto kUp = Direction::kToDaemon;
+  constexpr auto kDown = Direction::kToClient;
   switch (static_cast<RecordType>(h.type)) {
     case RecordType::kRoundSubmit:
-      return validate<RoundSubmit>(raw, up, dir, 0, true);
+      return validate<RoundSubmit>(raw, kUp, dir, 0, true);
     case RecordType::kRoundFirstToken:
-      return validate<RoundFirstToken>(raw, up, dir, 0, true);
+      return validate<RoundFirstToken>(raw, kUp, dir, 0, true);
     case RecordType::kRoundEnd:
-      return validate<RoundEnd>(raw, up, dir, kRoundEndToolFollows, true);
+      return validate<RoundEnd>(raw, kUp, dir, kRoundEndToolFollows, true);
     case RecordType::kKvStats:
-      return validate<KvStats>(raw, up, dir, 0, false);
+      return validate<KvStats>(raw, kUp, dir, 0, false);
     case RecordType::kKvEvent:
-      return validate<KvEvent>(raw, up, dir, 0, true);
+      return validate<KvEvent>(raw, kUp, dir, 0, true);
     case RecordType::kSessionOpen:
-      return validate<SessionOpen>(raw, up, dir, 0, true);
+      return validate<SessionOpen>(raw, kUp, dir, 0, true);
     case RecordType::kSessionClose:
-      return validate<SessionClose>(raw, up, dir, 0, true);
+      return validate<SessionClose>(raw, kUp, dir, 0, true);
     case RecordType::kToolStart:
-      return validate<ToolStart>(raw, up, dir, 0, true);
+      return validate<ToolStart>(raw, kUp, dir, 0, true);
     case RecordType::kToolEnd:
-      return validate<ToolEnd>(raw, up, dir, 0, true);
+      return validate<ToolEnd>(raw, kUp, dir, 0, true);
     case RecordType::kAdmit:
-      return validate<Admit>(raw, down, dir, 0, true);
+      return validate<Admit>(raw, kDown, dir, 0, true);
     case RecordType::kPause:
-      return validate<Pause>(raw, down, dir, 0, true);
+      return validate<Pause>(raw, kDown, dir, 0, true);
     case RecordType::kRestore:
-      return validate<Restore>(raw, down, dir, 0, true);
+      return validate<Restore>(raw, kDown, dir, 0, true);
     case RecordType::kPriority:
-      return validate<Priority>(raw, down, dir, 0, true);
+      return validate<Priority>(raw, kDown, dir, 0, true);
     case RecordType::kPin:
-      return validate<Pin>(raw, down, dir, 0, true);
+      return validate<Pin>(raw, kDown, dir, 0, true);
     case RecordType::kUnpin:
-      return validate<Unpin>(raw, down, dir, 0, true);
+      return validate<Unpin>(raw, kDown, dir, 0, true);
     case RecordType::kDrop:
-      return validate<Drop>(raw, down, dir, 0, true);
+      return validate<Drop>(raw, kDown, dir, 0, true);
     case RecordType::kOffload:
-      return validate<Offload>(raw, down, dir, 0, true);
+      return validate<Offload>(raw, kDown, dir, 0, true);
     case RecordType::kPrefetch:
-      return validate<Prefetch>(raw, down, dir, 0, true);
+      return validate<Prefetch>(raw, kDown, dir, 0, true);
   }
   return {DecodeStatus::kUnknownType, "unknown record type"};
 }

@@ -102,7 +102,7 @@ TEST(EventSender, OverflowKeepsOrderThenFlagsResync) {
   auto tx = p.client.event_producer();
   auto rx = p.daemon.event_consumer();
   ASSERT_TRUE(tx && rx);
-  EventSender sender(std::move(*tx), p.client.event_doorbell(), &p.client.segment(), /*overflow_capacity=*/3);
+  EventSender sender(*tx, p.client.event_doorbell(), &p.client.segment(), /*overflow_capacity=*/3);
 
   for (std::uint64_t i = 0; i < 7; ++i) EXPECT_TRUE(sender.send(numbered(i))) << i;  // 4 in ring, 3 queued
   EXPECT_EQ(sender.overflowed(), 3u);

@@ -35,8 +35,8 @@ class RingTest : public ::testing::Test {
     auto p = RingProducer::attach(region_, kSlots);
     auto c = RingConsumer::attach(region_, kSlots);
     ASSERT_TRUE(p && c);
-    producer_ = std::move(*p);
-    consumer_ = std::move(*c);
+    producer_ = *p;
+    consumer_ = *c;
   }
 
   ShmSegment segment_;
@@ -84,6 +84,7 @@ TEST_F(RingTest, IndicesWrapAroundU32) {
 TEST_F(RingTest, BatchesArePartialWhenSpaceIsShort) {
   attach_both();
   std::vector<Slot> in;
+  in.reserve(12);
   for (std::uint64_t i = 0; i < 12; ++i) in.push_back(slot_with(i));
   EXPECT_EQ(producer_.push_batch(in), kSlots);
   EXPECT_EQ(producer_.push_batch(in), 0u);

@@ -60,13 +60,9 @@ TEST_F(StatusPageTest, ConcurrentReadsAreNeverTorn) {
   });
   std::uint64_t last = 0;
   int reads = 0;
-  int busy = 0;
   for (int i = 0; i < 200000; ++i) {
     auto snap = reader->read(100000);
-    if (!snap) {
-      ++busy;
-      continue;
-    }
+    if (!snap) continue;  // raced the writer 100000 times: allowed, just unlucky
     ++reads;
     for (auto word : snap->words) ASSERT_EQ(word, snap->words[0]) << "torn snapshot";
     ASSERT_GE(snap->words[0], last) << "snapshots go back in time";
