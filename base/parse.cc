@@ -22,8 +22,8 @@ bool iequals(std::string_view a, std::string_view b) {
 // Splits "123abc" into the numeric prefix and the unit suffix.
 std::pair<std::string_view, std::string_view> split_unit(std::string_view s) {
   std::size_t i = 0;
-  while (i < s.size() && ((s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == 'e' ||
-                          s[i] == 'E' || s[i] == '+' || s[i] == '-')) {
+  while (i < s.size() &&
+         ((s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == 'e' || s[i] == 'E' || s[i] == '+' || s[i] == '-')) {
     // 'e' only counts as an exponent when a digit or sign follows it.
     if ((s[i] == 'e' || s[i] == 'E') &&
         !(i + 1 < s.size() && ((s[i + 1] >= '0' && s[i + 1] <= '9') || s[i + 1] == '-' || s[i + 1] == '+'))) {
@@ -80,8 +80,8 @@ Result<std::uint64_t> parse_size(std::string_view s) {
   } else if (iequals(unit, "t") || iequals(unit, "tib")) {
     shift = 40;
   } else {
-    return make_error(EINVAL, "unknown size unit '" + std::string(unit) + "' in '" + std::string(s) +
-                                  "' (use K, M, G, T)");
+    return make_error(EINVAL,
+                      "unknown size unit '" + std::string(unit) + "' in '" + std::string(s) + "' (use K, M, G, T)");
   }
   if (shift > 0 && *n > (std::numeric_limits<std::uint64_t>::max() >> shift)) {
     return make_error(ERANGE, "size out of range: '" + std::string(s) + "'");
@@ -116,8 +116,7 @@ Result<Duration> parse_duration(std::string_view s) {
   return Duration(static_cast<std::int64_t>(std::llround(ns)));
 }
 
-Result<std::vector<std::pair<std::string_view, std::string_view>>> parse_key_values(
-    std::string_view text) {
+Result<std::vector<std::pair<std::string_view, std::string_view>>> parse_key_values(std::string_view text) {
   std::vector<std::pair<std::string_view, std::string_view>> out;
   std::size_t line_no = 0;
   for (std::string_view line : split(text, '\n')) {
@@ -129,8 +128,7 @@ Result<std::vector<std::pair<std::string_view, std::string_view>>> parse_key_val
     std::string_view key = line.substr(0, gap);
     std::string_view value = trim(line.substr(gap));
     if (value.empty()) {
-      return make_error(EINVAL, "line " + std::to_string(line_no) + ": key '" + std::string(key) +
-                                    "' has no value");
+      return make_error(EINVAL, "line " + std::to_string(line_no) + ": key '" + std::string(key) + "' has no value");
     }
     out.emplace_back(key, value);
   }

@@ -51,7 +51,6 @@ Result<Duration> parse_duration(std::string_view s);
 
 // "key value" lines (cpu.stat, memory.stat): one pair per non-empty line,
 // separated by whitespace. A line without a value is an error.
-Result<std::vector<std::pair<std::string_view, std::string_view>>> parse_key_values(
-    std::string_view text);
+Result<std::vector<std::pair<std::string_view, std::string_view>>> parse_key_values(std::string_view text);
 
 }  // namespace tandem::base

@@ -31,12 +31,12 @@ namespace tandem::ipc {
 
 // What the daemon publishes on a client's status page.
 struct EngineStatus {
-  std::uint64_t policy_epoch = 0;       // bumps on every policy (re)configuration
-  std::int64_t updated_ns = 0;          // CLOCK_MONOTONIC of this snapshot
-  std::uint32_t admission_window = 0;   // sessions this engine may run now; 0 = no limit set
-  std::uint32_t sm_partition = 0;       // index into the engine's green-context partitions
-  std::uint64_t offload_plan = 0;       // bit i: offload weight module i to host
-  std::uint32_t flags = 0;              // kStatus* bits
+  std::uint64_t policy_epoch = 0;      // bumps on every policy (re)configuration
+  std::int64_t updated_ns = 0;         // CLOCK_MONOTONIC of this snapshot
+  std::uint32_t admission_window = 0;  // sessions this engine may run now; 0 = no limit set
+  std::uint32_t sm_partition = 0;      // index into the engine's green-context partitions
+  std::uint64_t offload_plan = 0;      // bit i: offload weight module i to host
+  std::uint32_t flags = 0;             // kStatus* bits
   std::uint32_t reserved0 = 0;
   std::uint64_t reserved[3] = {};
 };
@@ -44,7 +44,7 @@ static_assert(sizeof(EngineStatus) == 64);
 inline constexpr std::uint32_t kStatusDraining = 1u << 0;  // admit nothing new
 
 struct ChannelConfig {
-  std::uint32_t event_slots = 4096;     // power of two
+  std::uint32_t event_slots = 4096;      // power of two
   std::uint32_t directive_slots = 1024;  // power of two
 };
 

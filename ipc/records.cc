@@ -176,24 +176,42 @@ Verdict validate_any(const Slot& raw, Direction dir) {
 
 std::string_view record_type_name(RecordType t) {
   switch (t) {
-    case RecordType::kRoundSubmit: return "ROUND_SUBMIT";
-    case RecordType::kRoundFirstToken: return "ROUND_FIRST_TOKEN";
-    case RecordType::kRoundEnd: return "ROUND_END";
-    case RecordType::kKvStats: return "KV_STATS";
-    case RecordType::kKvEvent: return "KV_EVENT";
-    case RecordType::kSessionOpen: return "SESSION_OPEN";
-    case RecordType::kSessionClose: return "SESSION_CLOSE";
-    case RecordType::kToolStart: return "TOOL_START";
-    case RecordType::kToolEnd: return "TOOL_END";
-    case RecordType::kAdmit: return "ADMIT";
-    case RecordType::kPause: return "PAUSE";
-    case RecordType::kRestore: return "RESTORE";
-    case RecordType::kPriority: return "PRIORITY";
-    case RecordType::kPin: return "PIN";
-    case RecordType::kUnpin: return "UNPIN";
-    case RecordType::kDrop: return "DROP";
-    case RecordType::kOffload: return "OFFLOAD";
-    case RecordType::kPrefetch: return "PREFETCH";
+    case RecordType::kRoundSubmit:
+      return "ROUND_SUBMIT";
+    case RecordType::kRoundFirstToken:
+      return "ROUND_FIRST_TOKEN";
+    case RecordType::kRoundEnd:
+      return "ROUND_END";
+    case RecordType::kKvStats:
+      return "KV_STATS";
+    case RecordType::kKvEvent:
+      return "KV_EVENT";
+    case RecordType::kSessionOpen:
+      return "SESSION_OPEN";
+    case RecordType::kSessionClose:
+      return "SESSION_CLOSE";
+    case RecordType::kToolStart:
+      return "TOOL_START";
+    case RecordType::kToolEnd:
+      return "TOOL_END";
+    case RecordType::kAdmit:
+      return "ADMIT";
+    case RecordType::kPause:
+      return "PAUSE";
+    case RecordType::kRestore:
+      return "RESTORE";
+    case RecordType::kPriority:
+      return "PRIORITY";
+    case RecordType::kPin:
+      return "PIN";
+    case RecordType::kUnpin:
+      return "UNPIN";
+    case RecordType::kDrop:
+      return "DROP";
+    case RecordType::kOffload:
+      return "OFFLOAD";
+    case RecordType::kPrefetch:
+      return "PREFETCH";
   }
   return "UNKNOWN";
 }

@@ -61,16 +61,18 @@ std::string_view record_type_name(RecordType t);
 struct RecordHeader {
   std::uint16_t type;
   std::uint8_t version;
-  std::uint8_t flags;     // per-type bits, below
+  std::uint8_t flags;  // per-type bits, below
   std::uint32_t reserved;
-  std::uint64_t session;  // base::session_id(); 0 only for KV_STATS
+  std::uint64_t session;      // base::session_id(); 0 only for KV_STATS
   std::int64_t timestamp_ns;  // sender's CLOCK_MONOTONIC (base::to_ns)
 };
 static_assert(sizeof(RecordHeader) == 24);
 static_assert(offsetof(RecordHeader, session) == 8);
 static_assert(offsetof(RecordHeader, timestamp_ns) == 16);
 
-constexpr RecordHeader make_header(RecordType t) { return RecordHeader{static_cast<std::uint16_t>(t), kRecordVersion, 0, 0, 0, 0}; }
+constexpr RecordHeader make_header(RecordType t) {
+  return RecordHeader{static_cast<std::uint16_t>(t), kRecordVersion, 0, 0, 0, 0};
+}
 
 // ROUND_END flags.
 inline constexpr std::uint8_t kRoundEndToolFollows = 1u << 0;
@@ -218,9 +220,9 @@ struct Pin {
   std::uint64_t reserved[4] = {};
 };
 
-#define TANDEM_RECORD_LAYOUT(T)                  \
-  static_assert(sizeof(T) == kSlotSize);         \
-  static_assert(offsetof(T, header) == 0);       \
+#define TANDEM_RECORD_LAYOUT(T)            \
+  static_assert(sizeof(T) == kSlotSize);   \
+  static_assert(offsetof(T, header) == 0); \
   static_assert(std::is_trivially_copyable_v<T>)
 TANDEM_RECORD_LAYOUT(RoundSubmit);
 TANDEM_RECORD_LAYOUT(RoundFirstToken);

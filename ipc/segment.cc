@@ -48,8 +48,8 @@ base::Result<std::uint64_t> region_size(const RegionSpec& spec) {
     case RegionKind::kDirectiveRing:
       if (spec.param < kMinRingSlots || spec.param > kMaxRingSlots || !std::has_single_bit(spec.param)) {
         return base::make_error(EINVAL, fmt::format("{}: {} slots is not a power of two in [{}, {}]",
-                                                    kind_name(static_cast<std::uint32_t>(spec.kind)),
-                                                    spec.param, kMinRingSlots, kMaxRingSlots));
+                                                    kind_name(static_cast<std::uint32_t>(spec.kind)), spec.param,
+                                                    kMinRingSlots, kMaxRingSlots));
       }
       return ring_region_size(spec.param);
     case RegionKind::kStatusPage:
@@ -81,9 +81,9 @@ base::Result<SegmentLayout> plan_layout(std::span<const RegionSpec> specs) {
 
 base::Result<SegmentLayout> validate_header(std::span<const std::byte> bytes, std::uint64_t file_size) {
   if (bytes.size() < sizeof(SegmentHeader) || file_size < sizeof(SegmentHeader)) {
-    return base::make_error(EINVAL, fmt::format("segment of {} bytes is smaller than its {}-byte header",
-                                                std::min<std::uint64_t>(bytes.size(), file_size),
-                                                sizeof(SegmentHeader)));
+    return base::make_error(EINVAL,
+                            fmt::format("segment of {} bytes is smaller than its {}-byte header",
+                                        std::min<std::uint64_t>(bytes.size(), file_size), sizeof(SegmentHeader)));
   }
   SegmentHeader h;
   std::memcpy(&h, bytes.data(), sizeof h);
@@ -97,7 +97,8 @@ base::Result<SegmentLayout> validate_header(std::span<const std::byte> bytes, st
     return base::make_error(EINVAL, fmt::format("header_size {} (expected {})", h.header_size, sizeof(SegmentHeader)));
   }
   if (h.total_size != file_size) {
-    return base::make_error(EINVAL, fmt::format("header says {} bytes but the segment has {}", h.total_size, file_size));
+    return base::make_error(EINVAL,
+                            fmt::format("header says {} bytes but the segment has {}", h.total_size, file_size));
   }
   if (h.region_count == 0 || h.region_count > kMaxRegions) {
     return base::make_error(EINVAL, fmt::format("region_count {} not in [1, {}]", h.region_count, kMaxRegions));
@@ -111,8 +112,8 @@ base::Result<SegmentLayout> validate_header(std::span<const std::byte> bytes, st
     auto expected = region_size(RegionSpec{static_cast<RegionKind>(d.kind), d.param});
     if (!expected) return base::propagate(std::move(expected.error()), fmt::format("region {}", i));
     if (d.size != *expected) {
-      return base::make_error(EINVAL, fmt::format("region {} ({}): size {} (expected {})", i, kind_name(d.kind),
-                                                  d.size, *expected));
+      return base::make_error(
+          EINVAL, fmt::format("region {} ({}): size {} (expected {})", i, kind_name(d.kind), d.size, *expected));
     }
     if (d.offset % kIndexAlign != 0 || d.offset < sizeof(SegmentHeader) || d.offset > h.total_size ||
         d.size > h.total_size - d.offset) {
@@ -126,8 +127,8 @@ base::Result<SegmentLayout> validate_header(std::span<const std::byte> bytes, st
   std::sort(sorted.begin(), sorted.end(), [](const Region& a, const Region& b) { return a.offset < b.offset; });
   for (std::size_t i = 1; i < sorted.size(); ++i) {
     if (sorted[i - 1].offset + sorted[i - 1].size > sorted[i].offset) {
-      return base::make_error(EINVAL, fmt::format("regions at offsets {} and {} overlap", sorted[i - 1].offset,
-                                                  sorted[i].offset));
+      return base::make_error(
+          EINVAL, fmt::format("regions at offsets {} and {} overlap", sorted[i - 1].offset, sorted[i].offset));
     }
   }
   return layout;

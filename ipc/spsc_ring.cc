@@ -10,8 +10,8 @@ namespace detail {
 
 base::Result<RingView> view_ring(std::span<std::byte> region, std::uint32_t slots) {
   if (slots < kMinRingSlots || slots > kMaxRingSlots || !std::has_single_bit(slots)) {
-    return base::make_error(EINVAL, fmt::format("ring: {} slots is not a power of two in [{}, {}]", slots,
-                                                kMinRingSlots, kMaxRingSlots));
+    return base::make_error(
+        EINVAL, fmt::format("ring: {} slots is not a power of two in [{}, {}]", slots, kMinRingSlots, kMaxRingSlots));
   }
   if (region.size() < ring_region_size(slots)) {
     return base::make_error(EINVAL, fmt::format("ring: region of {} bytes cannot hold {} slots ({} bytes)",
@@ -40,8 +40,7 @@ base::Result<RingProducer> RingProducer::attach(std::span<std::byte> region, std
   p.cached_head_ = std::atomic_ref<std::uint32_t>(p.control_->head).load(std::memory_order_acquire);
   p.tail_ = std::atomic_ref<std::uint32_t>(p.control_->tail).load(std::memory_order_relaxed);
   if (p.tail_ - p.cached_head_ > p.capacity_) {
-    return base::make_error(EINVAL, fmt::format("ring: tail {} and head {} are inconsistent", p.tail_,
-                                                p.cached_head_));
+    return base::make_error(EINVAL, fmt::format("ring: tail {} and head {} are inconsistent", p.tail_, p.cached_head_));
   }
   return p;
 }

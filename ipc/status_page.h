@@ -38,8 +38,8 @@ struct StatusView {
 
 inline base::Result<StatusView> view_status(std::span<std::byte> region, std::size_t payload) {
   if (region.size() < status_region_size(static_cast<std::uint32_t>(payload))) {
-    return base::make_error(EINVAL, fmt::format("status page: region of {} bytes cannot hold a {}-byte payload",
-                                                region.size(), payload));
+    return base::make_error(
+        EINVAL, fmt::format("status page: region of {} bytes cannot hold a {}-byte payload", region.size(), payload));
   }
   if (reinterpret_cast<std::uintptr_t>(region.data()) % kIndexAlign != 0) {
     return base::make_error(EINVAL, "status page: region is not 128-byte aligned");

@@ -67,9 +67,7 @@ void walk(Sink& sink, const wire::SessionName* m) {
   sink.add_string(m->name());
 }
 
-void walk(Sink& sink, const wire::ResyncRequest* m) {
-  sink.add_string(m->reason());
-}
+void walk(Sink& sink, const wire::ResyncRequest* m) { sink.add_string(m->reason()); }
 
 void walk(Sink& sink, const wire::SessionSnapshot* s) {
   if (s == nullptr) return sink.add(0);

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ipc/channel.h"
@@ -203,9 +204,8 @@ void run_transfer(bool sleepy) {
   if (sleepy) {
     EXPECT_GT(out.sleeps, 0u) << "the doorbell path was never exercised";
   }
-  std::printf("  %llu records in %.2f s (%.1f M/s), consumer slept %llu times\n",
-              static_cast<unsigned long long>(out.received), secs, out.received / secs / 1e6,
-              static_cast<unsigned long long>(out.sleeps));
+  fmt::print("  {} records in {:.2f} s ({:.1f} M/s), consumer slept {} times\n", out.received, secs,
+             static_cast<double>(out.received) / secs / 1e6, out.sleeps);
 }
 
 TEST(TwoProcess, BusyConsumerLosesNothing) { run_transfer(false); }
@@ -257,13 +257,11 @@ TEST(TwoProcess, HostileProducerCannotHurtTheDaemonSide) {
     (void)ch->segment().take_flags(kFlagResyncNeeded);
   }
   EXPECT_EQ(child.wait(), 0) << "child exit 20 means the sealed memfd could be shrunk";
-  const std::uint64_t rejected = decoder.unknown_type + decoder.wrong_direction + decoder.bad_version + decoder.bad_field;
-  std::printf("  popped %llu garbage slots: %llu rejected, %llu accepted; ring corruption seen %llu (consumer) "
-              "%llu (producer) times\n",
-              static_cast<unsigned long long>(popped), static_cast<unsigned long long>(rejected),
-              static_cast<unsigned long long>(decoder.ok),
-              static_cast<unsigned long long>(events->corruption_count()),
-              static_cast<unsigned long long>(directives->corruption_count()));
+  const std::uint64_t rejected =
+      decoder.unknown_type + decoder.wrong_direction + decoder.bad_version + decoder.bad_field;
+  fmt::print(
+      "  popped {} garbage slots: {} rejected, {} accepted; ring corruption seen {} (consumer) {} (producer) times\n",
+      popped, rejected, decoder.ok, events->corruption_count(), directives->corruption_count());
   EXPECT_GT(popped, 0u);
   EXPECT_GT(rejected, 0u);
   EXPECT_GT(events->corruption_count(), 0u) << "impossible tails must be counted";
