@@ -67,7 +67,9 @@ static_assert(offsetof(SegmentHeader, regions) == 32);
 static_assert(offsetof(SegmentHeader, flags) == 256);
 
 // One ring slot. Records are 64-byte PODs copied in and out of slots word by
-// word (see spsc_ring.h for why words).
+// word (see spsc_ring.h for why words). Bits 32..63 of words[0] belong to the
+// ring: the slot's turn, which says whether it holds the record the consumer
+// expects next.
 struct alignas(kSlotSize) Slot {
   std::uint64_t words[kSlotSize / sizeof(std::uint64_t)];
 };
@@ -75,8 +77,8 @@ static_assert(sizeof(Slot) == kSlotSize);
 
 // Ring indices are free-running u32 counters; slot = index & (slots - 1).
 struct RingControl {
-  alignas(kIndexAlign) std::uint32_t tail;  // written by the producer only
-  alignas(kIndexAlign) std::uint32_t head;  // written by the consumer only
+  alignas(kIndexAlign) std::uint32_t tail;  // producer only; a hint for observers
+  alignas(kIndexAlign) std::uint32_t head;  // consumer only; slots before it are free
   // Doorbell flag: the consumer sets it before sleeping; the producer clears it
   // when it rings. See doorbell.h.
   alignas(kIndexAlign) std::uint32_t consumer_waiting;

@@ -21,8 +21,8 @@ base::Result<Channel> Channel::create(const ChannelConfig& config, const std::st
   c.segment_ = std::move(*segment);
   c.event_bell_ = std::move(*event_bell);
   c.directive_bell_ = std::move(*directive_bell);
-  c.event_slots_ = config.event_slots;
-  c.directive_slots_ = config.directive_slots;
+  auto resolved = c.resolve_regions();
+  if (!resolved) return base::propagate(std::move(resolved.error()), "create channel");
   return c;
 }
 
@@ -31,78 +31,56 @@ base::Result<Channel> Channel::attach(base::UniqueFd segment, base::UniqueFd eve
   if (!event_bell || !directive_bell) return base::make_error(EBADF, "attach channel: missing doorbell fd");
   auto seg = ShmSegment::attach(std::move(segment));
   if (!seg) return base::propagate(std::move(seg.error()), "attach channel");
-  const SegmentLayout& layout = seg->layout();
+  Channel c;
+  c.segment_ = std::move(*seg);
+  c.event_bell_ = std::move(event_bell);
+  c.directive_bell_ = std::move(directive_bell);
+  auto resolved = c.resolve_regions();
+  if (!resolved) return base::propagate(std::move(resolved.error()), "attach channel");
+  return c;
+}
+
+base::Result<void> Channel::resolve_regions() {
+  const SegmentLayout& layout = segment_.layout();
   const Region* events = layout.find(RegionKind::kEventRing);
   const Region* directives = layout.find(RegionKind::kDirectiveRing);
   const Region* status = layout.find(RegionKind::kStatusPage);
   if (events == nullptr || directives == nullptr || status == nullptr) {
-    return base::make_error(EINVAL, "attach channel: segment lacks an event ring, directive ring or status page");
+    return base::make_error(EINVAL, "segment lacks an event ring, directive ring or status page");
   }
   if (status->param != sizeof(EngineStatus)) {
-    return base::make_error(EPROTO, fmt::format("attach channel: status page holds {} bytes, expected {}",
-                                                status->param, sizeof(EngineStatus)));
+    return base::make_error(
+        EPROTO, fmt::format("status page holds {} bytes, expected {}", status->param, sizeof(EngineStatus)));
   }
-  Channel c;
-  c.event_slots_ = events->param;
-  c.directive_slots_ = directives->param;
-  c.segment_ = std::move(*seg);
-  c.event_bell_ = std::move(event_bell);
-  c.directive_bell_ = std::move(directive_bell);
-  return c;
+  event_slots_ = events->param;
+  directive_slots_ = directives->param;
+  event_region_ = segment_.region(*events);
+  directive_region_ = segment_.region(*directives);
+  status_region_ = segment_.region(*status);
+  return {};
 }
 
-base::Result<std::span<std::byte>> Channel::region(RegionKind kind) const {
-  const Region* r = segment_.layout().find(kind);
-  if (r == nullptr) return base::make_error(ENOENT, "channel: region missing");
-  return segment_.region(*r);
-}
-
-base::Result<RingConsumer> Channel::event_consumer() {
-  auto r = region(RegionKind::kEventRing);
-  if (!r) return base::propagate(std::move(r.error()));
-  return RingConsumer::attach(*r, event_slots_);
-}
-
-base::Result<RingProducer> Channel::event_producer() {
-  auto r = region(RegionKind::kEventRing);
-  if (!r) return base::propagate(std::move(r.error()));
-  return RingProducer::attach(*r, event_slots_);
-}
-
+base::Result<RingConsumer> Channel::event_consumer() { return RingConsumer::attach(event_region_, event_slots_); }
+base::Result<RingProducer> Channel::event_producer() { return RingProducer::attach(event_region_, event_slots_); }
 base::Result<RingConsumer> Channel::directive_consumer() {
-  auto r = region(RegionKind::kDirectiveRing);
-  if (!r) return base::propagate(std::move(r.error()));
-  return RingConsumer::attach(*r, directive_slots_);
+  return RingConsumer::attach(directive_region_, directive_slots_);
 }
-
 base::Result<RingProducer> Channel::directive_producer() {
-  auto r = region(RegionKind::kDirectiveRing);
-  if (!r) return base::propagate(std::move(r.error()));
-  return RingProducer::attach(*r, directive_slots_);
+  return RingProducer::attach(directive_region_, directive_slots_);
 }
-
 base::Result<StatusWriter<EngineStatus>> Channel::status_writer() {
-  auto r = region(RegionKind::kStatusPage);
-  if (!r) return base::propagate(std::move(r.error()));
-  return StatusWriter<EngineStatus>::attach(*r);
+  return StatusWriter<EngineStatus>::attach(status_region_);
 }
-
 base::Result<StatusReader<EngineStatus>> Channel::status_reader() {
-  auto r = region(RegionKind::kStatusPage);
-  if (!r) return base::propagate(std::move(r.error()));
-  return StatusReader<EngineStatus>::attach(*r);
+  return StatusReader<EngineStatus>::attach(status_region_);
 }
 
 Doorbell Channel::event_doorbell() const {
-  auto r = region(RegionKind::kEventRing);
-  auto* control = reinterpret_cast<RingControl*>(r->data());
-  return Doorbell(&control->consumer_waiting, event_bell_.get());
+  return Doorbell(&reinterpret_cast<RingControl*>(event_region_.data())->consumer_waiting, event_bell_.get());
 }
 
 Doorbell Channel::directive_doorbell() const {
-  auto r = region(RegionKind::kDirectiveRing);
-  auto* control = reinterpret_cast<RingControl*>(r->data());
-  return Doorbell(&control->consumer_waiting, directive_bell_.get());
+  return Doorbell(&reinterpret_cast<RingControl*>(directive_region_.data())->consumer_waiting, directive_bell_.get());
 }
 
 bool EventSender::send(const Slot& record) {

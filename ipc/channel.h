@@ -78,9 +78,13 @@ class Channel {
   Doorbell directive_doorbell() const;
 
  private:
-  base::Result<std::span<std::byte>> region(RegionKind kind) const;
+  // Resolves the three regions of segment_ (once, at create or attach).
+  base::Result<void> resolve_regions();
 
   ShmSegment segment_;
+  std::span<std::byte> event_region_;
+  std::span<std::byte> directive_region_;
+  std::span<std::byte> status_region_;
   base::UniqueFd event_bell_;
   base::UniqueFd directive_bell_;
   std::uint32_t event_slots_ = 0;

@@ -18,6 +18,7 @@
 // The same type serves both directions: each ring has its own flag and fd.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "base/clock.h"
@@ -42,7 +43,18 @@ class Doorbell {
 
   // Producer: call after publishing records. Returns true if the consumer was
   // asleep and a wake-up was written (the only case that makes a syscall).
-  bool notify();
+  // Inline: it runs after every push or batch.
+  bool notify() {
+    // SYNC: full fence orders the caller's publishing stores (slot turn,
+    // tail) before the flag load. Pairs with the fence in arm(): either we
+    // see the flag, or the consumer's re-check after arm() sees the record.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    std::atomic_ref<std::uint32_t> flag(*flag_);
+    if (flag.load(std::memory_order_relaxed) == 0) return false;  // awake: no syscall
+    // Clear before writing so a burst of pushes rings once per sleep.
+    if (flag.exchange(0, std::memory_order_relaxed) == 0) return false;
+    return ring_eventfd();
+  }
 
   // Consumer: announce that we are about to sleep. The caller must re-check
   // the ring after arm() and only then block on fd().
@@ -81,6 +93,8 @@ class Doorbell {
   std::uint64_t sleeps() const { return sleeps_; }
 
  private:
+  // Writes the eventfd; false if the write failed (then nothing was counted).
+  bool ring_eventfd();
   // Blocks on the eventfd until it is signalled (true) or `deadline` (false).
   base::Result<bool> sleep_until(base::Time deadline);
 

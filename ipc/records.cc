@@ -14,10 +14,10 @@ bool all_zero(const T (&a)[N]) {
   return std::all_of(std::begin(a), std::end(a), [](T v) { return v == T{}; });
 }
 
-// Fields common to every type: flags, reserved, session and timestamp.
-Problem check_header(const RecordHeader& h, std::uint8_t allowed_flags, bool session_required, bool strict) {
+// Fields common to every type: flags, session and timestamp. (ring_seq
+// belongs to the ring, which clears it on pop.)
+Problem check_header(const RecordHeader& h, std::uint8_t allowed_flags, bool session_required) {
   if ((h.flags & ~allowed_flags) != 0) return "unknown flag bits";
-  if (strict && h.reserved != 0) return "reserved header field is not zero";
   if (session_required && h.session == 0) return "session id is 0";
   if (!session_required && h.session != 0) return "session id must be 0";
   if (h.timestamp_ns < 0) return "negative timestamp";
@@ -121,7 +121,7 @@ Verdict validate(const Slot& raw, Direction expected, Direction actual, std::uin
   T r = std::bit_cast<T>(raw);
   if (r.header.version == 0) return {DecodeStatus::kBadVersion, "version 0"};
   bool strict = r.header.version == kRecordVersion;
-  if (Problem p = check_header(r.header, allowed_flags, session_required, strict)) return {DecodeStatus::kBadField, p};
+  if (Problem p = check_header(r.header, allowed_flags, session_required)) return {DecodeStatus::kBadField, p};
   if (Problem p = check(r, strict)) return {DecodeStatus::kBadField, p};
   return {DecodeStatus::kOk, nullptr};
 }

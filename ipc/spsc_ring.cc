@@ -35,6 +35,7 @@ base::Result<RingProducer> RingProducer::attach(std::span<std::byte> region, std
   p.slots_ = view->slots;
   p.capacity_ = view->capacity;
   p.mask_ = view->capacity - 1;
+  p.shift_ = static_cast<unsigned>(std::countr_zero(view->capacity));
   // SYNC: acquire on head pairs with the consumer's release store (slots it
   // finished with are free); tail is ours, relaxed suffices.
   p.cached_head_ = std::atomic_ref<std::uint32_t>(p.control_->head).load(std::memory_order_acquire);
@@ -53,8 +54,10 @@ base::Result<RingConsumer> RingConsumer::attach(std::span<std::byte> region, std
   c.slots_ = view->slots;
   c.capacity_ = view->capacity;
   c.mask_ = view->capacity - 1;
+  c.shift_ = static_cast<unsigned>(std::countr_zero(view->capacity));
+  c.publish_interval_ = view->capacity / 4 > 0 ? view->capacity / 4 : 1;
   c.head_ = std::atomic_ref<std::uint32_t>(c.control_->head).load(std::memory_order_relaxed);
-  c.cached_tail_ = c.head_;  // refresh_tail() validates the producer's tail on first use
+  c.published_head_ = c.head_;
   return c;
 }
 

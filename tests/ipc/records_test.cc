@@ -113,7 +113,6 @@ std::vector<BadCase> bad_cases() {
       {"NegativeTime", mutated(s, [](auto& r) { r.header.timestamp_ns = -1; }), DecodeStatus::kBadField,
        "negative timestamp"},
       {"UnknownFlag", mutated(s, [](auto& r) { r.header.flags = 0x80; }), DecodeStatus::kBadField, "unknown flag bits"},
-      {"ReservedHeader", mutated(s, [](auto& r) { r.header.reserved = 1; }), DecodeStatus::kBadField, "reserved"},
       {"ReservedPayload", mutated(s, [](auto& r) { r.reserved[4] = 1; }), DecodeStatus::kBadField, "reserved"},
       {"VersionZero", mutated(s, [](auto& r) { r.header.version = 0; }), DecodeStatus::kBadVersion, "version 0"},
       {"UnknownType", mutated(s, [](auto& r) { r.header.type = 999; }), DecodeStatus::kUnknownType, "unknown"},

@@ -115,17 +115,18 @@ TEST_F(RingTest, ProducerAttachRejectsInconsistentIndices) {
   EXPECT_NE(p.error().message().find("inconsistent"), std::string::npos);
 }
 
-TEST_F(RingTest, ConsumerClampsATailTooFarAhead) {
+TEST_F(RingTest, AForgedTailIsOnlyAClampedHint) {
   attach_both();
   // A hostile producer claims 1000 records in an 8-slot ring.
   std::atomic_ref<std::uint32_t>(control_->tail).store(1000);
-  EXPECT_EQ(consumer_.available(), kSlots);
+  EXPECT_EQ(consumer_.available(), kSlots) << "the hint is clamped to capacity";
   EXPECT_GE(consumer_.corruption_count(), 1u);
   std::vector<Slot> out(64);
-  EXPECT_EQ(consumer_.pop_batch(out), kSlots) << "never more than capacity";
+  EXPECT_EQ(consumer_.pop_batch(out), 0u) << "no slot carries a turn, so nothing is ready";
+  EXPECT_TRUE(consumer_.empty());
 }
 
-TEST_F(RingTest, ConsumerClampsATailBehindHead) {
+TEST_F(RingTest, ATailBehindHeadIsCountedAndClamped) {
   attach_both();
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(producer_.try_push(slot_with(i)));
   Slot out;
@@ -134,6 +135,53 @@ TEST_F(RingTest, ConsumerClampsATailBehindHead) {
   std::atomic_ref<std::uint32_t>(control_->tail).store(1);
   EXPECT_EQ(consumer_.available(), kSlots);
   EXPECT_GE(consumer_.corruption_count(), 1u);
+  EXPECT_FALSE(consumer_.try_pop(out));
+}
+
+TEST_F(RingTest, ForgedTurnsAreCountedAndNotRead) {
+  attach_both();
+  Slot* slots = reinterpret_cast<Slot*>(region_.data() + sizeof(RingControl));
+  // Slot 0 should hold turn 1 once written; 7 is neither that, nor untouched
+  // (0), nor the previous lap's turn.
+  std::atomic_ref<std::uint64_t>(slots[0].words[0]).store(std::uint64_t{7} << 32);
+  Slot out;
+  EXPECT_FALSE(consumer_.try_pop(out));
+  EXPECT_FALSE(consumer_.try_pop(out));
+  EXPECT_EQ(consumer_.corruption_count(), 1u) << "counted once per position, however often we spin";
+  // The real record replaces the garbage and is read normally.
+  ASSERT_TRUE(producer_.try_push(slot_with(5)));
+  ASSERT_TRUE(consumer_.try_pop(out));
+  EXPECT_EQ(out.words[1], 5u);
+}
+
+TEST_F(RingTest, RingSequenceBitsAreClearedOnPop) {
+  attach_both();
+  Slot in = slot_with(0);
+  in.words[0] = 0xAAAAAAAA'12345678ull;  // the record tries to set the ring's bits
+  ASSERT_TRUE(producer_.try_push(in));
+  Slot out;
+  ASSERT_TRUE(consumer_.try_pop(out));
+  EXPECT_EQ(out.words[0], 0x12345678ull) << "record bits kept, ring bits cleared";
+}
+
+TEST_F(RingTest, HeadIsPublishedWhenCaughtUpOrEveryQuarterRing) {
+  attach_both();
+  auto shared_head = [&] { return std::atomic_ref<std::uint32_t>(control_->head).load(); };
+  for (std::uint64_t i = 0; i < kSlots; ++i) ASSERT_TRUE(producer_.try_push(slot_with(i)));
+  Slot out;
+  ASSERT_TRUE(consumer_.try_pop(out));
+  EXPECT_EQ(shared_head(), 0u) << "one pop is not worth a shared store";
+  ASSERT_TRUE(consumer_.try_pop(out));
+  EXPECT_EQ(shared_head(), 2u) << "capacity/4 = 2 pops publish";
+  ASSERT_TRUE(consumer_.try_pop(out));
+  EXPECT_EQ(shared_head(), 2u);
+  std::vector<Slot> rest(2);
+  EXPECT_EQ(consumer_.pop_batch(rest), 2u);
+  EXPECT_EQ(shared_head(), 5u) << "a batch always publishes";
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(consumer_.try_pop(out));
+  EXPECT_EQ(shared_head(), 7u) << "5 + 2";
+  EXPECT_FALSE(consumer_.try_pop(out));
+  EXPECT_EQ(shared_head(), 8u) << "finding the ring empty publishes";
 }
 
 TEST_F(RingTest, ProducerTreatsAnImpossibleHeadAsFull) {

@@ -15,7 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bit>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <functional>
 #include <random>
@@ -82,6 +84,19 @@ std::pair<int, int> two_cpus() {
   }
   return {-1, -1};
 }
+
+// Restores the test process's CPU affinity when it goes out of scope, so
+// pinning in one test does not leave the next with a single CPU.
+class AffinityGuard {
+ public:
+  AffinityGuard() { ::sched_getaffinity(0, sizeof saved_, &saved_); }
+  ~AffinityGuard() { ::sched_setaffinity(0, sizeof saved_, &saved_); }
+  AffinityGuard(const AffinityGuard&) = delete;
+  AffinityGuard& operator=(const AffinityGuard&) = delete;
+
+ private:
+  cpu_set_t saved_;
+};
 
 void pin_to(int cpu) {
   if (cpu < 0) return;
@@ -192,6 +207,7 @@ void run_transfer(bool sleepy) {
   const std::uint64_t n = record_count();
   auto ch = Channel::create(ChannelConfig{4096, 64});
   ASSERT_TRUE(ch) << ch.error().message();
+  AffinityGuard restore_affinity;
   auto [producer_cpu, consumer_cpu] = two_cpus();
   auto start = std::chrono::steady_clock::now();
   Child child([&] { return produce(*ch, n, sleepy, producer_cpu); });
@@ -212,20 +228,39 @@ TEST(TwoProcess, BusyConsumerLosesNothing) { run_transfer(false); }
 
 TEST(TwoProcess, SleepingConsumerLosesNothing) { run_transfer(true); }
 
-// The hostile client: random bytes over every byte of the segment it can
-// write, and an attempt to shrink the memfd (which the seals refuse).
-int scribble(Channel& ch, std::chrono::milliseconds duration) {
+// The hostile client, in two modes it alternates between: random words over
+// every byte of the segment (header, indices, slots), and protocol-aware
+// forgery — garbage records behind valid turns and a matching tail, placed
+// right after the head the consumer published, so they reach its decoder. It also tries to shrink the memfd, which the
+// seals refuse.
+int scribble(Channel& ch, std::uint32_t event_slots, std::chrono::milliseconds duration) {
   std::span<std::byte> bytes = ch.segment().bytes();
   if (::ftruncate(ch.segment_fd(), 0) == 0) return 20;  // seals must stop this
   auto* words = reinterpret_cast<volatile std::uint64_t*>(bytes.data());
-  std::size_t nwords = bytes.size() / 8;
+  const std::size_t nwords = bytes.size() / 8;
+  const Region* ring = ch.segment().layout().find(RegionKind::kEventRing);
+  auto* control = reinterpret_cast<volatile RingControl*>(bytes.data() + ring->offset);
+  auto* slots = reinterpret_cast<volatile Slot*>(bytes.data() + ring->offset + sizeof(RingControl));
+  const unsigned shift = static_cast<unsigned>(std::countr_zero(event_slots));
+  const std::size_t head_word = (ring->offset + offsetof(RingControl, head)) / 8;
   std::mt19937_64 rng(7);
   auto end = std::chrono::steady_clock::now() + duration;
   while (std::chrono::steady_clock::now() < end) {
     for (int i = 0; i < 4096; ++i) {
       std::uint64_t r = rng();
+      // The one word the forger reads (the event ring's head) is spared.
+      if (r % nwords == head_word) continue;
       // Mostly small numbers and plausible record types, sometimes anything.
       words[r % nwords] = (r >> 60) < 4 ? r : (r >> 32) % 64;
+    }
+    // Forge just ahead of where the consumer says it is.
+    const std::uint32_t head = control->head;
+    for (std::uint32_t index = head; index != head + 64; ++index) {
+      volatile Slot& slot = slots[index & (event_slots - 1)];
+      for (int w = 1; w < 8; ++w) slot.words[w] = rng() % 4 == 0 ? rng() : rng() % 64;
+      std::uint64_t turn = (index >> shift) + 1;
+      slot.words[0] = (rng() % 48) | (std::uint64_t{rng() % 3} << 16) | (turn << 32);
+      control->tail = index + 1;
     }
   }
   return 0;
@@ -240,7 +275,7 @@ TEST(TwoProcess, HostileProducerCannotHurtTheDaemonSide) {
   Doorbell directive_bell = ch->directive_doorbell();
   const auto duration = 2s;
 
-  Child child([&] { return scribble(*ch, duration); });
+  Child child([&] { return scribble(*ch, 256, duration); });
   ASSERT_TRUE(child.started());
   RecordDecoder decoder(Direction::kToDaemon);
   std::vector<Slot> batch(64);
