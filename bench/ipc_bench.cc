@@ -36,8 +36,9 @@
 // Throughput rows stream records A→B until at least 10^8 records (batched;
 // 10^7 unbatched, which runs ~20× slower) have gone and at least 2 s have
 // passed (10× less with --quick), then send one stop record. A's clock runs from the first push until B reports that it
-// took the stop record. Every record carries its sequence number in word 0 and the complement in word 7. B checks both,
-// and the run fails if either is wrong, so a lost or torn record cannot hide inside the rate.
+// took the stop record. Every record carries its sequence number in word 2 and the complement in word 7 (the ring owns
+// half of word 0). B checks both, and the run fails if either is wrong, so a lost or torn record cannot hide inside the
+// rate.
 //
 // The ring rows make no syscall on the data path:
 // `strace -f -c ipc_bench --only ring` shows only set-up and teardown.
@@ -556,7 +557,7 @@ class RttRecorder {
 
 ipc::Slot make_record(std::uint64_t seq, std::uint64_t kind = kKindData) {
   ipc::Slot s{};
-  s.words[0] = seq;
+  s.words[2] = seq;
   s.words[1] = kind;
   s.words[7] = ~seq;
   return s;
@@ -674,8 +675,8 @@ Result<Row> run_ring_pingpong(const Context& ctx, Wait wait, bool notify) {
       } else if (!spin.until([&] { return in.try_pop(record); })) {
         return child_fail(c, row, spin.why());
       }
-      if (record.words[0] != i || record.words[7] != ~i) {
-        return child_fail(c, row, fmt::format("expected record {}, got {}", i, record.words[0]));
+      if (record.words[2] != i || record.words[7] != ~i) {
+        return child_fail(c, row, fmt::format("expected record {}, got {}", i, record.words[2]));
       }
       if (!spin.until([&] { return out.try_push(record); })) return child_fail(c, row, spin.why());
       if (notify) {
@@ -727,9 +728,9 @@ Result<Row> run_ring_pingpong(const Context& ctx, Wait wait, bool notify) {
     } else if (!spin.until([&] { return in.try_pop(back); })) {
       return base::propagate(spin.fail(row));
     }
-    if (back.words[0] != i || back.words[7] != ~i) {
+    if (back.words[2] != i || back.words[7] != ~i) {
       spin.abort_peer();
-      return base::make_error(EPROTO, fmt::format("{}: expected echo {}, got {}", row, i, back.words[0]));
+      return base::make_error(EPROTO, fmt::format("{}: expected echo {}, got {}", row, i, back.words[2]));
     }
     rec.lap(i);
   }
@@ -776,10 +777,10 @@ Result<Row> run_stream(const Context& ctx, bool batched, bool notify) {
       if (!got) return child_fail(c, row, spin.why());
       for (std::size_t k = 0; k < n; ++k) {
         const ipc::Slot& r = buf[k];
-        if (r.words[0] != expected || r.words[7] != ~expected) {
+        if (r.words[2] != expected || r.words[7] != ~expected) {
           return child_fail(c, row,
                             fmt::format("sequence error: expected record {}, got {} (check word {:#x})", expected,
-                                        r.words[0], r.words[7]));
+                                        r.words[2], r.words[7]));
         }
         if (r.words[1] == kKindStop) {
           if (k + 1 != n) return child_fail(c, row, "records after the stop record");
@@ -811,7 +812,7 @@ Result<Row> run_stream(const Context& ctx, bool batched, bool notify) {
   while (true) {
     if (batched) {
       for (std::size_t k = 0; k < kBatch; ++k) {
-        batch[k].words[0] = seq + k;
+        batch[k].words[2] = seq + k;
         batch[k].words[7] = ~(seq + k);
       }
       std::span<const ipc::Slot> left(batch);
@@ -912,8 +913,8 @@ Result<Latency> socket_pingpong(const Context& ctx, std::string_view row) {
         fmt::print(stderr, "ipc_bench: {} (peer process): {}\n", row, r.error().message());
         return 1;
       }
-      if (m.words[0] != i) {
-        fmt::print(stderr, "ipc_bench: {} (peer process): expected message {}, got {}\n", row, i, m.words[0]);
+      if (m.words[2] != i) {
+        fmt::print(stderr, "ipc_bench: {} (peer process): expected message {}, got {}\n", row, i, m.words[2]);
         return 1;
       }
       if (auto r = send_message(theirs.get(), m); !r) {
@@ -932,8 +933,8 @@ Result<Latency> socket_pingpong(const Context& ctx, std::string_view row) {
   for (std::uint64_t i = 0; i < total; ++i) {
     if (auto r = send_message(mine.get(), make_record(i)); !r) return base::propagate(std::move(r.error()), row);
     if (auto r = recv_message(mine.get(), back); !r) return base::propagate(std::move(r.error()), row);
-    if (back.words[0] != i)
-      return base::make_error(EPROTO, fmt::format("{}: expected echo {}, got {}", row, i, back.words[0]));
+    if (back.words[2] != i)
+      return base::make_error(EPROTO, fmt::format("{}: expected echo {}, got {}", row, i, back.words[2]));
     rec.lap(i);
   }
   if (auto joined = child->join(); !joined) return base::propagate(std::move(joined.error()), row);
@@ -957,9 +958,9 @@ Result<StreamResult> socket_stream(const Context& ctx, std::string_view row) {
         fmt::print(stderr, "ipc_bench: {} (peer process): {}\n", row, r.error().message());
         return 1;
       }
-      if (m.words[0] != expected || m.words[7] != ~expected) {
+      if (m.words[2] != expected || m.words[7] != ~expected) {
         fmt::print(stderr, "ipc_bench: {} (peer process): sequence error: expected {}, got {}\n", row, expected,
-                   m.words[0]);
+                   m.words[2]);
         return 1;
       }
       if (m.words[1] == kKindStop) break;
@@ -988,7 +989,7 @@ Result<StreamResult> socket_stream(const Context& ctx, std::string_view row) {
   ipc::Slot ack{};
   if (auto r = recv_message(mine.get(), ack); !r) return base::propagate(std::move(r.error()), row);
   const double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
-  if (ack.words[0] != seq) return base::make_error(EPROTO, fmt::format("{}: bad acknowledgement", row));
+  if (ack.words[2] != seq) return base::make_error(EPROTO, fmt::format("{}: bad acknowledgement", row));
   if (auto joined = child->join(); !joined) return base::propagate(std::move(joined.error()), row);
   return StreamResult{seq, seconds};
 }
