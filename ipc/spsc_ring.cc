@@ -22,7 +22,7 @@ base::Result<RingView> view_ring(std::span<std::byte> region, std::uint32_t slot
   }
   auto* control = reinterpret_cast<RingControl*>(region.data());
   auto* first = reinterpret_cast<Slot*>(region.data() + sizeof(RingControl));
-  return RingView{control, first, slots};
+  return RingView{control, first, slots, slots - 1, static_cast<unsigned>(std::countr_zero(slots))};
 }
 
 }  // namespace detail
@@ -31,16 +31,12 @@ base::Result<RingProducer> RingProducer::attach(std::span<std::byte> region, std
   auto view = detail::view_ring(region, slots);
   if (!view) return base::propagate(std::move(view.error()));
   RingProducer p;
-  p.control_ = view->control;
-  p.slots_ = view->slots;
-  p.capacity_ = view->capacity;
-  p.mask_ = view->capacity - 1;
-  p.shift_ = static_cast<unsigned>(std::countr_zero(view->capacity));
+  p.ring_ = *view;
   // SYNC: acquire on head pairs with the consumer's release store (slots it
   // finished with are free); tail is ours, relaxed suffices.
-  p.cached_head_ = std::atomic_ref<std::uint32_t>(p.control_->head).load(std::memory_order_acquire);
-  p.tail_ = std::atomic_ref<std::uint32_t>(p.control_->tail).load(std::memory_order_relaxed);
-  if (p.tail_ - p.cached_head_ > p.capacity_) {
+  p.cached_head_ = std::atomic_ref<std::uint32_t>(view->control->head).load(std::memory_order_acquire);
+  p.tail_ = std::atomic_ref<std::uint32_t>(view->control->tail).load(std::memory_order_relaxed);
+  if (p.tail_ - p.cached_head_ > view->capacity) {
     return base::make_error(EINVAL, fmt::format("ring: tail {} and head {} are inconsistent", p.tail_, p.cached_head_));
   }
   return p;
@@ -50,13 +46,9 @@ base::Result<RingConsumer> RingConsumer::attach(std::span<std::byte> region, std
   auto view = detail::view_ring(region, slots);
   if (!view) return base::propagate(std::move(view.error()));
   RingConsumer c;
-  c.control_ = view->control;
-  c.slots_ = view->slots;
-  c.capacity_ = view->capacity;
-  c.mask_ = view->capacity - 1;
-  c.shift_ = static_cast<unsigned>(std::countr_zero(view->capacity));
+  c.ring_ = *view;
   c.publish_interval_ = view->capacity / 4 > 0 ? view->capacity / 4 : 1;
-  c.head_ = std::atomic_ref<std::uint32_t>(c.control_->head).load(std::memory_order_relaxed);
+  c.head_ = std::atomic_ref<std::uint32_t>(view->control->head).load(std::memory_order_relaxed);
   c.published_head_ = c.head_;
   return c;
 }

@@ -67,10 +67,18 @@ inline void cpu_relax() {
 #endif
 }
 
+// A ring's geometry, as both ends see it. Everything here is private to the
+// process: nothing is re-read from shared memory.
 struct RingView {
   RingControl* control = nullptr;
   Slot* slots = nullptr;
   std::uint32_t capacity = 0;
+  std::uint32_t mask = 0;  // capacity - 1
+  unsigned shift = 0;      // log2(capacity)
+
+  Slot& slot(std::uint32_t index) const { return slots[index & mask]; }
+  // The turn a slot holds when it carries the record at `index`.
+  std::uint32_t turn(std::uint32_t index) const { return (index >> shift) + 1; }
 };
 
 // Checks that `region` holds a ring of `slots` slots.
@@ -89,8 +97,8 @@ class RingProducer {
 
   // Appends one record; false if the ring is full.
   bool try_push(const Slot& record) {
-    if (tail_ - cached_head_ >= capacity_ && !refresh_head()) return false;
-    publish_slot(slots_[tail_ & mask_], record, turn(tail_));
+    if (tail_ - cached_head_ >= ring_.capacity && !refresh_head()) return false;
+    publish_slot(ring_.slot(tail_), record, ring_.turn(tail_));
     ++tail_;
     publish_tail();
     return true;
@@ -98,14 +106,14 @@ class RingProducer {
 
   // Appends as many of `records` as fit; returns how many.
   std::size_t push_batch(std::span<const Slot> records) {
-    std::uint32_t free_slots = capacity_ - (tail_ - cached_head_);
+    std::uint32_t free_slots = ring_.capacity - (tail_ - cached_head_);
     if (free_slots < records.size()) {
       refresh_head();
-      free_slots = capacity_ - (tail_ - cached_head_);
+      free_slots = ring_.capacity - (tail_ - cached_head_);
     }
     std::size_t n = records.size() < free_slots ? records.size() : free_slots;
     for (std::size_t i = 0; i < n; ++i) {
-      publish_slot(slots_[tail_ & mask_], records[i], turn(tail_));
+      publish_slot(ring_.slot(tail_), records[i], ring_.turn(tail_));
       ++tail_;
     }
     if (n > 0) publish_tail();
@@ -117,16 +125,14 @@ class RingProducer {
     refresh_head();
     return tail_ - cached_head_;
   }
-  std::uint32_t capacity() const { return capacity_; }
+  std::uint32_t capacity() const { return ring_.capacity; }
   // Times the consumer's head was impossible (ahead of tail, or more than
   // `capacity` behind it).
   std::uint64_t corruption_count() const { return corruptions_; }
   // The doorbell flag of this ring (for Doorbell).
-  std::uint32_t* consumer_waiting() const { return &control_->consumer_waiting; }
+  std::uint32_t* consumer_waiting() const { return &ring_.control->consumer_waiting; }
 
  private:
-  std::uint32_t turn(std::uint32_t index) const { return (index >> shift_) + 1; }
-
   static void publish_slot(Slot& shared, const Slot& value, std::uint32_t turn) {
     for (std::size_t i = 1; i < std::size(value.words); ++i) {
       std::atomic_ref<std::uint64_t>(shared.words[i]).store(value.words[i], std::memory_order_relaxed);
@@ -140,29 +146,25 @@ class RingProducer {
   void publish_tail() {
     // SYNC: release, so a reader of the hint that sees tail = t also sees the
     // turns of every slot before t. Pairs with RingConsumer::available().
-    std::atomic_ref<std::uint32_t>(control_->tail).store(tail_, std::memory_order_release);
+    std::atomic_ref<std::uint32_t>(ring_.control->tail).store(tail_, std::memory_order_release);
   }
 
   // Re-reads the consumer's head; returns whether a slot is free.
   bool refresh_head() {
     // SYNC: acquire pairs with the consumer's release store of head, so its
     // copies out of the slots are complete before we overwrite them.
-    std::uint32_t head = std::atomic_ref<std::uint32_t>(control_->head).load(std::memory_order_acquire);
-    if (tail_ - head > capacity_) {
+    std::uint32_t head = std::atomic_ref<std::uint32_t>(ring_.control->head).load(std::memory_order_acquire);
+    if (tail_ - head > ring_.capacity) {
       // The consumer claims to have taken records we never wrote. Keep our old
       // view of it; the ring looks full until it behaves.
       ++corruptions_;
       return false;
     }
     cached_head_ = head;
-    return tail_ - head < capacity_;
+    return tail_ - head < ring_.capacity;
   }
 
-  RingControl* control_ = nullptr;
-  Slot* slots_ = nullptr;
-  std::uint32_t capacity_ = 0;
-  std::uint32_t mask_ = 0;
-  unsigned shift_ = 0;             // log2(capacity)
+  detail::RingView ring_;
   std::uint32_t tail_ = 0;         // private: the truth about what we produced
   std::uint32_t cached_head_ = 0;  // last head we validated
   std::uint64_t corruptions_ = 0;
@@ -218,33 +220,31 @@ class RingConsumer {
   // capacity; an impossible hint counts as corruption).
   std::uint32_t available() {
     // SYNC: acquire pairs with the producer's release store in publish_tail().
-    std::uint32_t tail = std::atomic_ref<std::uint32_t>(control_->tail).load(std::memory_order_acquire);
-    if (tail - head_ > capacity_) {
+    std::uint32_t tail = std::atomic_ref<std::uint32_t>(ring_.control->tail).load(std::memory_order_acquire);
+    if (tail - head_ > ring_.capacity) {
       ++corruptions_;
-      return capacity_;
+      return ring_.capacity;
     }
     return tail - head_;
   }
 
-  std::uint32_t capacity() const { return capacity_; }
+  std::uint32_t capacity() const { return ring_.capacity; }
   // Times the producer left an impossible turn in a slot or tail hint.
   std::uint64_t corruption_count() const { return corruptions_; }
-  std::uint32_t* consumer_waiting() const { return &control_->consumer_waiting; }
+  std::uint32_t* consumer_waiting() const { return &ring_.control->consumer_waiting; }
 
  private:
-  std::uint32_t turn(std::uint32_t index) const { return (index >> shift_) + 1; }
-
   // Loads word 0 of slot[head_]; true if it holds the record for head_.
   bool next_ready(std::uint64_t& word0) {
     // SYNC: acquire pairs with the producer's release store of word 0 in
     // publish_slot(): once the turn matches, the payload words are visible.
-    word0 = std::atomic_ref<std::uint64_t>(slots_[head_ & mask_].words[0]).load(std::memory_order_acquire);
+    word0 = std::atomic_ref<std::uint64_t>(ring_.slot(head_).words[0]).load(std::memory_order_acquire);
     std::uint32_t seen = static_cast<std::uint32_t>(word0 >> detail::kTurnShift);
-    if (seen == turn(head_)) return true;
+    if (seen == ring_.turn(head_)) return true;
     // Legitimately the slot is untouched (0) or holds the previous lap's
     // record; anything else is a peer writing nonsense. Counted once per
     // position, since a consumer may spin here.
-    if (seen != 0 && seen != turn(head_ - capacity_) && corrupt_at_ != head_) {
+    if (seen != 0 && seen != ring_.turn(head_ - ring_.capacity) && corrupt_at_ != head_) {
       ++corruptions_;
       corrupt_at_ = head_;
     }
@@ -255,11 +255,10 @@ class RingConsumer {
   bool take(Slot& out) {
     std::uint64_t word0;
     if (!next_ready(word0)) return false;
-    const Slot& shared = slots_[head_ & mask_];
+    Slot& shared = ring_.slot(head_);
     out.words[0] = word0 & detail::kPayloadMask0;
     for (std::size_t i = 1; i < std::size(out.words); ++i) {
-      out.words[i] =
-          std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(shared.words[i])).load(std::memory_order_relaxed);
+      out.words[i] = std::atomic_ref<std::uint64_t>(shared.words[i]).load(std::memory_order_relaxed);
     }
     return true;
   }
@@ -269,14 +268,10 @@ class RingConsumer {
     published_head_ = head_;
     // SYNC: release orders our slot loads before the producer may reuse the
     // slots. Pairs with the producer's acquire load of head in refresh_head().
-    std::atomic_ref<std::uint32_t>(control_->head).store(head_, std::memory_order_release);
+    std::atomic_ref<std::uint32_t>(ring_.control->head).store(head_, std::memory_order_release);
   }
 
-  RingControl* control_ = nullptr;
-  Slot* slots_ = nullptr;
-  std::uint32_t capacity_ = 0;
-  std::uint32_t mask_ = 0;
-  unsigned shift_ = 0;
+  detail::RingView ring_;
   std::uint32_t publish_interval_ = 1;
   std::uint32_t head_ = 0;            // private: the truth about what we consumed
   std::uint32_t published_head_ = 0;  // what the producer has been told
