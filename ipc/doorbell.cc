@@ -22,7 +22,8 @@ bool Doorbell::ring_eventfd() {
 void Doorbell::arm() {
   std::atomic_ref<std::uint32_t>(*flag_).store(1, std::memory_order_relaxed);
   // SYNC: full fence orders the flag store before the caller's re-check of the
-  // ring's tail. Pairs with the fence in notify().
+  // ring (RingConsumer::empty(): tail hint, then slot turn). Pairs with the
+  // fence in notify().
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 

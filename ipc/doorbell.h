@@ -6,8 +6,8 @@
 //
 //   consumer:  spin a while on the ring; then  flag = 1; full fence;
 //              re-check the ring; only if still empty, block on the eventfd.
-//   producer:  publish (tail store); full fence; if flag != 0, clear it and
-//              write the eventfd.
+//   producer:  publish (slot turn, then tail); full fence; if flag != 0,
+//              clear it and write the eventfd.
 //
 // The two fences make this Dekker's handshake: either the producer sees the
 // flag, or the consumer's re-check sees the new tail, so no wake-up is lost.
