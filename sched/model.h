@@ -1,0 +1,72 @@
+// NodeModel: what policies see of the node — sessions, each engine's KV pool,
+// the host CPU, and the tool-duration model.
+//
+// The host owns one NodeModel, feeds every event to observe() (which updates
+// the session table and the telemetry together), and sets the CPU readings it
+// samples (PSI, run-queue delay) with set_cpu(). Policies get it read-only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+
+#include "sched/session_table.h"
+#include "sched/tool_model.h"
+#include "sched/types.h"
+
+namespace tandem::sched {
+
+// The daemon's mirror of one engine's KV pool (DESIGN.md §6).
+struct EngineView {
+  EngineId id = kNoEngine;
+  EngineParams params;
+  KvPoolStats kv;  // as last reported
+  bool has_stats = false;
+  Time stats_at{};
+  std::uint64_t queued_blocks = 0;  // projected KV of rounds submitted but not yet ended
+
+  // Fraction of the pool in use (0 when unknown).
+  double usage() const {
+    std::uint32_t total = has_stats ? kv.blocks_total : params.total_blocks;
+    if (total == 0 || !has_stats) return 0.0;
+    return 1.0 - static_cast<double>(kv.blocks_free) / static_cast<double>(total);
+  }
+};
+
+struct CpuView {
+  std::uint32_t tool_cores = 0;    // cores available to tools (0 = unknown)
+  std::uint32_t active_tools = 0;  // tool calls started and not ended
+  double psi_some_avg10 = -1.0;    // cpu.pressure "some avg10" of the tools subtree, -1 = unknown
+  Duration runq_delay_p50{};       // from eBPF, zero = unknown
+};
+
+// Thread-safety: one thread.
+class NodeModel {
+ public:
+  explicit NodeModel(ToolModelParams tool_params = {}) : tools_(tool_params) {}
+
+  // Applies an event to sessions and telemetry. Returns false if the session
+  // table rejected it (telemetry that does not depend on the session, such
+  // as KV stats, is still taken).
+  bool observe(const Event& e, Time now);
+
+  void set_cpu(const CpuView& cpu) {
+    std::uint32_t active = cpu_.active_tools;
+    cpu_ = cpu;
+    cpu_.active_tools = active;  // maintained from events, not sampled
+  }
+
+  SessionTable& sessions() { return sessions_; }
+  const SessionTable& sessions() const { return sessions_; }
+  const std::map<EngineId, EngineView>& engines() const { return engines_; }
+  const EngineView* engine(EngineId id) const;
+  const CpuView& cpu() const { return cpu_; }
+  const ToolDurationModel& tools() const { return tools_; }
+
+ private:
+  SessionTable sessions_;
+  std::map<EngineId, EngineView> engines_;
+  CpuView cpu_;
+  ToolDurationModel tools_;
+};
+
+}  // namespace tandem::sched

@@ -1,0 +1,185 @@
+// The two halves of a policy (DESIGN.md §4).
+//
+// ControlPolicy — node level, in the daemon's control loop (and the
+// simulator's): fed every event, asked to tick() every control_interval, and
+// answers with Actions (admit, pause, restore, priorities, pins, CPU weights,
+// SM partitions, kills).
+//
+// StepScheduler — engine level, called once per engine step with a snapshot
+// of the engine's queue and KV pool (StepInput); answers with a StepPlan:
+// which requests run with how many tokens (prefill chunks), which running
+// requests are preempted by recompute, which pinned sessions are released.
+// It also decides, at each round end, what happens to that round's KV while
+// its tool runs (release to the prefix cache, pin, offload, drop).
+//
+// Both halves are pure: time is an argument, nothing reads a clock or makes a
+// syscall, and the same inputs give the same outputs.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sched/actions.h"
+#include "sched/model.h"
+#include "sched/types.h"
+
+namespace tandem::sched {
+
+// Thread-safety: one thread (the host's control loop).
+class ControlPolicy {
+ public:
+  virtual ~ControlPolicy() = default;
+  virtual std::string_view name() const = 0;
+  // Every event, after the host applied it to `model`.
+  virtual void on_event(const Event& /*event*/, const NodeModel& /*model*/, Time /*now*/) {}
+  // Every control interval.
+  virtual void tick(const NodeModel& model, Time now, Actions& out) = 0;
+};
+
+// ---- step scheduling --------------------------------------------------------
+
+enum class RequestPhase : std::uint8_t {
+  kWaiting,    // not yet scheduled (or restored after a pause)
+  kRunning,    // in the running batch
+  kPreempted,  // preempted by recompute, waiting again
+};
+
+// One request (one round of one session) in an engine's queue.
+struct StepRequest {
+  std::uint64_t id = 0;  // engine's request id
+  SessionId session = 0;
+  std::uint32_t round = 0;
+  RequestPhase phase = RequestPhase::kWaiting;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t max_output_tokens = 0;  // 0 = unknown
+  std::uint32_t computed_tokens = 0;    // tokens whose KV exists (prompt prefix, then generated)
+  std::uint32_t output_tokens = 0;      // generated so far
+  std::uint32_t cached_tokens = 0;      // waiting: prefix-cache hit available now
+  // Blocks it has without drawing on the free pool: its allocation when
+  // running; when waiting, the part of its prefix hit that other requests
+  // still reference (a hit on free-but-cached blocks takes them off the free
+  // list, so those count as needed, as in vLLM's allocate_slots()).
+  std::uint32_t blocks_held = 0;
+  Time arrival{};
+  Time last_scheduled{};      // zero if never
+  std::uint8_t priority = 0;  // control plane's hint (MLFQ level), 0 = highest
+  bool last_round = false;    // no tool follows this round (when known)
+
+  bool in_prefill() const { return computed_tokens < prompt_tokens; }
+  // Tokens whose KV this request starts the step with: its computed tokens
+  // when running; when waiting, its prefix hit capped at prompt − 1 (vLLM
+  // always recomputes the last prompt token to get logits).
+  std::uint32_t start_tokens() const {
+    if (phase == RequestPhase::kRunning) return computed_tokens;
+    return prompt_tokens > 0 && cached_tokens >= prompt_tokens ? prompt_tokens - 1 : cached_tokens;
+  }
+  // Tokens to compute next: the prefill remainder, or one decode token.
+  std::uint32_t tokens_wanted() const {
+    std::uint32_t base = start_tokens();
+    return base < prompt_tokens ? prompt_tokens - base : 1;
+  }
+};
+
+// KV held for a session between its rounds.
+struct PinnedKv {
+  SessionId session = 0;
+  std::uint32_t blocks = 0;
+  Time pinned_at{};
+  Time until{};
+};
+
+struct StepInput {
+  std::uint32_t token_budget = 8192;
+  std::uint32_t max_seqs = 256;
+  std::uint32_t block_size = 16;
+  std::uint32_t free_blocks = 0;  // includes free-but-cached blocks; excludes pinned
+  std::uint32_t max_model_len = 131072;
+  // Running requests in running order first, then waiting and preempted ones
+  // in arrival order. Indices into this span identify requests in the plan.
+  std::span<const StepRequest> requests;
+  std::span<const PinnedKv> pinned;
+};
+
+struct ScheduledChunk {
+  std::uint32_t request = 0;  // index into StepInput::requests
+  std::uint32_t tokens = 0;
+  friend bool operator==(const ScheduledChunk&, const ScheduledChunk&) = default;
+};
+
+struct StepPlan {
+  std::vector<ScheduledChunk> run;
+  std::vector<std::uint32_t> preempt;  // indices of running requests to preempt (recompute)
+  std::vector<SessionId> unpin;        // pinned sessions whose KV is released
+  void clear() {
+    run.clear();
+    preempt.clear();
+    unpin.clear();
+  }
+};
+
+// What to do with a finished round's KV while its tool runs.
+enum class KeepDecision : std::uint8_t {
+  kRelease,  // free it to the prefix cache (LRU decides its fate): vLLM's default
+  kPin,      // hold it until `until` (or until unpinned)
+  kOffload,  // copy it to host memory
+  kDrop,     // free it and evict it now
+};
+
+struct RoundEndInfo {
+  SessionId session = 0;
+  bool tool_follows = false;
+  ToolKind tool = 0;                       // 0 = unknown
+  std::uint32_t context_tokens = 0;        // prompt + output of the round
+  std::uint32_t blocks = 0;                // KV it holds
+  std::uint32_t other_running_tokens = 0;  // context of the other running requests
+};
+
+struct KeepPlan {
+  KeepDecision decision = KeepDecision::kRelease;
+  Time until{};
+};
+
+// Thread-safety: one thread (the engine's scheduling loop).
+class StepScheduler {
+ public:
+  virtual ~StepScheduler() = default;
+  virtual std::string_view name() const = 0;
+  // One engine step. `out` arrives cleared.
+  virtual void plan(const StepInput& in, Time now, StepPlan& out) = 0;
+  virtual KeepPlan on_round_end(const RoundEndInfo& /*info*/, Time /*now*/) { return {}; }
+  virtual void on_tool_end(SessionId /*session*/, ToolKind /*kind*/, Duration /*wall*/, Time /*now*/) {}
+  virtual void on_session_end(SessionId /*session*/, Time /*now*/) {}
+};
+
+// KV bookkeeping while a step is planned: what each decision allocates or
+// frees, so a scheduler can ask "does this chunk fit?" the way vLLM's
+// allocate_slots() answers it. Thread-safety: a value type.
+class KvLedger {
+ public:
+  explicit KvLedger(const StepInput& in) : block_size_(in.block_size), free_(in.free_blocks) {}
+
+  // Free blocks `r` needs to hold `tokens` more tokens.
+  std::uint32_t blocks_needed(const StepRequest& r, std::uint32_t tokens) const {
+    std::uint32_t need = blocks_for(r.start_tokens() + tokens);
+    return need > r.blocks_held ? need - r.blocks_held : 0;
+  }
+  // Allocates for `tokens` more tokens of `r` if they fit.
+  bool try_allocate(const StepRequest& r, std::uint32_t tokens) {
+    std::uint32_t need = blocks_needed(r, tokens);
+    if (need > free_) return false;
+    free_ -= need;
+    return true;
+  }
+  // Frees what a preempted or released request or pin held.
+  void release(std::uint32_t blocks) { free_ += blocks; }
+  std::uint32_t free_blocks() const { return free_; }
+  std::uint32_t blocks_for(std::uint32_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+
+ private:
+  std::uint32_t block_size_;
+  std::uint32_t free_;
+};
+
+}  // namespace tandem::sched

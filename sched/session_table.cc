@@ -1,0 +1,207 @@
+// SessionTable: event effects and legal transitions.
+#include "sched/session_table.h"
+
+#include <type_traits>
+
+namespace tandem::sched {
+
+std::string_view to_string(SessionState s) {
+  switch (s) {
+    case SessionState::kWaiting:
+      return "WAITING";
+    case SessionState::kReasoning:
+      return "REASONING";
+    case SessionState::kActing:
+      return "ACTING";
+    case SessionState::kPaused:
+      return "PAUSED";
+    case SessionState::kDone:
+      return "DONE";
+  }
+  return "?";
+}
+
+std::string_view to_string(Residency r) {
+  switch (r) {
+    case Residency::kNone:
+      return "NONE";
+    case Residency::kResident:
+      return "RESIDENT";
+    case Residency::kPinned:
+      return "PINNED";
+    case Residency::kOffloaded:
+      return "OFFLOADED";
+    case Residency::kDropped:
+      return "DROPPED";
+  }
+  return "?";
+}
+
+bool legal_transition(SessionState from, SessionState to) {
+  using S = SessionState;
+  if (from == S::kDone) return false;
+  if (to == S::kDone) return true;
+  switch (from) {
+    case S::kWaiting:
+      return to == S::kReasoning;
+    case S::kReasoning:
+      return to == S::kActing || to == S::kPaused;
+    case S::kActing:
+      return to == S::kReasoning || to == S::kPaused;
+    case S::kPaused:
+      return to == S::kReasoning;
+    case S::kDone:
+      return false;
+  }
+  return false;
+}
+
+Session& SessionTable::create(SessionId id, Time now) {
+  Session& s = sessions_[id];
+  s.id = id;
+  s.opened = now;
+  s.state_since = now;
+  ++counts_[static_cast<std::size_t>(SessionState::kWaiting)];
+  return s;
+}
+
+void SessionTable::set_state(Session& s, SessionState to, Time now) {
+  --counts_[static_cast<std::size_t>(s.state)];
+  ++counts_[static_cast<std::size_t>(to)];
+  s.state = to;
+  s.state_since = now;
+}
+
+bool SessionTable::transition(SessionId id, SessionState to, Time now, EngineId engine) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || !legal_transition(it->second.state, to)) return reject();
+  if (engine != kNoEngine) it->second.engine = engine;
+  set_state(it->second, to, now);
+  return true;
+}
+
+std::size_t SessionTable::reap_done() {
+  std::size_t n = 0;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second.state == SessionState::kDone) {
+      --counts_[static_cast<std::size_t>(SessionState::kDone)];
+      it = sessions_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
+const Session* SessionTable::find(SessionId id) const {
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : &it->second;
+}
+
+bool SessionTable::apply(const Event& event, Time now) {
+  return std::visit(
+      [&](const auto& e) -> bool {
+        using E = std::decay_t<decltype(e)>;
+        using S = SessionState;
+        if constexpr (std::is_same_v<E, EngineJoined> || std::is_same_v<E, EngineLeft> ||
+                      std::is_same_v<E, KvStatsReported> || std::is_same_v<E, RoundFirstToken>) {
+          return true;  // no session state in these
+        } else if constexpr (std::is_same_v<E, SessionOpened>) {
+          if (e.session == 0 || sessions_.contains(e.session)) return reject();
+          Session& s = create(e.session, now);
+          s.priority_class = e.priority_class;
+          s.expected_rounds = e.expected_rounds;
+          return true;
+        } else if constexpr (std::is_same_v<E, RoundSubmitted>) {
+          if (e.session == 0) return reject();
+          auto it = sessions_.find(e.session);
+          // An engine may submit for a session no runner opened (engine-only
+          // deployments): the round opens it.
+          Session& s = it == sessions_.end() ? create(e.session, now) : it->second;
+          if (s.state == S::kDone || s.round_in_flight) return reject();
+          if (s.state == S::kActing) {  // the round's submit implies the tool ended
+            s.tool = 0;
+            set_state(s, S::kReasoning, now);
+          }
+          s.engine = e.engine;
+          s.round = e.round;
+          s.round_in_flight = true;
+          s.prompt_tokens = e.prompt_tokens;
+          s.cached_tokens = e.cached_tokens;
+          s.projected_blocks = e.projected_blocks;
+          return true;
+        } else if constexpr (std::is_same_v<E, RoundEnded>) {
+          auto it = sessions_.find(e.session);
+          if (it == sessions_.end()) return reject();
+          Session& s = it->second;
+          // A round can only end if it ran, i.e. the session was admitted.
+          if (s.state != S::kReasoning && s.state != S::kActing && s.state != S::kPaused) return reject();
+          if (!s.round_in_flight || e.round != s.round) return reject();
+          s.round_in_flight = false;
+          ++s.rounds_done;
+          s.context_tokens = s.prompt_tokens + e.output_tokens;
+          s.service_tokens += (s.prompt_tokens - s.cached_tokens) + e.output_tokens;
+          s.blocks_held = e.blocks_held;
+          s.residency = e.blocks_held > 0 ? Residency::kResident : Residency::kDropped;
+          s.last_round_end = now;
+          if (e.tool_follows && s.state == S::kReasoning) set_state(s, S::kActing, now);
+          return true;
+        } else if constexpr (std::is_same_v<E, ToolStarted>) {
+          auto it = sessions_.find(e.session);
+          if (it == sessions_.end()) return reject();
+          Session& s = it->second;
+          // REASONING: the runner's ring beat the engine's ROUND_END here.
+          if (s.state == S::kReasoning) {
+            set_state(s, S::kActing, now);
+          } else if (s.state != S::kActing && s.state != S::kPaused) {
+            return reject();
+          }
+          s.tool = e.kind;
+          s.tool_call = e.tool_call;
+          s.tool_started = now;
+          return true;
+        } else if constexpr (std::is_same_v<E, ToolEnded>) {
+          auto it = sessions_.find(e.session);
+          if (it == sessions_.end()) return reject();
+          Session& s = it->second;
+          if (s.state == S::kActing) {
+            set_state(s, S::kReasoning, now);
+          } else if (s.state != S::kPaused && s.state != S::kReasoning) {
+            return reject();
+          }
+          s.tool = 0;
+          return true;
+        } else if constexpr (std::is_same_v<E, KvChanged>) {
+          auto it = sessions_.find(e.session);
+          if (it == sessions_.end()) return reject();
+          Session& s = it->second;
+          switch (e.change) {
+            case KvChange::kEvicted:
+            case KvChange::kDropped:
+              s.residency = Residency::kDropped;
+              s.blocks_held = 0;
+              break;
+            case KvChange::kRestored:
+              s.residency = Residency::kResident;
+              s.blocks_held = e.blocks;
+              break;
+            case KvChange::kOffloaded:
+              s.residency = Residency::kOffloaded;
+              s.blocks_held = 0;
+              break;
+          }
+          return true;
+        } else if constexpr (std::is_same_v<E, SessionClosed>) {
+          auto it = sessions_.find(e.session);
+          if (it == sessions_.end() || it->second.state == S::kDone) return reject();
+          set_state(it->second, S::kDone, now);
+          it->second.round_in_flight = false;
+          it->second.tool = 0;
+          return true;
+        }
+      },
+      event);
+}
+
+}  // namespace tandem::sched

@@ -1,0 +1,83 @@
+// SessionTable: every live session and the state machine of DESIGN.md §1.
+//
+// The host (daemon or simulator) owns the table. It applies each event with
+// apply(), then hands the table to policies read-only; a policy's admit,
+// pause and restore come back as Actions, which the host applies with
+// transition(). An event or action that implies an illegal transition is
+// rejected and counted, never a crash: a buggy or hostile client can confuse
+// only its own sessions.
+//
+// Events from different rings are not ordered against each other (a runner's
+// TOOL_START can arrive before the engine's ROUND_END that precedes it), so
+// apply() accepts the orders that interleaving can produce — a tool start seen
+// while REASONING implies the round ended — and rejects the rest.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+
+#include "sched/types.h"
+
+namespace tandem::sched {
+
+struct Session {
+  SessionId id = 0;
+  SessionState state = SessionState::kWaiting;
+  Residency residency = Residency::kNone;
+  EngineId engine = kNoEngine;        // engine of the latest round
+  std::uint8_t priority_class = 0;    // SESSION_OPEN hint, 0 = default
+  std::uint32_t expected_rounds = 0;  // 0 = unknown
+  std::uint32_t round = 0;            // latest round submitted
+  std::uint32_t rounds_done = 0;
+  bool round_in_flight = false;        // submitted and not yet ended
+  std::uint32_t prompt_tokens = 0;     // of the latest round
+  std::uint32_t cached_tokens = 0;     // prefix hit of the latest round at submit
+  std::uint32_t context_tokens = 0;    // prompt + output after the latest round ended
+  std::uint32_t projected_blocks = 0;  // KV the latest round will hold at its end
+  std::uint32_t blocks_held = 0;       // KV held now (as last reported)
+  std::uint64_t service_tokens = 0;    // tokens computed for this session (prefill + decode)
+  ToolKind tool = 0;                   // running tool, 0 if none
+  std::uint32_t tool_call = 0;
+  Time opened{};
+  Time state_since{};
+  Time tool_started{};
+  Time last_round_end{};
+};
+
+// Thread-safety: one thread.
+class SessionTable {
+ public:
+  using Map = std::map<SessionId, Session>;  // ordered: deterministic iteration
+
+  // Applies an event. Returns false if it was rejected (an illegal transition
+  // or an event for an unknown or finished session); the table is unchanged.
+  bool apply(const Event& e, Time now);
+
+  // A policy-driven transition (admit, pause, restore, close). Returns false
+  // and changes nothing if it is illegal or the session is unknown.
+  bool transition(SessionId id, SessionState to, Time now, EngineId engine = kNoEngine);
+
+  // Removes sessions in DONE; call once the policies have seen them.
+  std::size_t reap_done();
+
+  const Session* find(SessionId id) const;
+  const Map& sessions() const { return sessions_; }
+  std::size_t size() const { return sessions_.size(); }
+  std::size_t count(SessionState s) const { return counts_[static_cast<std::size_t>(s)]; }
+  std::uint64_t rejected() const { return rejected_; }
+
+ private:
+  Session& create(SessionId id, Time now);
+  void set_state(Session& s, SessionState to, Time now);
+  bool reject() {
+    ++rejected_;
+    return false;
+  }
+
+  Map sessions_;
+  std::size_t counts_[5] = {};
+  std::uint64_t rejected_ = 0;
+};
+
+}  // namespace tandem::sched

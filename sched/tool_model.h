@@ -1,0 +1,67 @@
+// ToolDurationModel: how long a tool call of a given kind is likely to run.
+//
+// Per tool kind, an empirical distribution of observed wall times (the last
+// kWindow samples) blended with a log-normal prior, so a kind seen a few times
+// is not trusted blindly and an unseen kind still gets an answer:
+//
+//   F(x) = (n · F_empirical(x) + k0 · F_prior(x)) / (n + k0)
+//
+// with k0 = prior_weight pseudo-samples. The prior is a log-normal whose
+// median and spread are parameters (defaults from the dev traces: median
+// 0.08 s, heavy tail). The question every residency rule asks is the
+// conditional one — a tool that has already run for t, will it return within
+// h? —
+//
+//   P(T ≤ t + h | T > t) = (F(t + h) − F(t)) / (1 − F(t))
+//
+// which subsumes Continuum's fixed TTL and ThunderAgent's decay: both are
+// special cases of acting on this probability.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <unordered_map>
+#include <vector>
+
+#include "sched/types.h"
+
+namespace tandem::sched {
+
+struct ToolModelParams {
+  double prior_median_s = 0.08;  // traces/README.md: p50 tool time 0.08 s
+  double prior_sigma = 2.0;      // log-space spread: p90 ≈ 1 s, p99 ≈ 8.4 s
+  double prior_weight = 4.0;     // pseudo-samples the prior is worth
+  std::size_t window = 256;      // samples kept per kind
+};
+
+// Thread-safety: one thread.
+class ToolDurationModel {
+ public:
+  explicit ToolDurationModel(ToolModelParams params = {}) : params_(params) {}
+
+  void observe(ToolKind kind, Duration wall);
+
+  // F(x): probability that a call of `kind` finishes within `x`.
+  double cdf(ToolKind kind, Duration x) const;
+  // P(T ≤ elapsed + horizon | T > elapsed). Past every observed sample the
+  // prior's heavy tail decides, so an overdue call is judged unlikely to
+  // return soon. 1 only when the model leaves no probability mass at all.
+  double p_return_within(ToolKind kind, Duration elapsed, Duration horizon) const;
+  // Mean of the blended distribution (seconds).
+  double mean_s(ToolKind kind) const;
+  std::size_t samples(ToolKind kind) const;
+
+ private:
+  struct History {
+    std::deque<double> recent;   // seconds, arrival order (for the window)
+    std::vector<double> sorted;  // the same, sorted (for the CDF)
+  };
+  double prior_cdf(double x_s) const;
+  double empirical_cdf(const History& h, double x_s) const;
+
+  ToolModelParams params_;
+  std::unordered_map<ToolKind, History> kinds_;
+};
+
+}  // namespace tandem::sched

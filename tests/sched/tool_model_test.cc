@@ -1,0 +1,56 @@
+// ToolDurationModel: the prior alone, the data taking over, the conditional
+// question residency rules ask, and the sample window.
+#include "sched/tool_model.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace tandem::sched {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+TEST(ToolModel, UnseenKindFollowsThePrior) {
+  ToolDurationModel m;  // median 0.08 s
+  EXPECT_NEAR(m.cdf(1, milliseconds(80)), 0.5, 1e-9);
+  EXPECT_NEAR(m.cdf(1, milliseconds(0)), 0.0, 1e-12);
+  // sigma 2: x = median · e^2 is one sigma up → Φ(1) = 0.8413.
+  EXPECT_NEAR(m.cdf(1, std::chrono::nanoseconds(static_cast<std::int64_t>(0.08e9 * std::exp(2.0)))), 0.8413, 1e-3);
+  EXPECT_EQ(m.samples(1), 0u);
+}
+
+TEST(ToolModel, DataOutweighsThePriorAsItGrows) {
+  ToolDurationModel m(ToolModelParams{0.08, 2.0, 4.0, 256});
+  for (int i = 0; i < 36; ++i) m.observe(7, seconds(10));  // pytest-like: always 10 s
+  // F(5 s) = (36·0 + 4·Φ((ln 5 − ln 0.08)/2)) / 40
+  double prior = 0.5 * std::erfc(-((std::log(5.0) - std::log(0.08)) / 2.0) / std::sqrt(2.0));
+  EXPECT_NEAR(m.cdf(7, seconds(5)), 4.0 * prior / 40.0, 1e-9);
+  EXPECT_GT(m.cdf(7, seconds(11)), 0.95);
+  EXPECT_NEAR(m.mean_s(7), (360.0 + 4.0 * 0.08 * std::exp(2.0)) / 40.0, 1e-9);
+}
+
+TEST(ToolModel, ConditionalReturnProbability) {
+  ToolDurationModel m(ToolModelParams{0.08, 2.0, 0.0001, 256});  // essentially data-only
+  for (int i = 1; i <= 10; ++i) m.observe(3, seconds(i));        // 1..10 s, uniform
+  // Running for 5 s: 5 of 10 samples left (6..10); within 2 more s: 6 and 7.
+  EXPECT_NEAR(m.p_return_within(3, seconds(5), seconds(2)), 0.4, 1e-3);
+  // Just started: 3 of 10 finish within 3 s.
+  EXPECT_NEAR(m.p_return_within(3, seconds(0), seconds(3)), 0.3, 1e-3);
+  // Past every sample only the heavy-tailed prior is left, and it says an
+  // overdue call is unlikely to return soon — what a residency rule should
+  // hear about a tool that has run 10× longer than any seen.
+  EXPECT_LT(m.p_return_within(3, seconds(100), seconds(1)), 0.05);
+}
+
+TEST(ToolModel, WindowForgetsOldSamples) {
+  ToolDurationModel m(ToolModelParams{0.08, 2.0, 0.0001, 4});
+  for (int i = 0; i < 4; ++i) m.observe(5, seconds(100));
+  for (int i = 0; i < 4; ++i) m.observe(5, milliseconds(10));
+  EXPECT_EQ(m.samples(5), 4u);
+  EXPECT_GT(m.cdf(5, seconds(1)), 0.999) << "the 100 s samples aged out";
+}
+
+}  // namespace
+}  // namespace tandem::sched
