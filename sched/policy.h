@@ -67,7 +67,6 @@ struct StepRequest {
   std::uint8_t priority = 0;  // control plane's hint (MLFQ level), 0 = highest
   bool last_round = false;    // no tool follows this round (when known)
 
-  bool in_prefill() const { return computed_tokens < prompt_tokens; }
   // Tokens whose KV this request starts the step with: its computed tokens
   // when running; when waiting, its prefix hit capped at prompt − 1 (vLLM
   // always recomputes the last prompt token to get logits).
@@ -75,6 +74,7 @@ struct StepRequest {
     if (phase == RequestPhase::kRunning) return computed_tokens;
     return prompt_tokens > 0 && cached_tokens >= prompt_tokens ? prompt_tokens - 1 : cached_tokens;
   }
+  bool in_prefill() const { return start_tokens() < prompt_tokens; }
   // Tokens to compute next: the prefill remainder, or one decode token.
   std::uint32_t tokens_wanted() const {
     std::uint32_t base = start_tokens();

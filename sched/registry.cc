@@ -1,17 +1,44 @@
 // The policy table and parameter validation.
 #include "sched/registry.h"
 
+#include <array>
 #include <cassert>
 
 #include <fmt/format.h>
 
+#include "sched/autellix.h"
+#include "sched/continuum.h"
 #include "sched/fcfs.h"
+#include "sched/infercept.h"
+#include "sched/mars_control.h"
+#include "sched/mars_step.h"
+#include "sched/thunderagent.h"
 
 namespace tandem::sched {
 namespace {
 
 std::unique_ptr<ControlPolicy> fcfs_control(const PolicyParams&) { return std::make_unique<AdmitAllControl>("fcfs"); }
+std::unique_ptr<ControlPolicy> autellix_control(const PolicyParams&) {
+  return std::make_unique<AdmitAllControl>("autellix");
+}
+std::unique_ptr<ControlPolicy> infercept_control(const PolicyParams&) {
+  return std::make_unique<AdmitAllControl>("infercept");
+}
+std::unique_ptr<ControlPolicy> continuum_control(const PolicyParams&) {
+  return std::make_unique<AdmitAllControl>("continuum");
+}
 std::unique_ptr<StepScheduler> fcfs_step(const PolicyParams&) { return std::make_unique<VllmV1StepScheduler>(); }
+
+// One policy whose halves take separate parameter tables declares both.
+template <std::size_t N, std::size_t M>
+constexpr std::array<ParamSpec, N + M> concat(const ParamSpec (&a)[N], const ParamSpec (&b)[M]) {
+  std::array<ParamSpec, N + M> out{};
+  for (std::size_t i = 0; i < N; ++i) out[i] = a[i];
+  for (std::size_t i = 0; i < M; ++i) out[N + i] = b[i];
+  return out;
+}
+
+constexpr auto kMarsParams = concat(kMarsControlParams, kMarsStepParams);
 
 const PolicyEntry kRegistry[] = {
     {"fcfs",
@@ -19,6 +46,26 @@ const PolicyEntry kRegistry[] = {
      {},
      fcfs_control,
      fcfs_step},
+    {"autellix",
+     "Autellix PLAS: program-level attained-service MLFQ (4 queues, quanta 2048..256) with anti-starvation "
+     "(beta 2.0), constants as the MARS repo configures it; admit everything",
+     kAutellixParams, autellix_control, make_autellix_step},
+    {"infercept",
+     "InferCept: FCFS vLLM steps; at each tool call keep, discard or swap the KV by minimum memory waste; admit "
+     "everything",
+     kInferceptParams, infercept_control, make_infercept_step},
+    {"continuum",
+     "Continuum: pinned-program-first FCFS; at each tool call pin the KV for 2 s if the tool's mean time is at most "
+     "2 s (continuum_dy = 1: the dynamic TTL); admit everything",
+     kContinuumParams, continuum_control, make_continuum_step},
+    {"thunderagent",
+     "ThunderAgent (paper variant): program-level pause/restore with a periodic capacity check, acting programs "
+     "paused smallest first, best-fit restore across engines; vLLM V1 steps",
+     kThunderAgentParams, make_thunderagent_control, fcfs_step},
+    {"mars",
+     "MARS as coded: dual-pressure AIMD admission and PackQueue; MLFQ steps with priority-aligned eviction and "
+     "chunk halving",
+     kMarsParams, make_mars_control, make_mars_step},
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "sched/registry.h"
 
 #include <cmath>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -25,6 +26,21 @@ TEST(Registry, EveryEntryBuildsBothHalvesWithDefaults) {
       EXPECT_EQ(p->params.get(spec.name), spec.default_value);
     }
   }
+}
+
+TEST(Registry, NoPolicyDeclaresAParameterTwice) {
+  for (const PolicyEntry& e : policy_registry()) {
+    std::set<std::string_view> names;
+    for (const ParamSpec& spec : e.params) EXPECT_TRUE(names.insert(spec.name).second) << e.name << "." << spec.name;
+  }
+}
+
+TEST(Registry, MarsTakesBothHalvesParameters) {
+  auto p = make_policy("mars", {{"window_max", 16}, {"quantum_3", 128}});
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_EQ(p->params.get("window_max"), 16);
+  EXPECT_EQ(p->params.get("quantum_3"), 128);
+  EXPECT_EQ(p->step->name(), "mars-mlfq");
 }
 
 TEST(Registry, UnknownPolicyListsTheKnownOnes) {

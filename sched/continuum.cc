@@ -1,0 +1,280 @@
+// Continuum step scheduler (see continuum.h for the algorithm and sources).
+#include "sched/continuum.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <unordered_set>
+
+namespace tandem::sched {
+namespace {
+
+double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+Duration from_seconds(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
+
+void insert_sorted(std::vector<double>& v, double x) { v.insert(std::upper_bound(v.begin(), v.end(), x), x); }
+
+}  // namespace
+
+ContinuumParams continuum_params(const PolicyParams& p) {
+  ContinuumParams c;
+  c.dynamic = p.flag("continuum_dy");
+  c.threshold_s = p.get("threshold_s");
+  c.ttl_s = p.get("ttl_s");
+  c.min_pin_s = p.get("min_pin_s");
+  c.min_samples = static_cast<std::uint32_t>(p.get("min_samples"));
+  c.reload_s_per_token = p.get("reload_s_per_token");
+  c.delay_window = static_cast<std::uint32_t>(p.get("delay_window"));
+  return c;
+}
+
+std::unique_ptr<StepScheduler> make_continuum_step(const PolicyParams& p) {
+  return std::make_unique<ContinuumStepScheduler>(continuum_params(p));
+}
+
+double ContinuumStepScheduler::mean_s(ToolKind kind) const {
+  auto it = kinds_.find(kind);
+  if (it == kinds_.end() || it->second.count == 0) return 0.0;  // unknown counts as 0 (the repo's cold start)
+  return it->second.sum / static_cast<double>(it->second.count);
+}
+
+double ContinuumStepScheduler::queue_delay_s() const {
+  if (delays_.empty()) return 0.0;
+  double sum = 0;
+  for (double d : delays_) sum += d;
+  return sum / static_cast<double>(delays_.size());
+}
+
+double ContinuumStepScheduler::eta() const {
+  if (eta_n_ < 2) return 1.0;
+  const double num = eta_n_ * eta_xy_ - eta_x_ * eta_y_;
+  const double den_x = eta_n_ * eta_xx_ - eta_x_ * eta_x_;
+  const double den_y = eta_n_ * eta_yy_ - eta_y_ * eta_y_;
+  if (den_x <= 0 || den_y <= 0) return 1.0;
+  return -std::clamp(num / std::sqrt(den_x * den_y), -1.0, 1.0);
+}
+
+double ContinuumStepScheduler::ttl_for(ToolKind kind, std::uint32_t context_tokens) const {
+  if (params_.dynamic) return dynamic_ttl(kind, context_tokens);
+  return mean_s(kind) > params_.threshold_s ? 0.0 : params_.ttl_s;
+}
+
+double ContinuumStepScheduler::dynamic_ttl(ToolKind kind, std::uint32_t context_tokens) const {
+  const double base = queue_delay_s() * eta() + params_.reload_s_per_token * context_tokens;
+  if (base <= 0) return 0.0;
+  if (all_sorted_.size() <= params_.min_samples) return params_.ttl_s;  // cold start
+  auto it = kinds_.find(kind);
+  const std::vector<double>& records =
+      (it != kinds_.end() && it->second.sorted.size() > params_.min_samples) ? it->second.sorted : all_sorted_;
+  if (records.empty()) return 0.0;
+  // τ ∈ {0} ∪ records, ascending; the first best wins.
+  const auto n = static_cast<double>(records.size());
+  double best_tau = 0;
+  double best = -std::numeric_limits<double>::infinity();
+  auto consider = [&](double tau) {
+    const auto le = static_cast<double>(std::upper_bound(records.begin(), records.end(), tau) - records.begin());
+    const double reward = le / n * base - tau;
+    if (reward > best) {
+      best = reward;
+      best_tau = tau;
+    }
+  };
+  consider(0.0);
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    if (records[i] > 0 && (i == 0 || records[i] != records[i - 1])) consider(records[i]);
+  }
+  return best <= 0 ? 0.0 : best_tau;
+}
+
+KeepPlan ContinuumStepScheduler::on_round_end(const RoundEndInfo& info, Time now) {
+  Session& s = sessions_[info.session];
+  ++s.rounds_done;
+  s.last_round_end = now;
+  if (!info.tool_follows) {
+    // The program's last round: its (k, N − k) pairs feed η.
+    const double total = s.rounds_done;
+    for (std::uint32_t k : s.k_at_arrival) {
+      const double x = k;
+      const double y = total - x;
+      eta_n_ += 1;
+      eta_x_ += x;
+      eta_y_ += y;
+      eta_xx_ += x * x;
+      eta_yy_ += y * y;
+      eta_xy_ += x * y;
+    }
+    s.k_at_arrival.clear();
+    return {};
+  }
+  const double ttl = ttl_for(info.tool, info.context_tokens);
+  if (ttl <= params_.min_pin_s) return {};
+  return {KeepDecision::kPin, now + from_seconds(ttl)};
+}
+
+void ContinuumStepScheduler::on_tool_end(SessionId /*session*/, ToolKind kind, Duration wall, Time /*now*/) {
+  const double s = std::max(0.0, seconds(wall));
+  Kind& k = kinds_[kind];
+  k.sum += s;
+  ++k.count;
+  if (params_.dynamic) {
+    insert_sorted(k.sorted, s);
+    insert_sorted(all_sorted_, s);
+  }
+}
+
+void ContinuumStepScheduler::on_session_end(SessionId session, Time /*now*/) { sessions_.erase(session); }
+
+void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
+  ++generation_;
+  const auto n_req = static_cast<std::uint32_t>(in.requests.size());
+  std::unordered_set<SessionId> waiting_sessions;
+  for (std::uint32_t i = 0; i < n_req; ++i) {
+    const StepRequest& r = in.requests[i];
+    Session& s = sessions_[r.session];
+    auto [it, inserted] = seen_.try_emplace(r.id, generation_);
+    if (inserted) s.k_at_arrival.push_back(s.rounds_done);
+    it->second = generation_;
+    s.first_arrival = std::min(s.first_arrival, r.arrival);
+    if (r.phase != RequestPhase::kRunning) waiting_sessions.insert(r.session);
+  }
+  std::erase_if(seen_, [&](const auto& kv) { return kv.second != generation_; });
+  std::erase_if(preempted_at_, [&](const auto& kv) { return !seen_.contains(kv.first); });
+
+  KvLedger kv(in);
+  std::vector<bool> pin_alive(in.pinned.size(), true);
+  auto unpin = [&](std::size_t k) {
+    pin_alive[k] = false;
+    out.unpin.push_back(in.pinned[k].session);
+    kv.release(in.pinned[k].blocks);
+  };
+  // The live pin with the latest end (the first of equals).
+  auto latest_pin = [&]() -> std::ptrdiff_t {
+    std::ptrdiff_t best = -1;
+    for (std::size_t k = 0; k < in.pinned.size(); ++k) {
+      if (pin_alive[k] && (best < 0 || in.pinned[k].until > in.pinned[static_cast<std::size_t>(best)].until)) {
+        best = static_cast<std::ptrdiff_t>(k);
+      }
+    }
+    return best;
+  };
+
+  // 1. Expiry sweep: a pin outlives its TTL while its session's next request waits.
+  for (std::size_t k = 0; k < in.pinned.size(); ++k) {
+    const PinnedKv& p = in.pinned[k];
+    auto s = sessions_.find(p.session);
+    const bool superseded = s != sessions_.end() && p.pinned_at < s->second.last_round_end;
+    const bool expired = now >= p.until && !waiting_sessions.contains(p.session);
+    if (superseded || expired) unpin(k);
+  }
+
+  auto first_arrival = [&](std::uint32_t idx) { return sessions_[in.requests[idx].session].first_arrival; };
+
+  // 2. Running requests in running order.
+  std::vector<std::uint32_t> running;
+  for (std::uint32_t i = 0; i < n_req; ++i) {
+    if (in.requests[i].phase == RequestPhase::kRunning) running.push_back(i);
+  }
+  std::uint32_t budget = in.token_budget;
+  std::vector<std::uint32_t> allocated;  // parallel to out.run
+  bool preempted = false;
+  for (std::size_t pos = 0; pos < running.size() && budget > 0; ++pos) {
+    const std::uint32_t idx = running[pos];
+    const StepRequest& r = in.requests[idx];
+    const std::uint32_t n = std::min(r.tokens_wanted(), budget);
+    bool preempted_self = false;
+    std::uint32_t need = 0;
+    while (true) {
+      need = kv.blocks_needed(r, n);
+      if (kv.try_allocate(r, n)) break;
+      std::size_t vpos = running.size() - 1;
+      if (running.size() <= 1) {
+        // Nothing else to preempt: give up the longest-lived pin first.
+        if (std::ptrdiff_t k = latest_pin(); k >= 0) {
+          unpin(static_cast<std::size_t>(k));
+          continue;
+        }
+        // No pin either (the repo raises here): preempt the request itself, as vLLM does.
+      } else {
+        // The session that arrived last pays, sparing requests on their last round.
+        std::ptrdiff_t best = -1;
+        for (bool last_round_ok : {false, true}) {
+          for (std::size_t k = 0; k < running.size(); ++k) {
+            if (!last_round_ok && in.requests[running[k]].last_round) continue;
+            if (best < 0 || first_arrival(running[k]) > first_arrival(running[static_cast<std::size_t>(best)])) {
+              best = static_cast<std::ptrdiff_t>(k);
+            }
+          }
+          if (best >= 0) break;
+        }
+        vpos = static_cast<std::size_t>(best);
+      }
+      const std::uint32_t victim = running[vpos];
+      for (std::size_t k = 0; k < out.run.size(); ++k) {
+        if (out.run[k].request != victim) continue;
+        budget += out.run[k].tokens;
+        kv.release(allocated[k]);
+        out.run.erase(out.run.begin() + static_cast<std::ptrdiff_t>(k));
+        allocated.erase(allocated.begin() + static_cast<std::ptrdiff_t>(k));
+        break;
+      }
+      kv.release(in.requests[victim].blocks_held);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(vpos));
+      if (vpos < pos) --pos;
+      out.preempt.push_back(victim);
+      preempted_at_[in.requests[victim].id] = now;
+      preempted = true;
+      if (victim == idx) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;
+    out.run.push_back({idx, n});
+    allocated.push_back(need);
+    budget -= n;
+  }
+  if (preempted) return;
+
+  // 3. Waiting: sessions holding a pin first, then program-level FCFS.
+  std::unordered_set<SessionId> pinned_sessions;
+  for (std::size_t k = 0; k < in.pinned.size(); ++k) {
+    if (pin_alive[k]) pinned_sessions.insert(in.pinned[k].session);
+  }
+  std::vector<std::uint32_t> waiting;
+  for (std::uint32_t i = 0; i < n_req; ++i) {
+    if (in.requests[i].phase != RequestPhase::kRunning) waiting.push_back(i);
+  }
+  auto key = [&](std::uint32_t idx) {
+    const StepRequest& r = in.requests[idx];
+    // Preempted requests were prepended to the queue; ties keep queue order.
+    return std::tuple(!pinned_sessions.contains(r.session), first_arrival(idx), r.phase != RequestPhase::kPreempted,
+                      idx);
+  };
+  std::sort(waiting.begin(), waiting.end(), [&](std::uint32_t a, std::uint32_t b) { return key(a) < key(b); });
+  auto seats = static_cast<std::uint32_t>(running.size());
+  for (std::uint32_t idx : waiting) {
+    if (budget == 0 || seats >= in.max_seqs) break;
+    const StepRequest& r = in.requests[idx];
+    const std::uint32_t n = std::min(r.tokens_wanted(), budget);
+    if (!kv.try_allocate(r, n)) {
+      // Head-of-line blocking; with nothing running, a pin makes room for the next step.
+      if (seats == 0) {
+        if (std::ptrdiff_t k = latest_pin(); k >= 0) unpin(static_cast<std::size_t>(k));
+      }
+      break;
+    }
+    out.run.push_back({idx, n});
+    budget -= n;
+    ++seats;
+    if (auto it = preempted_at_.find(r.id); it != preempted_at_.end()) {
+      delays_.push_back(seconds(now - it->second));
+      while (delays_.size() > params_.delay_window) delays_.pop_front();
+      preempted_at_.erase(it);
+    }
+  }
+}
+
+}  // namespace tandem::sched

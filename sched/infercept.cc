@@ -1,0 +1,143 @@
+// InferCept step scheduler (see infercept.h for the algorithm and sources).
+#include "sched/infercept.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+#include <vector>
+
+namespace tandem::sched {
+
+InferceptParams infercept_params(const PolicyParams& p) {
+  InferceptParams i;
+  i.fwd_s_per_token = p.get("fwd_s_per_token");
+  i.fwd_s = p.get("fwd_s");
+  i.swap = p.flag("swap");
+  i.swap_s_per_token = p.get("swap_s_per_token");
+  i.swap_free_tokens = p.get("swap_free_tokens");
+  i.min_pin_s = p.get("min_pin_s");
+  return i;
+}
+
+std::unique_ptr<StepScheduler> make_infercept_step(const PolicyParams& p) {
+  return std::make_unique<InferceptStepScheduler>(infercept_params(p));
+}
+
+double InferceptStepScheduler::mean_s(ToolKind kind) const {
+  auto it = kinds_.find(kind);
+  if (it == kinds_.end() || it->second.count == 0) return 0.0;
+  return it->second.sum / static_cast<double>(it->second.count);
+}
+
+InferceptWaste InferceptStepScheduler::waste(std::uint32_t c, std::uint32_t c_other, double tool_s) const {
+  InferceptWaste w;
+  if (c == 0) return w;
+  const double ci = c;
+  const double batch = ci + static_cast<double>(c_other);
+  const double t_fwd = params_.fwd_s_per_token * ci + params_.fwd_s;
+  const double t_swap = params_.swap_s_per_token * std::max(0.0, ci - params_.swap_free_tokens);
+  w.preserve = tool_s * ci;
+  w.discard = t_fwd * batch / 2.0;
+  w.swap = 2.0 * t_swap * batch;
+  w.ttl_s = w.discard / ci;
+  return w;
+}
+
+KeepPlan InferceptStepScheduler::on_round_end(const RoundEndInfo& info, Time now) {
+  last_round_end_[info.session] = now;
+  if (!info.tool_follows) return {};
+  std::uint32_t c = info.context_tokens;
+  if (max_model_len_ != 0) c = std::min(c, max_model_len_);
+  if (c == 0) return {};
+  const InferceptWaste w = waste(c, info.other_running_tokens, mean_s(info.tool));
+  if (w.preserve <= w.discard && (!params_.swap || w.preserve <= w.swap)) {
+    if (w.ttl_s <= params_.min_pin_s) return {};
+    return {KeepDecision::kPin, now + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(w.ttl_s))};
+  }
+  if (!params_.swap || w.discard <= w.swap) return {KeepDecision::kDrop, {}};
+  return {KeepDecision::kOffload, {}};
+}
+
+void InferceptStepScheduler::on_tool_end(SessionId /*session*/, ToolKind kind, Duration wall, Time /*now*/) {
+  Kind& k = kinds_[kind];
+  k.sum += std::max(0.0, std::chrono::duration<double>(wall).count());
+  ++k.count;
+}
+
+void InferceptStepScheduler::on_session_end(SessionId session, Time /*now*/) { last_round_end_.erase(session); }
+
+void InferceptStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
+  max_model_len_ = in.max_model_len;
+  KvLedger kv(in);
+  std::unordered_set<SessionId> waiting_sessions;
+  for (const StepRequest& r : in.requests) {
+    if (r.phase != RequestPhase::kRunning) waiting_sessions.insert(r.session);
+  }
+  std::vector<bool> pin_alive(in.pinned.size(), true);
+  auto unpin = [&](std::size_t k) {
+    pin_alive[k] = false;
+    out.unpin.push_back(in.pinned[k].session);
+    kv.release(in.pinned[k].blocks);
+  };
+  for (std::size_t k = 0; k < in.pinned.size(); ++k) {
+    const PinnedKv& p = in.pinned[k];
+    auto e = last_round_end_.find(p.session);
+    const bool superseded = e != last_round_end_.end() && p.pinned_at < e->second;
+    const bool expired = now >= p.until && !waiting_sessions.contains(p.session);
+    if (superseded || expired) unpin(k);
+  }
+
+  // vLLM V1, as sched/fcfs.cc: the most recently admitted running request pays.
+  std::uint32_t budget = in.token_budget;
+  std::vector<std::uint32_t> running;
+  for (std::uint32_t i = 0; i < in.requests.size(); ++i) {
+    if (in.requests[i].phase == RequestPhase::kRunning) running.push_back(i);
+  }
+  bool preempted = false;
+  for (std::size_t pos = 0; pos < running.size() && budget > 0; ++pos) {
+    const std::uint32_t idx = running[pos];
+    const StepRequest& r = in.requests[idx];
+    const std::uint32_t n = std::min(r.tokens_wanted(), budget);
+    bool preempted_self = false;
+    while (!kv.try_allocate(r, n)) {
+      const std::uint32_t victim = running.back();
+      running.pop_back();
+      kv.release(in.requests[victim].blocks_held);
+      out.preempt.push_back(victim);
+      preempted = true;
+      if (victim == idx) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;
+    out.run.push_back({idx, n});
+    budget -= n;
+  }
+  if (preempted) return;
+
+  auto seats = static_cast<std::uint32_t>(running.size());
+  for (std::uint32_t i = 0; i < in.requests.size() && budget > 0 && seats < in.max_seqs; ++i) {
+    const StepRequest& r = in.requests[i];
+    if (r.phase == RequestPhase::kRunning) continue;
+    const std::uint32_t n = std::min(r.tokens_wanted(), budget);
+    if (!kv.try_allocate(r, n)) {
+      // Head-of-line blocking; with nothing running, the longest-lived pin makes room for the next step.
+      if (seats == 0) {
+        std::ptrdiff_t best = -1;
+        for (std::size_t k = 0; k < in.pinned.size(); ++k) {
+          if (pin_alive[k] && (best < 0 || in.pinned[k].until > in.pinned[static_cast<std::size_t>(best)].until)) {
+            best = static_cast<std::ptrdiff_t>(k);
+          }
+        }
+        if (best >= 0) unpin(static_cast<std::size_t>(best));
+      }
+      break;
+    }
+    out.run.push_back({i, n});
+    budget -= n;
+    ++seats;
+  }
+}
+
+}  // namespace tandem::sched

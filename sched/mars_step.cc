@@ -1,0 +1,257 @@
+// MARS's step: vLLM V1's step with MLFQ order and quanta, chunk halving and
+// priority-aligned victims (the design comment is in mars_step.h).
+#include "sched/mars_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace tandem::sched {
+namespace {
+
+// Tokens already in KV (running) or available from the prefix cache (waiting):
+// the point the next chunk starts from, as KvLedger counts it.
+std::uint32_t start_of(const StepRequest& r) {
+  return r.phase == RequestPhase::kRunning ? r.computed_tokens : r.cached_tokens;
+}
+bool prefilling(const StepRequest& r) { return start_of(r) < r.prompt_tokens; }
+
+std::uint32_t as_u32(double v) { return static_cast<std::uint32_t>(std::llround(v)); }
+
+}  // namespace
+
+MarsStepParams mars_step_params(const PolicyParams& p) {
+  MarsStepParams m;
+  m.levels = std::clamp(as_u32(p.get("levels")), 1u, kMarsMaxLevels);
+  for (std::uint32_t k = 0; k < kMarsMaxLevels; ++k) {
+    m.quanta[k] = std::max(1u, as_u32(p.get("quantum_" + std::to_string(k))));
+  }
+  for (std::uint32_t k = 0; k + 1 < kMarsMaxLevels; ++k) {
+    m.thresholds[k] = as_u32(p.get("threshold_" + std::to_string(k)));
+    // Levels must not overlap: a threshold below the previous one is raised to it.
+    if (k > 0) m.thresholds[k] = std::max(m.thresholds[k], m.thresholds[k - 1]);
+  }
+  m.aging_interval = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(p.get("aging_interval_s")));
+  m.chunk_halving = p.flag("chunk_halving");
+  m.overflow_window = as_u32(p.get("overflow_window"));
+  return m;
+}
+
+std::unique_ptr<StepScheduler> make_mars_step(const PolicyParams& p) {
+  return std::make_unique<MarsStepScheduler>(mars_step_params(p));
+}
+
+std::uint32_t MarsStepScheduler::level_for(std::uint32_t tokens) const {
+  std::uint32_t level = 0;
+  while (level + 1 < params_.levels && tokens > params_.thresholds[level]) ++level;
+  return level;
+}
+
+const MarsRequestState* MarsStepScheduler::state(std::uint64_t id) const {
+  auto it = states_.find(id);
+  return it == states_.end() ? nullptr : &it->second;
+}
+
+std::uint32_t MarsStepScheduler::effective_level(const StepRequest& r, Time now) const {
+  return effective_level(r, state(r.id), now);
+}
+
+std::uint32_t MarsStepScheduler::effective_level(const StepRequest& r, const MarsRequestState* s, Time now) const {
+  if (!prefilling(r)) return 0;  // decode is level 0
+  // Never scheduled: MARS sets last_scheduled to now − interval·(levels+1),
+  // which ages any base level to 0.
+  if (s == nullptr || !s->last_scheduled) return 0;
+  const std::uint32_t base = std::max(s->feedback, level_for(r.prompt_tokens - start_of(r)));
+  std::uint64_t aging = 0;
+  if (params_.aging_interval > Duration::zero() && now > *s->last_scheduled) {
+    aging = static_cast<std::uint64_t>((now - *s->last_scheduled) / params_.aging_interval);
+  }
+  return aging >= base ? 0 : base - static_cast<std::uint32_t>(aging);
+}
+
+std::uint32_t MarsStepScheduler::quantum(const StepInput& in, std::uint32_t level) const {
+  return std::min(params_.quanta[level], in.token_budget);
+}
+
+MarsRequestState& MarsStepScheduler::touch(const StepRequest& r) {
+  auto [it, inserted] = states_.try_emplace(r.id);
+  MarsRequestState& s = it->second;
+  s.seen_step = step_;
+  if (r.phase != RequestPhase::kRunning) {
+    // Waiting or preempted: MARS resets feedback on admission and preemption,
+    // and a request out of the running list has no service to age from.
+    s.feedback = 0;
+    s.last_scheduled.reset();
+    if (r.phase == RequestPhase::kWaiting) s.preempt_seq = 0;
+  } else if (inserted && r.last_scheduled != Time{}) {
+    s.last_scheduled = r.last_scheduled;
+  }
+  return s;
+}
+
+void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
+  ++step_;
+  const std::uint32_t n_req = static_cast<std::uint32_t>(in.requests.size());
+  std::vector<MarsRequestState*> st(n_req);
+  for (std::uint32_t i = 0; i < n_req; ++i) st[i] = &touch(in.requests[i]);
+
+  KvLedger kv(in);
+  std::uint32_t budget = in.token_budget;
+  std::vector<std::uint32_t> quantum_of(n_req, 0);  // 0: not capped (decode)
+  std::vector<std::uint32_t> chunk(n_req, 0);       // tokens scheduled this step
+  std::vector<std::uint32_t> allocated(n_req, 0);   // blocks allocated this step
+  std::vector<bool> gone(n_req, false);             // preempted this step
+
+  for (std::uint32_t i = 0; i < n_req; ++i) {
+    const StepRequest& r = in.requests[i];
+    if (prefilling(r)) quantum_of[i] = quantum(in, effective_level(r, st[i], now));
+  }
+
+  // 1. Running requests by (effective level, last scheduled, arrival).
+  std::vector<std::uint32_t> running;
+  for (std::uint32_t i = 0; i < n_req; ++i) {
+    if (in.requests[i].phase == RequestPhase::kRunning) running.push_back(i);
+  }
+  auto run_key = [&](std::uint32_t i) {
+    const StepRequest& r = in.requests[i];
+    const Time last = st[i]->last_scheduled.value_or(Time::min());  // never: first within its level
+    return std::tuple(effective_level(r, st[i], now), last, r.arrival, i);
+  };
+  std::vector<std::uint32_t> order = running;
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return run_key(a) < run_key(b); });
+
+  // MARS's victim: argmax of (level, blocks, arrival) over what still runs;
+  // the first in running order wins a full tie (Python's max()).
+  auto victim_key = [&](std::uint32_t i) {
+    const StepRequest& r = in.requests[i];
+    const int level =
+        prefilling(r) ? static_cast<int>(std::max(st[i]->feedback, level_for(r.prompt_tokens - start_of(r)))) : -1;
+    const std::uint32_t blocks = kv.blocks_for(std::min(r.computed_tokens, in.max_model_len));
+    return std::tuple(level, blocks, r.arrival);
+  };
+  auto pick_victim = [&]() {
+    std::optional<std::uint32_t> best;
+    for (std::uint32_t i : running) {
+      if (gone[i]) continue;
+      if (!best || victim_key(i) > victim_key(*best)) best = i;
+    }
+    return *best;  // the request being scheduled is always a candidate
+  };
+
+  bool preempted = false;
+  for (std::uint32_t idx : order) {
+    if (budget == 0) break;
+    if (gone[idx]) continue;
+    const StepRequest& r = in.requests[idx];
+    std::uint32_t attempt = std::min(r.tokens_wanted(), budget);
+    if (quantum_of[idx] != 0) attempt = std::min(attempt, quantum_of[idx]);
+    bool preempted_self = false;
+    while (true) {
+      const std::uint32_t need = kv.blocks_needed(r, attempt);
+      if (kv.try_allocate(r, attempt)) {
+        chunk[idx] = attempt;
+        allocated[idx] = need;
+        budget -= attempt;
+        out.run.push_back({idx, attempt});
+        break;
+      }
+      if (params_.chunk_halving && prefilling(r) && attempt > in.block_size) {
+        attempt = std::max(in.block_size, attempt / 2);
+        continue;
+      }
+      const std::uint32_t v = pick_victim();
+      gone[v] = true;
+      preempted = true;
+      kv.release(in.requests[v].blocks_held + allocated[v]);
+      if (chunk[v] != 0) {
+        // Already scheduled this step: its chunk, budget and blocks come back.
+        budget += chunk[v];
+        std::erase_if(out.run, [v](const ScheduledChunk& c) { return c.request == v; });
+        chunk[v] = 0;
+        allocated[v] = 0;
+      }
+      out.preempt.push_back(v);
+      st[v]->feedback = 0;
+      st[v]->last_scheduled.reset();
+      st[v]->preempt_seq = ++preempt_seq_;
+      if (v == idx) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;
+  }
+
+  // 2. Waiting requests, only if nothing was preempted (as vLLM).
+  if (!preempted) {
+    std::uint32_t seats = static_cast<std::uint32_t>(running.size());
+    std::vector<std::uint32_t> queued;   // preempted: always inside the window
+    std::vector<std::uint32_t> waiting;  // by arrival
+    for (std::uint32_t i = 0; i < n_req; ++i) {
+      const RequestPhase ph = in.requests[i].phase;
+      if (ph == RequestPhase::kPreempted) queued.push_back(i);
+      if (ph == RequestPhase::kWaiting) waiting.push_back(i);
+    }
+    std::sort(waiting.begin(), waiting.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return std::tuple(in.requests[a].arrival, a) < std::tuple(in.requests[b].arrival, b);
+    });
+    if (params_.overflow_window != 0) {
+      const std::size_t used = running.size() + queued.size();
+      const std::size_t room = params_.overflow_window > used ? params_.overflow_window - used : 0;
+      if (waiting.size() > room) waiting.resize(room);  // the rest sits in MARS's FCFS overflow
+    }
+    // MarsRequestQueue: prepended (preempted) requests at the head, the most
+    // recently preempted first; then (level of the whole prompt, arrival).
+    auto wait_key = [&](std::uint32_t i) {
+      const StepRequest& r = in.requests[i];
+      if (r.phase == RequestPhase::kPreempted) {
+        // Requests the engine preempted on its own (seq 0) follow ours.
+        return std::tuple(0, -static_cast<std::int64_t>(st[i]->preempt_seq), r.arrival, i);
+      }
+      return std::tuple(1, static_cast<std::int64_t>(level_for(r.prompt_tokens)), r.arrival, i);
+    };
+    queued.insert(queued.end(), waiting.begin(), waiting.end());
+    std::sort(queued.begin(), queued.end(),
+              [&](std::uint32_t a, std::uint32_t b) { return wait_key(a) < wait_key(b); });
+
+    for (std::uint32_t idx : queued) {
+      if (budget == 0 || seats >= in.max_seqs) break;
+      const StepRequest& r = in.requests[idx];
+      std::uint32_t attempt = std::min(r.tokens_wanted(), budget);
+      if (quantum_of[idx] != 0) attempt = std::min(attempt, quantum_of[idx]);
+      bool admitted = false;
+      while (true) {
+        if (kv.try_allocate(r, attempt)) {
+          admitted = true;
+          break;
+        }
+        if (!(params_.chunk_halving && prefilling(r) && attempt > in.block_size)) break;
+        attempt = std::max(in.block_size, attempt / 2);
+      }
+      if (!admitted) break;  // head-of-line blocking, no skipping
+      chunk[idx] = attempt;
+      budget -= attempt;
+      out.run.push_back({idx, attempt});
+      st[idx]->preempt_seq = 0;
+      ++seats;
+    }
+  }
+
+  // 3. MLFQ feedback for what runs.
+  for (const ScheduledChunk& c : out.run) {
+    const StepRequest& r = in.requests[c.request];
+    MarsRequestState& s = *st[c.request];
+    s.last_scheduled = now;
+    if (!prefilling(r) || start_of(r) + c.tokens >= r.prompt_tokens) {
+      s.feedback = 0;  // in decode, or entering it
+    } else if (c.tokens >= quantum_of[c.request]) {
+      s.feedback = std::min(s.feedback + 1, params_.levels - 1);
+    }
+  }
+
+  std::erase_if(states_, [this](const auto& kv_pair) { return kv_pair.second.seen_step != step_; });
+}
+
+}  // namespace tandem::sched

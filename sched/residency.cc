@@ -1,0 +1,42 @@
+// Expected-value residency and the KV shadow price.
+#include "sched/residency.h"
+
+#include <algorithm>
+
+namespace tandem::sched {
+
+double CostModel::recompute_s(std::uint32_t tokens) const {
+  double c = tokens;
+  return (prefill_us_per_token * c + attention_us_per_pair * c * c / 2) * 1e-6;
+}
+
+double CostModel::reload_s(std::uint32_t tokens) const { return (swap_us_per_token * tokens + swap_fixed_us) * 1e-6; }
+
+double kv_price(const EngineView& engine, const PriceParams& params) {
+  if (!engine.has_stats || engine.kv.blocks_total == 0) return 0;
+  double total = engine.kv.blocks_total;
+  double allocated = total - engine.kv.blocks_free;
+  double pressure = (allocated + static_cast<double>(engine.queued_blocks)) / total;
+  if (pressure <= params.idle_pressure) return 0;
+  double ramp = (pressure - params.idle_pressure) / (1.0 - params.idle_pressure);
+  return params.full_price * std::min(ramp, 4.0);
+}
+
+ResidencyDecision decide_residency(const ResidencyInput& in, const CostModel& cost) {
+  const double recompute = cost.recompute_s(in.context_tokens);
+  const double reload = cost.reload_s(in.context_tokens);
+  const bool can_offload = in.offload_allowed && reload < recompute;
+  const double avoided = can_offload ? reload : recompute;
+  const double hold = static_cast<double>(in.blocks) * in.horizon_s * in.price;
+  ResidencyDecision d;
+  d.keep_value = in.p_return_within_horizon * avoided - hold;
+  // Idle memory (hold = 0) keeps whatever P is: nothing is gained by moving it.
+  if (hold == 0 || d.keep_value > 0) {
+    d.residence = Residence::kKeep;
+  } else {
+    d.residence = can_offload ? Residence::kOffload : Residence::kDrop;
+  }
+  return d;
+}
+
+}  // namespace tandem::sched
