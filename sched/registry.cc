@@ -12,6 +12,7 @@
 #include "sched/infercept.h"
 #include "sched/mars_control.h"
 #include "sched/mars_step.h"
+#include "sched/tandem.h"
 #include "sched/thunderagent.h"
 
 namespace tandem::sched {
@@ -38,7 +39,16 @@ constexpr std::array<ParamSpec, N + M> concat(const ParamSpec (&a)[N], const Par
   return out;
 }
 
+template <std::size_t N, std::size_t M>
+constexpr std::array<ParamSpec, N + M> concat(const std::array<ParamSpec, N>& a, const ParamSpec (&b)[M]) {
+  std::array<ParamSpec, N + M> out{};
+  for (std::size_t i = 0; i < N; ++i) out[i] = a[i];
+  for (std::size_t i = 0; i < M; ++i) out[N + i] = b[i];
+  return out;
+}
+
 constexpr auto kMarsParams = concat(kMarsControlParams, kMarsStepParams);
+constexpr auto kTandemAllParams = concat(kMarsParams, kTandemParams);
 
 const PolicyEntry kRegistry[] = {
     {"fcfs",
@@ -66,6 +76,10 @@ const PolicyEntry kRegistry[] = {
      "MARS as coded: dual-pressure AIMD admission and PackQueue; MLFQ steps with priority-aligned eviction and "
      "chunk halving",
      kMarsParams, make_mars_control, make_mars_step},
+    {"tandem",
+     "ours: everything in mars plus expected-value KV residency, eviction by cost per freed block, critical-path "
+     "CPU weights, one queue across engines and a growth-aware capacity check (each switchable for ablation)",
+     kTandemAllParams, make_tandem_control, make_tandem_step},
 };
 
 }  // namespace

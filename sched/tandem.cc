@@ -1,0 +1,288 @@
+// tandem: MARS plus expected-value residency, cost-per-block eviction,
+// critical-path CPU weights, one queue across engines and a growth-aware
+// capacity check.
+#include "sched/tandem.h"
+
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
+namespace tandem::sched {
+namespace {
+
+double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+Duration from_seconds(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
+
+}  // namespace
+
+TandemParams tandem_params(const PolicyParams& p) {
+  TandemParams t;
+  t.residency = p.flag("residency");
+  t.cost_eviction = p.flag("cost_eviction");
+  t.cpu_weights = p.flag("cpu_weights");
+  t.global_queue = p.flag("global_queue");
+  t.growth_check = p.flag("growth_check");
+  t.horizon_s = p.get("horizon_s");
+  t.offload = p.flag("offload");
+  t.price.idle_pressure = p.get("idle_pressure");
+  t.price.full_price = p.get("full_price");
+  t.cost.prefill_us_per_token = p.get("prefill_us_per_token");
+  t.cost.attention_us_per_pair = p.get("attention_us_per_pair");
+  t.cost.swap_us_per_token = p.get("swap_us_per_token");
+  t.cpu_weight_critical = static_cast<std::uint32_t>(p.get("cpu_weight_critical"));
+  t.cpu_weight_default = static_cast<std::uint32_t>(p.get("cpu_weight_default"));
+  t.growth_decode_tokens = static_cast<std::uint32_t>(p.get("growth_decode_tokens"));
+  t.pause_pressure = p.get("pause_pressure");
+  t.resume_pressure = std::min(p.get("resume_pressure"), t.pause_pressure);  // hysteresis, never inverted
+  t.initial_pin_s = p.get("initial_pin_s");
+  t.locality_bonus = p.get("locality_bonus");
+  return t;
+}
+
+// ---- control half -----------------------------------------------------------
+
+const ResidencyDecision* TandemControl::residency_of(SessionId s) const {
+  auto it = kept_.find(s);
+  return it == kept_.end() ? nullptr : &it->second.decision;
+}
+
+void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
+  mars_.tick(model, now, out);  // admission: AIMD + PackQueue, unchanged
+  // Forget sessions that are gone.
+  for (auto it = kept_.begin(); it != kept_.end();) {
+    const Session* s = model.sessions().find(it->first);
+    it = (s == nullptr || s->state == SessionState::kDone) ? kept_.erase(it) : std::next(it);
+  }
+  if (p_.residency) decide_residency_all(model, now, out);
+  if (p_.growth_check) check_growth(model, now, out);
+  if (p_.cpu_weights) set_weights(model, out);
+}
+
+void TandemControl::decide_residency_all(const NodeModel& model, Time now, Actions& out) {
+  const Duration horizon = from_seconds(p_.horizon_s);
+  for (const auto& [id, s] : model.sessions().sessions()) {
+    if (s.state != SessionState::kActing || s.blocks_held == 0) continue;
+    const EngineView* engine = model.engine(s.engine);
+    ResidencyInput in;
+    Time since = s.tool != 0 ? s.tool_started : s.last_round_end;
+    in.p_return_within_horizon = model.tools().p_return_within(s.tool, now - since, horizon);
+    in.horizon_s = p_.horizon_s;
+    in.context_tokens = s.context_tokens;
+    in.blocks = s.blocks_held;
+    in.price = engine != nullptr ? kv_price(*engine, p_.price) : 0.0;
+    in.offload_allowed = p_.offload;
+    ResidencyDecision d = decide_residency(in, p_.cost);
+
+    auto [it, fresh] = kept_.try_emplace(id);
+    Kept& k = it->second;
+    const bool changed = fresh || k.decision.residence != d.residence;
+    switch (d.residence) {
+      case Residence::kKeep:
+        // Pin for two horizons and refresh before it lapses, so a kept
+        // session never drops out between ticks.
+        if (changed || k.pinned_until - now < horizon) {
+          k.pinned_until = now + 2 * horizon;
+          out.pin(id, k.pinned_until);
+        }
+        break;
+      case Residence::kOffload:
+        if (changed) out.offload(id);
+        break;
+      case Residence::kDrop:
+        if (changed) out.drop(id);
+        break;
+    }
+    k.decision = d;
+  }
+}
+
+void TandemControl::set_weights(const NodeModel& model, Actions& out) {
+  for (const auto& [id, s] : model.sessions().sessions()) {
+    auto it = kept_.find(id);
+    const bool critical =
+        s.state == SessionState::kActing && it != kept_.end() && it->second.decision.residence == Residence::kKeep;
+    if (critical && (it->second.weight != p_.cpu_weight_critical)) {
+      out.set_cpu_weight(id, p_.cpu_weight_critical);
+      it->second.weight = p_.cpu_weight_critical;
+    } else if (!critical && it != kept_.end() && it->second.weight == p_.cpu_weight_critical) {
+      out.set_cpu_weight(id, p_.cpu_weight_default);  // give back what we raised
+      it->second.weight = p_.cpu_weight_default;
+    }
+  }
+}
+
+double TandemControl::projected_pressure(const NodeModel& model, const EngineView& e) const {
+  if (!e.has_stats || e.kv.blocks_total == 0) return 0.0;
+  const double block_size = e.params.block_size > 0 ? e.params.block_size : 16;
+  // Running rounds still grow: each is expected to generate growth_decode_tokens more.
+  std::uint64_t running = 0;
+  for (const auto& [id, s] : model.sessions().sessions()) {
+    if (s.engine == e.id && s.round_in_flight && s.state == SessionState::kReasoning) ++running;
+  }
+  const double growth = static_cast<double>(running) * p_.growth_decode_tokens / block_size;
+  const double allocated = static_cast<double>(e.kv.blocks_total - e.kv.blocks_free);
+  return (allocated + static_cast<double>(e.queued_blocks) + growth) / e.kv.blocks_total;
+}
+
+void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out) {
+  const Duration horizon = from_seconds(p_.horizon_s);
+  std::map<EngineId, double> pressure;
+  for (const auto& [eid, e] : model.engines()) pressure[eid] = projected_pressure(model, e);
+
+  // Overflow: pause the acting sessions that are cheapest to lose (lowest keep
+  // value per block), freeing their KV, until the projection fits.
+  for (const auto& [eid, e] : model.engines()) {
+    if (pressure[eid] <= p_.pause_pressure) continue;
+    struct Victim {
+      double value_per_block;
+      SessionId id;
+      std::uint32_t blocks;
+    };
+    std::vector<Victim> victims;
+    for (const auto& [id, s] : model.sessions().sessions()) {
+      if (s.engine != eid || s.state != SessionState::kActing || s.blocks_held == 0) continue;
+      Time since = s.tool != 0 ? s.tool_started : s.last_round_end;
+      double p = model.tools().p_return_within(s.tool, now - since, horizon);
+      double value = p * p_.cost.recompute_s(s.context_tokens);
+      victims.push_back({value / s.blocks_held, id, s.blocks_held});
+    }
+    std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
+      return std::tie(a.value_per_block, a.id) < std::tie(b.value_per_block, b.id);
+    });
+    double excess = (pressure[eid] - p_.pause_pressure) * e.kv.blocks_total;
+    for (const Victim& v : victims) {
+      if (excess <= 0) break;
+      out.pause(v.id);
+      const Session* s = model.sessions().find(v.id);
+      bool offload = p_.offload && p_.cost.reload_s(s->context_tokens) < p_.cost.recompute_s(s->context_tokens);
+      if (offload) {
+        out.offload(v.id);
+      } else {
+        out.drop(v.id);
+      }
+      kept_[v.id].decision = {offload ? Residence::kOffload : Residence::kDrop, 0};
+      excess -= v.blocks;
+      pressure[eid] -= static_cast<double>(v.blocks) / e.kv.blocks_total;
+    }
+  }
+
+  // Restore paused sessions, oldest first, while the projection stays under
+  // resume_pressure: onto the engine with the most room (one queue across
+  // engines, with a bonus for the engine that still caches the prefix), or,
+  // without global_queue, only onto the engine they came from.
+  std::vector<const Session*> paused;
+  for (const auto& [id, s] : model.sessions().sessions()) {
+    if (s.state == SessionState::kPaused) paused.push_back(&s);
+  }
+  std::sort(paused.begin(), paused.end(), [](const Session* a, const Session* b) {
+    return std::tie(a->state_since, a->id) < std::tie(b->state_since, b->id);
+  });
+  for (const Session* s : paused) {
+    EngineId best = kNoEngine;
+    double best_room = 0;
+    std::uint64_t need_blocks = 0;
+    for (const auto& [eid, e] : model.engines()) {
+      if (!e.has_stats || e.kv.blocks_total == 0) continue;
+      if (!p_.global_queue && eid != s->engine) continue;
+      const double total = e.kv.blocks_total;
+      const double block_size = e.params.block_size > 0 ? e.params.block_size : 16;
+      const double need = (s->context_tokens + p_.growth_decode_tokens) / block_size;
+      double room = (p_.resume_pressure - pressure[eid]) * total - need;
+      if (room < 0) continue;
+      if (eid == s->engine) room += p_.locality_bonus * total;
+      if (best == kNoEngine || room > best_room) {
+        best = eid;
+        best_room = room;
+        need_blocks = static_cast<std::uint64_t>(need);
+      }
+    }
+    if (best == kNoEngine) continue;
+    out.restore(s->id, best);
+    pressure[best] += static_cast<double>(need_blocks) / model.engine(best)->kv.blocks_total;
+  }
+}
+
+// ---- step half --------------------------------------------------------------
+
+KeepPlan TandemStepScheduler::on_round_end(const RoundEndInfo& info, Time now) {
+  if (!p_.residency || !info.tool_follows) return {KeepDecision::kRelease, {}};  // MARS: release
+  pins_[info.session] = PinInfo{info.tool, info.context_tokens, now};
+  return {KeepDecision::kPin, now + from_seconds(p_.initial_pin_s)};
+}
+
+void TandemStepScheduler::on_tool_end(SessionId /*session*/, ToolKind kind, Duration wall, Time /*now*/) {
+  tools_.observe(kind, wall);
+}
+
+void TandemStepScheduler::on_session_end(SessionId session, Time now) {
+  pins_.erase(session);
+  mars_.on_session_end(session, now);
+}
+
+double TandemStepScheduler::release_cost_per_block(const PinnedKv& pin, Time now) const {
+  auto it = pins_.find(pin.session);
+  ToolKind tool = it != pins_.end() ? it->second.tool : 0;
+  Time since = it != pins_.end() ? it->second.since : pin.pinned_at;
+  std::uint32_t context = it != pins_.end() ? it->second.context_tokens : pin.blocks * 16;
+  double p = tools_.p_return_within(tool, now - since, from_seconds(p_.horizon_s));
+  return p * p_.cost.recompute_s(context) / std::max<std::uint32_t>(1, pin.blocks);
+}
+
+void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
+  std::uint32_t free_blocks = in.free_blocks;
+  std::vector<const PinnedKv*> live;
+  for (const PinnedKv& pin : in.pinned) {
+    if (now >= pin.until) {  // expired
+      out.unpin.push_back(pin.session);
+      free_blocks += pin.blocks;
+      pins_.erase(pin.session);
+    } else {
+      live.push_back(&pin);
+    }
+  }
+
+  // Blocks this step wants: each running request's next chunk, plus the
+  // waiting request at the head of the queue (what vLLM would try first).
+  StepInput probe = in;
+  probe.free_blocks = free_blocks;
+  KvLedger kv(probe);
+  std::uint64_t demand = 0;
+  bool head_counted = false;
+  for (const StepRequest& r : in.requests) {
+    if (r.phase != RequestPhase::kRunning && head_counted) continue;
+    demand += kv.blocks_needed(r, std::min(r.tokens_wanted(), in.token_budget));
+    if (r.phase != RequestPhase::kRunning) head_counted = true;
+  }
+
+  if (demand > free_blocks && !live.empty()) {
+    auto key = [&](const PinnedKv* p) {
+      double order = p_.cost_eviction ? release_cost_per_block(*p, now) : seconds(p->until.time_since_epoch());
+      return std::tuple(order, p->session);
+    };
+    std::sort(live.begin(), live.end(), [&](const PinnedKv* a, const PinnedKv* b) { return key(a) < key(b); });
+    for (const PinnedKv* p : live) {
+      if (demand <= free_blocks) break;
+      out.unpin.push_back(p->session);
+      free_blocks += p->blocks;
+      pins_.erase(p->session);
+    }
+  }
+
+  StepInput adjusted = in;
+  adjusted.free_blocks = free_blocks;
+  StepPlan mars_plan;
+  mars_.plan(adjusted, now, mars_plan);
+  out.run = std::move(mars_plan.run);
+  out.preempt = std::move(mars_plan.preempt);
+  out.unpin.insert(out.unpin.end(), mars_plan.unpin.begin(), mars_plan.unpin.end());
+}
+
+std::unique_ptr<ControlPolicy> make_tandem_control(const PolicyParams& p) {
+  return std::make_unique<TandemControl>(mars_control_params(p), tandem_params(p));
+}
+
+std::unique_ptr<StepScheduler> make_tandem_step(const PolicyParams& p) {
+  return std::make_unique<TandemStepScheduler>(mars_step_params(p), tandem_params(p));
+}
+
+}  // namespace tandem::sched

@@ -1,0 +1,342 @@
+// tandem: with every addition switched off it is mars; each addition at its
+// boundaries; and the same input gives the same output.
+#include "sched/tandem.h"
+
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "sched/registry.h"
+
+namespace tandem::sched {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+Time at(std::int64_t ms) { return base::from_ns(ms * 1'000'000); }
+constexpr EngineId kE = 1;
+constexpr ToolKind kPytest = 11;
+constexpr ToolKind kGrep = 12;
+
+TandemParams all_off() {
+  TandemParams t;
+  t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = false;
+  return t;
+}
+
+// A node with one engine of `total` blocks, `free_blocks` of them free.
+struct Node {
+  NodeModel model;
+  explicit Node(std::uint32_t total = 1000, std::uint32_t free_blocks = 1000) {
+    EngineParams p;
+    p.total_blocks = total;
+    EXPECT_TRUE(model.observe(EngineJoined{kE, p}, at(0)));
+    stats(free_blocks, at(0));
+    model.set_cpu(CpuView{8, 0, -1, {}});
+  }
+  void stats(std::uint32_t free_blocks, Time now, EngineId e = kE, std::uint32_t total = 1000) {
+    KvPoolStats kv;
+    kv.blocks_total = total;
+    kv.blocks_free = free_blocks;
+    EXPECT_TRUE(model.observe(KvStatsReported{e, kv}, now));
+  }
+  // A session that ran one round of `context` tokens and now runs `tool`.
+  void acting(SessionId s, std::uint32_t context, ToolKind tool, Time now, EngineId e = kE) {
+    EXPECT_TRUE(model.observe(RoundSubmitted{s, e, 0, context - 100, 0, (context + 15) / 16}, now));
+    EXPECT_TRUE(model.sessions().transition(s, SessionState::kReasoning, now));
+    EXPECT_TRUE(model.observe(RoundEnded{s, e, 0, 100, (context + 15) / 16, true}, now));
+    EXPECT_TRUE(model.observe(ToolStarted{s, tool, 1}, now));
+  }
+  // Teaches the tool model that `kind` takes `wall`.
+  void teach(ToolKind kind, Duration wall, int n = 50) {
+    for (int i = 0; i < n; ++i) {
+      SessionId s = 100000 + static_cast<SessionId>(kind) * 1000 + static_cast<SessionId>(i);
+      acting(s, 200, kind, at(0));
+      EXPECT_TRUE(model.observe(ToolEnded{s, kind, 1, 0, wall, {}}, at(0)));
+      EXPECT_TRUE(model.observe(SessionClosed{s}, at(0)));
+    }
+    model.sessions().reap_done();
+  }
+};
+
+std::vector<Action> tick(TandemControl& c, const NodeModel& m, Time now) {
+  Actions out;
+  c.tick(m, now, out);
+  return out.list();
+}
+
+bool has(const std::vector<Action>& a, ActionKind kind, SessionId s) {
+  return std::any_of(a.begin(), a.end(), [&](const Action& x) { return x.kind == kind && x.session == s; });
+}
+
+TEST(Tandem, AllAdditionsOffIsMarsControl) {
+  std::mt19937_64 rng(3);
+  Node node;
+  MarsControl mars({});
+  TandemControl tandem({}, all_off());
+  for (int i = 0; i < 400; ++i) {
+    Time now = at(i * 100);
+    SessionId s = 1 + rng() % 40;
+    switch (rng() % 4) {
+      case 0:
+        (void)node.model.observe(RoundSubmitted{s, kE, 0, static_cast<std::uint32_t>(1000 + rng() % 60000), 0, 200},
+                                 now);
+        break;
+      case 1:
+        node.stats(static_cast<std::uint32_t>(rng() % 1000), now);
+        break;
+      case 2:
+        (void)node.model.observe(SessionClosed{s}, now);
+        break;
+      case 3:
+        break;
+    }
+    Actions a;
+    Actions b;
+    mars.tick(node.model, now, a);
+    tandem.tick(node.model, now, b);
+    ASSERT_EQ(a.list(), b.list()) << "tick " << i;
+    for (const Action& x : a.list()) {
+      if (x.kind == ActionKind::kAdmit)
+        (void)node.model.sessions().transition(x.session, SessionState::kReasoning, now);
+    }
+  }
+}
+
+TEST(Tandem, IdleMemoryKeepsEveryToolsKv) {
+  Node node(1000, 900);  // 10 % used: price 0
+  node.teach(kPytest, seconds(60));
+  node.acting(1, 8000, kPytest, at(0));
+  TandemControl c({}, {});
+  auto a = tick(c, node.model, at(100));
+  EXPECT_TRUE(has(a, ActionKind::kPin, 1));
+  EXPECT_EQ(c.residency_of(1)->residence, Residence::kKeep);
+  EXPECT_TRUE(has(a, ActionKind::kSetCpuWeight, 1)) << "kept KV raises the tool's cpu.weight";
+}
+
+TEST(Tandem, LongToolUnderPressureIsOffloadedOnce) {
+  Node node(1000, 0);  // full pool: price 3.2e-4 per block-second
+  node.teach(kPytest, seconds(60));
+  node.acting(1, 8000, kPytest, at(0));
+  TandemControl c({}, {});
+  auto first = tick(c, node.model, at(100));
+  EXPECT_TRUE(has(first, ActionKind::kOffload, 1));
+  EXPECT_FALSE(has(first, ActionKind::kPin, 1));
+  EXPECT_FALSE(has(first, ActionKind::kSetCpuWeight, 1)) << "nothing kept, nothing raised";
+  auto second = tick(c, node.model, at(300));
+  EXPECT_FALSE(has(second, ActionKind::kOffload, 1)) << "decisions go out when they change, not every tick";
+}
+
+TEST(Tandem, WithoutOffloadALongToolIsDroppedAndAShortOneKept) {
+  TandemParams p;
+  p.offload = false;
+  Node node(1000, 0);
+  node.teach(kPytest, seconds(60));
+  node.teach(kGrep, milliseconds(50));
+  node.acting(1, 8000, kPytest, at(0));
+  node.acting(2, 8000, kGrep, at(0));
+  TandemControl c({}, p);
+  auto a = tick(c, node.model, at(10));
+  EXPECT_TRUE(has(a, ActionKind::kDrop, 1));
+  EXPECT_TRUE(has(a, ActionKind::kPin, 2)) << "P(grep returns within 1 s) ≈ 1 beats the price of holding";
+}
+
+TEST(Tandem, PinsAreRefreshedBeforeTheyLapse) {
+  Node node(1000, 900);
+  node.acting(1, 4000, kGrep, at(0));
+  TandemControl c({}, {});
+  ASSERT_TRUE(has(tick(c, node.model, at(0)), ActionKind::kPin, 1));     // until 2 s
+  EXPECT_FALSE(has(tick(c, node.model, at(500)), ActionKind::kPin, 1));  // 1.5 s left
+  EXPECT_TRUE(has(tick(c, node.model, at(1100)), ActionKind::kPin, 1));  // 0.9 s left < h
+}
+
+TEST(Tandem, CpuWeightIsGivenBackWhenTheToolEnds) {
+  Node node(1000, 900);
+  node.acting(1, 4000, kGrep, at(0));
+  TandemControl c({}, {});
+  auto a = tick(c, node.model, at(0));
+  ASSERT_TRUE(std::any_of(a.begin(), a.end(),
+                          [](const Action& x) { return x.kind == ActionKind::kSetCpuWeight && x.value == 400; }));
+  ASSERT_TRUE(node.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(30), {}}, at(30)));
+  auto b = tick(c, node.model, at(200));
+  EXPECT_TRUE(std::any_of(b.begin(), b.end(), [](const Action& x) {
+    return x.kind == ActionKind::kSetCpuWeight && x.session == 1 && x.value == 100;
+  }));
+}
+
+TEST(Tandem, GrowthCheckPausesTheCheapestToLose) {
+  // 1000 blocks, 950 allocated; three running rounds will each grow by
+  // 256/16 = 16 blocks: projected 998/1000 + queued. Two acting sessions: a
+  // pytest (60 s, cheap to lose now) and a grep (50 ms, dear).
+  Node node(1000, 50);
+  node.teach(kPytest, seconds(60));
+  node.teach(kGrep, milliseconds(50));
+  node.acting(1, 1600, kPytest, at(0));
+  node.acting(2, 1600, kGrep, at(0));
+  for (SessionId s = 10; s < 13; ++s) {
+    ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 100, 0, 7}, at(0)));
+    ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(0)));
+  }
+  // Queued: 3 × 7 = 21 blocks → projected (950 + 21 + 48) / 1000 = 1.019.
+  TandemParams p;
+  p.residency = false;  // isolate the growth check
+  TandemControl c({}, p);
+  auto a = tick(c, node.model, at(1000));
+  EXPECT_TRUE(has(a, ActionKind::kPause, 1)) << "excess 19 blocks; pytest's 100 blocks cover it";
+  EXPECT_FALSE(has(a, ActionKind::kPause, 2));
+  EXPECT_TRUE(has(a, ActionKind::kOffload, 1)) << "its KV leaves the GPU";
+
+  // Without the growth term the same node projects 0.971 < 1: no pause.
+  TandemParams no_growth = p;
+  no_growth.growth_decode_tokens = 0;
+  TandemControl c2({}, no_growth);
+  EXPECT_FALSE(has(tick(c2, node.model, at(1000)), ActionKind::kPause, 1));
+}
+
+TEST(Tandem, RestoreGoesToTheEngineWithMostRoomWithLocalityBonus) {
+  Node node(1000, 1000);
+  EngineParams p2;
+  p2.total_blocks = 1000;
+  ASSERT_TRUE(node.model.observe(EngineJoined{2, p2}, at(0)));
+  node.acting(1, 1600, kGrep, at(0));
+  ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kPaused, at(1)));
+  // Engine 1 (its old engine): 60 % projected; engine 2: 45 %.
+  node.stats(400, at(2));
+  node.stats(550, at(2), 2);
+  TandemParams tp;
+  tp.residency = false;
+  tp.locality_bonus = 0.0;
+  TandemControl no_bonus({}, tp);
+  auto a = tick(no_bonus, node.model, at(10));
+  ASSERT_TRUE(has(a, ActionKind::kRestore, 1));
+  EXPECT_EQ(std::find_if(a.begin(), a.end(), [](const Action& x) { return x.kind == ActionKind::kRestore; })->engine,
+            2u);
+  tp.locality_bonus = 0.2;  // 200 blocks of bonus outweigh the 150-block difference
+  TandemControl bonus({}, tp);
+  auto b = tick(bonus, node.model, at(10));
+  EXPECT_EQ(std::find_if(b.begin(), b.end(), [](const Action& x) { return x.kind == ActionKind::kRestore; })->engine,
+            1u);
+  tp.global_queue = false;
+  tp.locality_bonus = 0.0;
+  TandemControl local({}, tp);
+  auto c = tick(local, node.model, at(10));
+  EXPECT_EQ(std::find_if(c.begin(), c.end(), [](const Action& x) { return x.kind == ActionKind::kRestore; })->engine,
+            1u)
+      << "without the global queue a session returns only to its own engine";
+}
+
+// ---- step half ----------------------------------------------------------------
+
+StepRequest running(std::uint64_t id, std::uint32_t computed, std::uint32_t blocks) {
+  StepRequest r;
+  r.id = id;
+  r.session = id;
+  r.phase = RequestPhase::kRunning;
+  r.prompt_tokens = computed;
+  r.computed_tokens = computed;
+  r.blocks_held = blocks;
+  r.last_scheduled = at(1);
+  return r;
+}
+
+TEST(TandemStep, PinsAtAToolCallOnlyWithResidency) {
+  TandemStepScheduler on({}, {});
+  RoundEndInfo info{7, true, kGrep, 3200, 200, 0};
+  KeepPlan k = on.on_round_end(info, at(1000));
+  EXPECT_EQ(k.decision, KeepDecision::kPin);
+  EXPECT_EQ(k.until, at(3000));
+  info.tool_follows = false;
+  EXPECT_EQ(on.on_round_end(info, at(1000)).decision, KeepDecision::kRelease) << "last round: nothing to keep";
+  TandemStepScheduler off({}, all_off());
+  info.tool_follows = true;
+  EXPECT_EQ(off.on_round_end(info, at(1000)).decision, KeepDecision::kRelease) << "as mars";
+}
+
+TEST(TandemStep, ReleasesTheCheapestPinPerBlockFirst) {
+  TandemStepScheduler s({}, {});
+  for (int i = 0; i < 50; ++i) {
+    s.on_tool_end(0, kPytest, seconds(60), at(0));
+    s.on_tool_end(0, kGrep, milliseconds(50), at(0));
+  }
+  // Two pins of 100 blocks: session 5 waits on pytest (cheap to lose),
+  // session 6 on grep (about to return). One running request needs 1 block.
+  (void)s.on_round_end({5, true, kPytest, 1600, 100, 0}, at(0));
+  (void)s.on_round_end({6, true, kGrep, 1600, 100, 0}, at(0));
+  std::vector<StepRequest> reqs = {running(1, 32, 2)};
+  std::vector<PinnedKv> pins = {{6, 100, at(0), at(60000)}, {5, 100, at(0), at(90000)}};
+  StepInput in;
+  in.free_blocks = 0;
+  in.requests = reqs;
+  in.pinned = pins;
+  StepPlan out;
+  s.plan(in, at(10), out);
+  EXPECT_EQ(out.unpin, (std::vector<SessionId>{5}));
+  EXPECT_EQ(out.run.size(), 1u);
+  EXPECT_TRUE(out.preempt.empty()) << "a pin is released instead of preempting running work";
+  EXPECT_LT(s.release_cost_per_block(pins[1], at(10)), s.release_cost_per_block(pins[0], at(10)));
+
+  TandemParams by_expiry;
+  by_expiry.cost_eviction = false;
+  TandemStepScheduler e({}, by_expiry);
+  StepPlan out2;
+  e.plan(in, at(10), out2);
+  EXPECT_EQ(out2.unpin, (std::vector<SessionId>{6})) << "ablated: earliest expiry first";
+}
+
+TEST(TandemStep, ExpiredPinsGoAndNothingElseWhenDemandFits) {
+  TandemStepScheduler s({}, {});
+  std::vector<StepRequest> reqs = {running(1, 32, 2)};
+  std::vector<PinnedKv> pins = {{5, 10, at(0), at(5)}, {6, 10, at(0), at(60000)}};
+  StepInput in;
+  in.free_blocks = 100;
+  in.requests = reqs;
+  in.pinned = pins;
+  StepPlan out;
+  s.plan(in, at(10), out);
+  EXPECT_EQ(out.unpin, (std::vector<SessionId>{5}));
+}
+
+TEST(TandemStep, AllAdditionsOffPlansAsMars) {
+  std::mt19937_64 rng(9);
+  MarsStepScheduler mars(MarsStepParams{});
+  TandemStepScheduler tandem({}, all_off());
+  for (int step = 0; step < 200; ++step) {
+    std::vector<StepRequest> reqs;
+    for (std::uint64_t id = 1; id <= 6; ++id) {
+      StepRequest r;
+      r.id = id;
+      r.session = id;
+      r.phase = id <= 3 ? RequestPhase::kRunning : RequestPhase::kWaiting;
+      r.prompt_tokens = 500 + static_cast<std::uint32_t>(rng() % 20000);
+      r.computed_tokens = r.phase == RequestPhase::kRunning ? static_cast<std::uint32_t>(rng() % r.prompt_tokens) : 0;
+      r.blocks_held = (r.computed_tokens + 15) / 16;
+      r.arrival = at(static_cast<std::int64_t>(id));
+      reqs.push_back(r);
+    }
+    StepInput in;
+    in.free_blocks = static_cast<std::uint32_t>(rng() % 300);
+    in.requests = reqs;
+    StepPlan a;
+    StepPlan b;
+    mars.plan(in, at(step * 20), a);
+    tandem.plan(in, at(step * 20), b);
+    ASSERT_EQ(a.run, b.run) << step;
+    ASSERT_EQ(a.preempt, b.preempt) << step;
+  }
+}
+
+TEST(Tandem, RegistryBuildsItAndAblationFlagsParse) {
+  auto p = make_policy("tandem", {{"residency", 0}, {"growth_check", 0}, {"window_max", 20}});
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_EQ(p->control->name(), "tandem");
+  EXPECT_EQ(p->step->name(), "tandem");
+  TandemParams t = tandem_params(p->params);
+  EXPECT_FALSE(t.residency);
+  EXPECT_FALSE(t.growth_check);
+  EXPECT_TRUE(t.cost_eviction);
+  EXPECT_FALSE(make_policy("tandem", {{"residency", 2}})) << "switches are 0 or 1";
+}
+
+}  // namespace
+}  // namespace tandem::sched
