@@ -114,30 +114,44 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   for (std::uint32_t i = 0; i < n_req; ++i) {
     if (in.requests[i].phase == RequestPhase::kRunning) running.push_back(i);
   }
-  auto run_key = [&](std::uint32_t i) {
+  // Keys are computed once: nothing that feeds them changes for a request
+  // still running during this pass (only victims' state is reset, and a
+  // victim is gone).
+  using RunKey = std::tuple<std::uint32_t, Time, Time, std::uint32_t>;
+  std::vector<RunKey> run_keys(n_req);
+  for (std::uint32_t i : running) {
     const StepRequest& r = in.requests[i];
     const Time last = st[i]->last_scheduled.value_or(Time::min());  // never: first within its level
-    return std::tuple(effective_level(r, st[i], now), last, r.arrival, i);
-  };
+    run_keys[i] = RunKey(effective_level(r, st[i], now), last, r.arrival, i);
+  }
   std::vector<std::uint32_t> order = running;
-  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return run_key(a) < run_key(b); });
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return run_keys[a] < run_keys[b]; });
 
   // MARS's victim: argmax of (level, blocks, arrival) over what still runs;
-  // the first in running order wins a full tie (Python's max()).
-  auto victim_key = [&](std::uint32_t i) {
+  // the first in running order wins a full tie (Python's max()). Sorted once
+  // by that key, descending, with running position breaking ties; a cursor
+  // then skips what is gone, so a step with many preemptions stays
+  // O(n log n) rather than rescanning every running request per victim.
+  using VictimKey = std::tuple<int, std::uint32_t, Time>;
+  std::vector<VictimKey> victim_keys(n_req);
+  std::vector<std::uint32_t> position(n_req, 0);
+  for (std::uint32_t pos = 0; pos < running.size(); ++pos) {
+    const std::uint32_t i = running[pos];
     const StepRequest& r = in.requests[i];
     const int level =
         prefilling(r) ? static_cast<int>(std::max(st[i]->feedback, level_for(r.prompt_tokens - start_of(r)))) : -1;
-    const std::uint32_t blocks = kv.blocks_for(std::min(r.computed_tokens, in.max_model_len));
-    return std::tuple(level, blocks, r.arrival);
-  };
+    victim_keys[i] = VictimKey(level, kv.blocks_for(std::min(r.computed_tokens, in.max_model_len)), r.arrival);
+    position[i] = pos;
+  }
+  std::vector<std::uint32_t> victims = running;
+  std::sort(victims.begin(), victims.end(), [&](std::uint32_t a, std::uint32_t b) {
+    if (victim_keys[a] != victim_keys[b]) return victim_keys[a] > victim_keys[b];
+    return position[a] < position[b];
+  });
+  std::size_t victim_cursor = 0;
   auto pick_victim = [&]() {
-    std::optional<std::uint32_t> best;
-    for (std::uint32_t i : running) {
-      if (gone[i]) continue;
-      if (!best || victim_key(i) > victim_key(*best)) best = i;
-    }
-    return *best;  // the request being scheduled is always a candidate
+    while (gone[victims[victim_cursor]]) ++victim_cursor;
+    return victims[victim_cursor];  // the request being scheduled is always a candidate
   };
 
   bool preempted = false;

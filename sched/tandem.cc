@@ -111,23 +111,27 @@ void TandemControl::set_weights(const NodeModel& model, Actions& out) {
   }
 }
 
-double TandemControl::projected_pressure(const NodeModel& model, const EngineView& e) const {
+double TandemControl::projected_pressure(const EngineView& e, std::uint64_t running_rounds) const {
   if (!e.has_stats || e.kv.blocks_total == 0) return 0.0;
   const double block_size = e.params.block_size > 0 ? e.params.block_size : 16;
-  // Running rounds still grow: each is expected to generate growth_decode_tokens more.
-  std::uint64_t running = 0;
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    if (s.engine == e.id && s.round_in_flight && s.state == SessionState::kReasoning) ++running;
-  }
-  const double growth = static_cast<double>(running) * p_.growth_decode_tokens / block_size;
+  // What admitted work holds now, plus what its running rounds will still
+  // grow into (growth_decode_tokens each). Rounds of sessions still waiting
+  // for admission are not counted: admission (MARS's KV budget) decides
+  // whether they start, and they raise the KV price instead.
+  const double growth = static_cast<double>(running_rounds) * p_.growth_decode_tokens / block_size;
   const double allocated = static_cast<double>(e.kv.blocks_total - e.kv.blocks_free);
-  return (allocated + static_cast<double>(e.queued_blocks) + growth) / e.kv.blocks_total;
+  return (allocated + growth) / e.kv.blocks_total;
 }
 
 void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out) {
   const Duration horizon = from_seconds(p_.horizon_s);
+  // Running rounds per engine, in one pass over the sessions.
+  std::map<EngineId, std::uint64_t> running;
+  for (const auto& [id, s] : model.sessions().sessions()) {
+    if (s.round_in_flight && s.state == SessionState::kReasoning) ++running[s.engine];
+  }
   std::map<EngineId, double> pressure;
-  for (const auto& [eid, e] : model.engines()) pressure[eid] = projected_pressure(model, e);
+  for (const auto& [eid, e] : model.engines()) pressure[eid] = projected_pressure(e, running[eid]);
 
   // Overflow: pause the acting sessions that are cheapest to lose (lowest keep
   // value per block), freeing their KV, until the projection fits.

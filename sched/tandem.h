@@ -14,7 +14,8 @@
 //                       has the most room, with a bonus for the engine that
 //                       still caches their prefix;
 //   5. growth_check   — the capacity check counts the KV that running decodes
-//                       will still grow into, not only what they hold; when
+//                       will still grow into, not only what they hold (work
+//                       not yet admitted is admission's business); when
 //                       the projection overflows an engine, the acting
 //                       sessions that are cheapest to lose (lowest keep value
 //                       per block) are paused until it fits, and restored when
@@ -112,8 +113,8 @@ class TandemControl final : public ControlPolicy {
   void decide_residency_all(const NodeModel& model, Time now, Actions& out);
   void set_weights(const NodeModel& model, Actions& out);
   void check_growth(const NodeModel& model, Time now, Actions& out);
-  // Projected pool pressure of `e` including decode growth.
-  double projected_pressure(const NodeModel& model, const EngineView& e) const;
+  // Projected pool pressure of `e` including the growth of its running rounds.
+  double projected_pressure(const EngineView& e, std::uint64_t running_rounds) const;
 
   MarsControl mars_;
   TandemParams p_;

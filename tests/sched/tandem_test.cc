@@ -178,20 +178,36 @@ TEST(Tandem, GrowthCheckPausesTheCheapestToLose) {
     ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 100, 0, 7}, at(0)));
     ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(0)));
   }
-  // Queued: 3 × 7 = 21 blocks → projected (950 + 21 + 48) / 1000 = 1.019.
+  // Projected (950 allocated + 48 growth) / 1000 = 0.998: fits; 11 more
+  // blocks allocated tip it over: (961 + 48) / 1000 = 1.009.
+  node.stats(39, at(1));
   TandemParams p;
   p.residency = false;  // isolate the growth check
   TandemControl c({}, p);
   auto a = tick(c, node.model, at(1000));
-  EXPECT_TRUE(has(a, ActionKind::kPause, 1)) << "excess 19 blocks; pytest's 100 blocks cover it";
+  EXPECT_TRUE(has(a, ActionKind::kPause, 1)) << "excess 9 blocks; pytest's 100 blocks cover it";
   EXPECT_FALSE(has(a, ActionKind::kPause, 2));
   EXPECT_TRUE(has(a, ActionKind::kOffload, 1)) << "its KV leaves the GPU";
 
-  // Without the growth term the same node projects 0.971 < 1: no pause.
+  // Without the growth term the same node projects 0.961 < 1: no pause.
   TandemParams no_growth = p;
   no_growth.growth_decode_tokens = 0;
   TandemControl c2({}, no_growth);
   EXPECT_FALSE(has(tick(c2, node.model, at(1000)), ActionKind::kPause, 1));
+}
+
+TEST(Tandem, SessionsWaitingForAdmissionDoNotTriggerPauses) {
+  Node node(1000, 100);  // 90 % allocated
+  node.teach(kPytest, seconds(60));
+  node.acting(1, 1600, kPytest, at(0));
+  for (SessionId s = 10; s < 60; ++s) {  // 50 waiting rounds of 100 blocks each
+    ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 1600, 0, 100}, at(0)));
+  }
+  TandemParams p;
+  p.residency = false;
+  TandemControl c({}, p);
+  EXPECT_FALSE(has(tick(c, node.model, at(10)), ActionKind::kPause, 1))
+      << "5000 queued blocks are admission's to refuse, not a reason to evict admitted work";
 }
 
 TEST(Tandem, RestoreGoesToTheEngineWithMostRoomWithLocalityBonus) {
