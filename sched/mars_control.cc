@@ -209,9 +209,11 @@ void MarsControl::tick(const NodeModel& model, Time now, Actions& out) {
     it = (s == nullptr || !is_live(s->state)) ? long_in_flight_.erase(it) : std::next(it);
   }
   // The latest arrival, for tail mode's "emission finished" stand-in (see
-  // pack()). A session opened and closed between two ticks is not seen.
-  for (const auto& [id, s] : table.sessions()) {
-    if (!last_arrival_ || s.opened > *last_arrival_) last_arrival_ = s.opened;
+  // pack()). Every session is WAITING at the first tick after it appears
+  // (only this policy's admits move it on), so scanning the waiting ones sees
+  // every arrival; one opened and closed between two ticks is not seen.
+  for (const Session* s : table.in_state(SessionState::kWaiting)) {
+    if (!last_arrival_ || s->opened > *last_arrival_) last_arrival_ = s->opened;
   }
 
   update_cpu(model.cpu());
@@ -229,12 +231,25 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
   const std::uint64_t live =
       table.count(SessionState::kReasoning) + table.count(SessionState::kActing) + table.count(SessionState::kPaused);
 
+  // Block size per engine, looked up once per tick rather than per session.
+  std::vector<std::pair<EngineId, std::uint32_t>> block_sizes;
+  for (const auto& [eid, e] : model.engines()) {
+    block_sizes.emplace_back(eid, e.params.block_size > 0 ? e.params.block_size : kDefaultBlockSize);
+  }
+  auto block_size_of = [&](EngineId eid) {
+    for (const auto& [id, bs] : block_sizes) {
+      if (id == eid) return bs;
+    }
+    return kDefaultBlockSize;
+  };
+
   std::vector<Candidate> waiting;
+  waiting.reserve(table.count(SessionState::kWaiting));
   std::size_t backlog_long = 0;
-  for (const auto& [id, s] : table.sessions()) {
-    if (s.state != SessionState::kWaiting) continue;
+  for (const Session* sp : table.in_state(SessionState::kWaiting)) {
+    const Session& s = *sp;
     Candidate c;
-    c.id = id;
+    c.id = s.id;
     c.opened = s.opened;
     // §2.2 est(e) is the round-1 prompt; a WAITING session's submitted round
     // is its first. Judgement: a session opened with no round submitted yet
@@ -243,10 +258,7 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
     // yet; admitting it lets its runner build the prompt, as MARS admits a
     // task before its agent loop starts).
     c.est = s.round_in_flight ? s.prompt_tokens : 0;
-    std::uint32_t bs = kDefaultBlockSize;
-    if (const EngineView* e = model.engine(s.engine); e != nullptr && e->params.block_size > 0) {
-      bs = e->params.block_size;
-    }
+    const std::uint32_t bs = block_size_of(s.engine);
     c.blocks = (c.est + bs - 1) / bs;  // EstimateBlocks: ceil(est / block_size)
     c.is_long = p_.long_prefill_tokens > 0 && c.est > p_.long_prefill_tokens;
     if (c.is_long) ++backlog_long;

@@ -51,7 +51,13 @@ std::uint32_t MarsStepScheduler::level_for(std::uint32_t tokens) const {
 
 const MarsRequestState* MarsStepScheduler::state(std::uint64_t id) const {
   auto it = states_.find(id);
-  return it == states_.end() ? nullptr : &it->second;
+  // An entry not refreshed in the latest step is stale (awaiting the sweep).
+  return it == states_.end() || it->second.seen_step != step_ ? nullptr : &it->second;
+}
+
+std::size_t MarsStepScheduler::remembered() const {
+  return static_cast<std::size_t>(
+      std::count_if(states_.begin(), states_.end(), [this](const auto& e) { return e.second.seen_step == step_; }));
 }
 
 std::uint32_t MarsStepScheduler::effective_level(const StepRequest& r, Time now) const {
@@ -78,6 +84,10 @@ std::uint32_t MarsStepScheduler::quantum(const StepInput& in, std::uint32_t leve
 MarsRequestState& MarsStepScheduler::touch(const StepRequest& r) {
   auto [it, inserted] = states_.try_emplace(r.id);
   MarsRequestState& s = it->second;
+  // Not seen in the previous step: it left and came back (or the entry is
+  // stale, awaiting the sweep), so it starts afresh.
+  const bool fresh = inserted || s.seen_step + 1 != step_;
+  if (fresh) s = MarsRequestState{};
   s.seen_step = step_;
   if (r.phase != RequestPhase::kRunning) {
     // Waiting or preempted: MARS resets feedback on admission and preemption,
@@ -85,7 +95,7 @@ MarsRequestState& MarsStepScheduler::touch(const StepRequest& r) {
     s.feedback = 0;
     s.last_scheduled.reset();
     if (r.phase == RequestPhase::kWaiting) s.preempt_seq = 0;
-  } else if (inserted && r.last_scheduled != Time{}) {
+  } else if (fresh && r.last_scheduled != Time{}) {
     s.last_scheduled = r.last_scheduled;
   }
   return s;
@@ -124,39 +134,54 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
     const Time last = st[i]->last_scheduled.value_or(Time::min());  // never: first within its level
     run_keys[i] = RunKey(effective_level(r, st[i], now), last, r.arrival, i);
   }
+  // Running order is consumed from a min-heap: only the requests the budget
+  // reaches are ordered (a step schedules tens of hundreds), O(n + k log n).
   std::vector<std::uint32_t> order = running;
-  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return run_keys[a] < run_keys[b]; });
+  auto run_after = [&](std::uint32_t a, std::uint32_t b) { return run_keys[a] > run_keys[b]; };
+  std::make_heap(order.begin(), order.end(), run_after);
+  auto heap_end = order.end();
 
   // MARS's victim: argmax of (level, blocks, arrival) over what still runs;
-  // the first in running order wins a full tie (Python's max()). Sorted once
-  // by that key, descending, with running position breaking ties; a cursor
-  // then skips what is gone, so a step with many preemptions stays
-  // O(n log n) rather than rescanning every running request per victim.
+  // the first in running order wins a full tie (Python's max()). Keys are
+  // fixed within the step, so the first preemption builds a max-heap of them
+  // (running position breaking ties) and each victim pops what is gone off
+  // its top: O(n + v log n) for v victims, and nothing when none is needed.
   using VictimKey = std::tuple<int, std::uint32_t, Time>;
-  std::vector<VictimKey> victim_keys(n_req);
-  std::vector<std::uint32_t> position(n_req, 0);
-  for (std::uint32_t pos = 0; pos < running.size(); ++pos) {
-    const std::uint32_t i = running[pos];
-    const StepRequest& r = in.requests[i];
-    const int level =
-        prefilling(r) ? static_cast<int>(std::max(st[i]->feedback, level_for(r.prompt_tokens - start_of(r)))) : -1;
-    victim_keys[i] = VictimKey(level, kv.blocks_for(std::min(r.computed_tokens, in.max_model_len)), r.arrival);
-    position[i] = pos;
-  }
-  std::vector<std::uint32_t> victims = running;
-  std::sort(victims.begin(), victims.end(), [&](std::uint32_t a, std::uint32_t b) {
-    if (victim_keys[a] != victim_keys[b]) return victim_keys[a] > victim_keys[b];
-    return position[a] < position[b];
-  });
-  std::size_t victim_cursor = 0;
+  std::vector<VictimKey> victim_keys;
+  std::vector<std::uint32_t> position;
+  std::vector<std::uint32_t> victims;
+  auto victim_below = [&](std::uint32_t a, std::uint32_t b) {
+    if (victim_keys[a] != victim_keys[b]) return victim_keys[a] < victim_keys[b];
+    return position[a] > position[b];
+  };
   auto pick_victim = [&]() {
-    while (gone[victims[victim_cursor]]) ++victim_cursor;
-    return victims[victim_cursor];  // the request being scheduled is always a candidate
+    if (victim_keys.empty()) {
+      victim_keys.resize(n_req);
+      position.resize(n_req);
+      for (std::uint32_t pos = 0; pos < running.size(); ++pos) {
+        const std::uint32_t i = running[pos];
+        const StepRequest& r = in.requests[i];
+        const int level =
+            prefilling(r) ? static_cast<int>(std::max(st[i]->feedback, level_for(r.prompt_tokens - start_of(r)))) : -1;
+        victim_keys[i] = VictimKey(level, kv.blocks_for(std::min(r.computed_tokens, in.max_model_len)), r.arrival);
+        position[i] = pos;
+      }
+      victims = running;
+      std::make_heap(victims.begin(), victims.end(), victim_below);
+    }
+    while (gone[victims.front()]) {
+      std::pop_heap(victims.begin(), victims.end(), victim_below);
+      victims.pop_back();
+    }
+    return victims.front();  // the request being scheduled is always a candidate
   };
 
   bool preempted = false;
-  for (std::uint32_t idx : order) {
+  while (heap_end != order.begin()) {
     if (budget == 0) break;
+    std::pop_heap(order.begin(), heap_end, run_after);
+    --heap_end;
+    const std::uint32_t idx = *heap_end;
     if (gone[idx]) continue;
     const StepRequest& r = in.requests[idx];
     std::uint32_t attempt = std::min(r.tokens_wanted(), budget);
@@ -182,8 +207,7 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
       if (chunk[v] != 0) {
         // Already scheduled this step: its chunk, budget and blocks come back.
         budget += chunk[v];
-        std::erase_if(out.run, [v](const ScheduledChunk& c) { return c.request == v; });
-        chunk[v] = 0;
+        chunk[v] = 0;  // its entry leaves out.run after the pass (one sweep, not one per victim)
         allocated[v] = 0;
       }
       out.preempt.push_back(v);
@@ -198,6 +222,9 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
     if (preempted_self) break;
   }
 
+  // Chunks of requests preempted after being scheduled (chunk reset to 0).
+  if (preempted) std::erase_if(out.run, [&](const ScheduledChunk& c) { return chunk[c.request] == 0; });
+
   // 2. Waiting requests, only if nothing was preempted (as vLLM).
   if (!preempted) {
     std::uint32_t seats = static_cast<std::uint32_t>(running.size());
@@ -208,27 +235,38 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
       if (ph == RequestPhase::kPreempted) queued.push_back(i);
       if (ph == RequestPhase::kWaiting) waiting.push_back(i);
     }
-    std::sort(waiting.begin(), waiting.end(), [&](std::uint32_t a, std::uint32_t b) {
+    auto by_arrival = [&](std::uint32_t a, std::uint32_t b) {
       return std::tuple(in.requests[a].arrival, a) < std::tuple(in.requests[b].arrival, b);
-    });
+    };
     if (params_.overflow_window != 0) {
       const std::size_t used = running.size() + queued.size();
       const std::size_t room = params_.overflow_window > used ? params_.overflow_window - used : 0;
-      if (waiting.size() > room) waiting.resize(room);  // the rest sits in MARS's FCFS overflow
+      if (waiting.size() > room) {
+        // Only the earliest `room` arrivals are looked at; the rest sits in
+        // MARS's FCFS overflow. partial_sort: O(n log room), not O(n log n).
+        std::partial_sort(waiting.begin(), waiting.begin() + static_cast<std::ptrdiff_t>(room), waiting.end(),
+                          by_arrival);
+        waiting.resize(room);
+      }
     }
     // MarsRequestQueue: prepended (preempted) requests at the head, the most
     // recently preempted first; then (level of the whole prompt, arrival).
-    auto wait_key = [&](std::uint32_t i) {
+    // Requests the engine preempted on its own (seq 0) follow ours. Keys are
+    // computed once, not inside the comparator.
+    queued.insert(queued.end(), waiting.begin(), waiting.end());
+    using WaitKey = std::tuple<int, std::int64_t, Time, std::uint32_t>;
+    std::vector<std::pair<WaitKey, std::uint32_t>> keyed;
+    keyed.reserve(queued.size());
+    for (std::uint32_t i : queued) {
       const StepRequest& r = in.requests[i];
       if (r.phase == RequestPhase::kPreempted) {
-        // Requests the engine preempted on its own (seq 0) follow ours.
-        return std::tuple(0, -static_cast<std::int64_t>(st[i]->preempt_seq), r.arrival, i);
+        keyed.emplace_back(WaitKey(0, -static_cast<std::int64_t>(st[i]->preempt_seq), r.arrival, i), i);
+      } else {
+        keyed.emplace_back(WaitKey(1, static_cast<std::int64_t>(level_for(r.prompt_tokens)), r.arrival, i), i);
       }
-      return std::tuple(1, static_cast<std::int64_t>(level_for(r.prompt_tokens)), r.arrival, i);
-    };
-    queued.insert(queued.end(), waiting.begin(), waiting.end());
-    std::sort(queued.begin(), queued.end(),
-              [&](std::uint32_t a, std::uint32_t b) { return wait_key(a) < wait_key(b); });
+    }
+    std::sort(keyed.begin(), keyed.end());
+    for (std::size_t k = 0; k < keyed.size(); ++k) queued[k] = keyed[k].second;
 
     for (std::uint32_t idx : queued) {
       if (budget == 0 || seats >= in.max_seqs) break;
@@ -265,7 +303,12 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
     }
   }
 
-  std::erase_if(states_, [this](const auto& kv_pair) { return kv_pair.second.seen_step != step_; });
+  // Forget requests that left the engine. Swept every 64 steps (and when the
+  // table has grown past twice the queue): memory stays bounded without a
+  // pass over every remembered request each step.
+  if (step_ % 64 == 0 || states_.size() > 2 * static_cast<std::size_t>(n_req) + 64) {
+    std::erase_if(states_, [this](const auto& kv_pair) { return kv_pair.second.seen_step != step_; });
+  }
 }
 
 }  // namespace tandem::sched

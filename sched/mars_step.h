@@ -117,7 +117,8 @@ class MarsStepScheduler final : public StepScheduler {
   std::uint32_t effective_level(const StepRequest& r, Time now) const;
   // nullptr if the request is not remembered.
   const MarsRequestState* state(std::uint64_t id) const;
-  std::size_t remembered() const { return states_.size(); }
+  // Requests remembered from the latest step.
+  std::size_t remembered() const;
 
  private:
   std::uint32_t effective_level(const StepRequest& r, const MarsRequestState* s, Time now) const;

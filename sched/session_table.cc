@@ -61,15 +61,31 @@ Session& SessionTable::create(SessionId id, Time now) {
   s.id = id;
   s.opened = now;
   s.state_since = now;
-  ++counts_[static_cast<std::size_t>(SessionState::kWaiting)];
+  index_add(s);
   return s;
 }
 
+void SessionTable::index_add(Session& s) {
+  auto& v = by_state_[static_cast<std::size_t>(s.state)];
+  s.state_slot = static_cast<std::uint32_t>(v.size());
+  v.push_back(&s);
+}
+
+void SessionTable::index_remove(Session& s) {
+  auto& v = by_state_[static_cast<std::size_t>(s.state)];
+  const Session* last = v.back();
+  v[s.state_slot] = last;
+  // `last` is the same Session as a non-const entry of sessions_; its slot
+  // is ours to maintain.
+  const_cast<Session*>(last)->state_slot = s.state_slot;
+  v.pop_back();
+}
+
 void SessionTable::set_state(Session& s, SessionState to, Time now) {
-  --counts_[static_cast<std::size_t>(s.state)];
-  ++counts_[static_cast<std::size_t>(to)];
+  index_remove(s);
   s.state = to;
   s.state_since = now;
+  index_add(s);
 }
 
 bool SessionTable::transition(SessionId id, SessionState to, Time now, EngineId engine) {
@@ -84,7 +100,7 @@ std::size_t SessionTable::reap_done() {
   std::size_t n = 0;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (it->second.state == SessionState::kDone) {
-      --counts_[static_cast<std::size_t>(SessionState::kDone)];
+      index_remove(it->second);
       it = sessions_.erase(it);
       ++n;
     } else {

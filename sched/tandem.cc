@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace tandem::sched {
@@ -36,6 +37,7 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.resume_pressure = std::min(p.get("resume_pressure"), t.pause_pressure);  // hysteresis, never inverted
   t.initial_pin_s = p.get("initial_pin_s");
   t.locality_bonus = p.get("locality_bonus");
+  t.residency_budget = static_cast<std::uint32_t>(p.get("residency_budget"));
   return t;
 }
 
@@ -46,69 +48,125 @@ const ResidencyDecision* TandemControl::residency_of(SessionId s) const {
   return it == kept_.end() ? nullptr : &it->second.decision;
 }
 
-void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
-  mars_.tick(model, now, out);  // admission: AIMD + PackQueue, unchanged
-  // Forget sessions that are gone.
-  for (auto it = kept_.begin(); it != kept_.end();) {
-    const Session* s = model.sessions().find(it->first);
-    it = (s == nullptr || s->state == SessionState::kDone) ? kept_.erase(it) : std::next(it);
-  }
-  if (p_.residency) decide_residency_all(model, now, out);
-  if (p_.growth_check) check_growth(model, now, out);
-  if (p_.cpu_weights) set_weights(model, out);
+void TandemControl::on_event(const Event& event, const NodeModel& /*model*/, Time /*now*/) {
+  std::visit(
+      [&](const auto& e) {
+        using E = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<E, RoundEnded> || std::is_same_v<E, ToolStarted> || std::is_same_v<E, ToolEnded> ||
+                      std::is_same_v<E, RoundSubmitted> || std::is_same_v<E, SessionClosed> ||
+                      std::is_same_v<E, KvChanged>) {
+          changed_.insert(e.session);
+        }
+      },
+      event);
 }
 
-void TandemControl::decide_residency_all(const NodeModel& model, Time now, Actions& out) {
+void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
+  mars_.tick(model, now, out);  // admission: AIMD + PackQueue, unchanged
   const Duration horizon = from_seconds(p_.horizon_s);
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    if (s.state != SessionState::kActing || s.blocks_held == 0) continue;
+  const Duration interval = last_tick_ ? now - *last_tick_ : horizon;
+  last_tick_ = now;
+  const SessionTable& table = model.sessions();
+  const auto acting = table.in_state(SessionState::kActing);
+  const std::size_t budget = p_.residency_budget;
+  // Ticks until the rotation comes back to a session: pins must outlast it.
+  const Duration rotation = interval * static_cast<std::int64_t>((acting.size() + budget - 1) / budget);
+
+  if (p_.residency || p_.cpu_weights) {
+    // Sessions whose state changed: decided now, not at their rotation turn.
+    for (SessionId id : changed_) {
+      const Session* s = table.find(id);
+      if (s != nullptr && s->state == SessionState::kActing) {
+        evaluate(model, *s, now, rotation, out);
+      } else {
+        release(id, s, out);
+      }
+    }
+    // A bounded rotation through what residency holds, so sessions that left
+    // ACTING are released even when the host forwards no events.
+    auto it = kept_.lower_bound(kept_cursor_);
+    for (std::size_t n = std::min(budget, kept_.size()); n > 0; --n) {
+      if (it == kept_.end()) it = kept_.begin();
+      const SessionId id = it->first;
+      ++it;
+      const Session* s = table.find(id);
+      if (s == nullptr || s->state != SessionState::kActing) release(id, s, out);
+    }
+    kept_cursor_ = it == kept_.end() ? 0 : it->first;
+    // A bounded rotation through the acting sessions.
+    const std::size_t n = std::min(budget, acting.size());
+    for (std::size_t j = 0; j < n; ++j) {
+      const Session* s = acting[(acting_cursor_ + j) % acting.size()];
+      if (!changed_.contains(s->id)) evaluate(model, *s, now, rotation, out);
+    }
+    acting_cursor_ = acting.empty() ? 0 : (acting_cursor_ + n) % acting.size();
+  }
+  changed_.clear();
+  if (p_.growth_check) check_growth(model, now, out);
+}
+
+void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now, Duration rotation, Actions& out) {
+  const Duration horizon = from_seconds(p_.horizon_s);
+  Residence residence = Residence::kKeep;
+  ResidencyDecision d;
+  if (p_.residency && s.blocks_held > 0) {
     const EngineView* engine = model.engine(s.engine);
     ResidencyInput in;
-    Time since = s.tool != 0 ? s.tool_started : s.last_round_end;
+    const Time since = s.tool != 0 ? s.tool_started : s.last_round_end;
     in.p_return_within_horizon = model.tools().p_return_within(s.tool, now - since, horizon);
     in.horizon_s = p_.horizon_s;
     in.context_tokens = s.context_tokens;
     in.blocks = s.blocks_held;
     in.price = engine != nullptr ? kv_price(*engine, p_.price) : 0.0;
     in.offload_allowed = p_.offload;
-    ResidencyDecision d = decide_residency(in, p_.cost);
+    d = decide_residency(in, p_.cost);
+    residence = d.residence;
+  } else if (p_.residency) {
+    return;  // nothing on the GPU to decide about
+  }
 
-    auto [it, fresh] = kept_.try_emplace(id);
-    Kept& k = it->second;
-    const bool changed = fresh || k.decision.residence != d.residence;
-    switch (d.residence) {
+  auto [it, fresh] = kept_.try_emplace(s.id);
+  Kept& k = it->second;
+  if (p_.residency) {
+    const bool changed = fresh || k.decision.residence != residence;
+    switch (residence) {
       case Residence::kKeep:
-        // Pin for two horizons and refresh before it lapses, so a kept
-        // session never drops out between ticks.
-        if (changed || k.pinned_until - now < horizon) {
-          k.pinned_until = now + 2 * horizon;
-          out.pin(id, k.pinned_until);
+        // The pin must outlast the next evaluation (a rotation away) by a horizon.
+        if (changed || k.pinned_until - now < rotation + horizon) {
+          k.pinned_until = now + std::max(2 * horizon, rotation + 2 * horizon);
+          out.pin(s.id, k.pinned_until);
         }
         break;
       case Residence::kOffload:
-        if (changed) out.offload(id);
+        if (changed) out.offload(s.id);
         break;
       case Residence::kDrop:
-        if (changed) out.drop(id);
+        if (changed) out.drop(s.id);
         break;
     }
     k.decision = d;
   }
-}
-
-void TandemControl::set_weights(const NodeModel& model, Actions& out) {
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    auto it = kept_.find(id);
-    const bool critical =
-        s.state == SessionState::kActing && it != kept_.end() && it->second.decision.residence == Residence::kKeep;
-    if (critical && (it->second.weight != p_.cpu_weight_critical)) {
-      out.set_cpu_weight(id, p_.cpu_weight_critical);
-      it->second.weight = p_.cpu_weight_critical;
-    } else if (!critical && it != kept_.end() && it->second.weight == p_.cpu_weight_critical) {
-      out.set_cpu_weight(id, p_.cpu_weight_default);  // give back what we raised
-      it->second.weight = p_.cpu_weight_default;
+  if (p_.cpu_weights) {
+    const bool critical = residence == Residence::kKeep;
+    if (critical && k.weight != p_.cpu_weight_critical) {
+      out.set_cpu_weight(s.id, p_.cpu_weight_critical);
+      k.weight = p_.cpu_weight_critical;
+    } else if (!critical && k.weight == p_.cpu_weight_critical) {
+      out.set_cpu_weight(s.id, p_.cpu_weight_default);
+      k.weight = p_.cpu_weight_default;
     }
   }
+}
+
+void TandemControl::release(SessionId id, const Session* s, Actions& out) {
+  auto it = kept_.find(id);
+  if (it == kept_.end()) return;
+  // Give back a raised weight while the session lives (a closed session's
+  // cgroup is gone with it).
+  if (s != nullptr && s->state != SessionState::kDone && it->second.weight == p_.cpu_weight_critical) {
+    out.set_cpu_weight(id, p_.cpu_weight_default);
+  }
+  kept_.erase(it);
 }
 
 double TandemControl::projected_pressure(const EngineView& e, std::uint64_t running_rounds) const {
@@ -125,48 +183,56 @@ double TandemControl::projected_pressure(const EngineView& e, std::uint64_t runn
 
 void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out) {
   const Duration horizon = from_seconds(p_.horizon_s);
-  // Running rounds per engine, in one pass over the sessions.
+  // Running rounds per engine, from the REASONING sessions only.
   std::map<EngineId, std::uint64_t> running;
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    if (s.round_in_flight && s.state == SessionState::kReasoning) ++running[s.engine];
+  for (const Session* s : model.sessions().in_state(SessionState::kReasoning)) {
+    if (s->round_in_flight) ++running[s->engine];
   }
   std::map<EngineId, double> pressure;
   for (const auto& [eid, e] : model.engines()) pressure[eid] = projected_pressure(e, running[eid]);
 
-  // Overflow: pause the acting sessions that are cheapest to lose (lowest keep
-  // value per block), freeing their KV, until the projection fits.
-  for (const auto& [eid, e] : model.engines()) {
-    if (pressure[eid] <= p_.pause_pressure) continue;
+  // Overflow: pause the acting sessions that are cheapest to lose (lowest
+  // keep value per block), freeing their KV, until the projection fits. At
+  // most residency_budget acting sessions are scored a tick, continuing a
+  // rotation, so an overflow at 100K sessions costs a bounded tick; the
+  // victims are the cheapest of that sample, and the next tick continues.
+  bool overflow = false;
+  for (const auto& [eid, e] : model.engines()) overflow = overflow || pressure[eid] > p_.pause_pressure;
+  if (overflow) {
     struct Victim {
       double value_per_block;
       SessionId id;
+      EngineId engine;
       std::uint32_t blocks;
+      std::uint32_t context;
     };
     std::vector<Victim> victims;
-    for (const auto& [id, s] : model.sessions().sessions()) {
-      if (s.engine != eid || s.state != SessionState::kActing || s.blocks_held == 0) continue;
-      Time since = s.tool != 0 ? s.tool_started : s.last_round_end;
-      double p = model.tools().p_return_within(s.tool, now - since, horizon);
-      double value = p * p_.cost.recompute_s(s.context_tokens);
-      victims.push_back({value / s.blocks_held, id, s.blocks_held});
+    const auto acting = model.sessions().in_state(SessionState::kActing);
+    const std::size_t n = std::min<std::size_t>(p_.residency_budget, acting.size());
+    for (std::size_t j = 0; j < n; ++j) {
+      const Session* s = acting[(growth_cursor_ + j) % acting.size()];
+      if (s->blocks_held == 0 || pressure[s->engine] <= p_.pause_pressure) continue;
+      Time since = s->tool != 0 ? s->tool_started : s->last_round_end;
+      double p = model.tools().p_return_within(s->tool, now - since, horizon);
+      double value = p * p_.cost.recompute_s(s->context_tokens);
+      victims.push_back({value / s->blocks_held, s->id, s->engine, s->blocks_held, s->context_tokens});
     }
+    growth_cursor_ = acting.empty() ? 0 : (growth_cursor_ + n) % acting.size();
     std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
       return std::tie(a.value_per_block, a.id) < std::tie(b.value_per_block, b.id);
     });
-    double excess = (pressure[eid] - p_.pause_pressure) * e.kv.blocks_total;
     for (const Victim& v : victims) {
-      if (excess <= 0) break;
+      const EngineView* e = model.engine(v.engine);
+      if (e == nullptr || pressure[v.engine] <= p_.pause_pressure) continue;
       out.pause(v.id);
-      const Session* s = model.sessions().find(v.id);
-      bool offload = p_.offload && p_.cost.reload_s(s->context_tokens) < p_.cost.recompute_s(s->context_tokens);
+      const bool offload = p_.offload && p_.cost.reload_s(v.context) < p_.cost.recompute_s(v.context);
       if (offload) {
         out.offload(v.id);
       } else {
         out.drop(v.id);
       }
       kept_[v.id].decision = {offload ? Residence::kOffload : Residence::kDrop, 0};
-      excess -= v.blocks;
-      pressure[eid] -= static_cast<double>(v.blocks) / e.kv.blocks_total;
+      pressure[v.engine] -= static_cast<double>(v.blocks) / e->kv.blocks_total;
     }
   }
 
@@ -174,10 +240,8 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
   // resume_pressure: onto the engine with the most room (one queue across
   // engines, with a bonus for the engine that still caches the prefix), or,
   // without global_queue, only onto the engine they came from.
-  std::vector<const Session*> paused;
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    if (s.state == SessionState::kPaused) paused.push_back(&s);
-  }
+  std::vector<const Session*> paused(model.sessions().in_state(SessionState::kPaused).begin(),
+                                     model.sessions().in_state(SessionState::kPaused).end());
   std::sort(paused.begin(), paused.end(), [](const Session* a, const Session* b) {
     return std::tie(a->state_since, a->id) < std::tie(b->state_since, b->id);
   });

@@ -3,10 +3,14 @@
 //
 // Control half (TandemControl) wraps MarsControl, which keeps doing AIMD
 // admission and PackQueue, and adds:
-//   1. residency      — every tick, for every session whose tool is running,
-//                       the expected-value rule of residency.h picks keep
-//                       (pin), offload or drop; actions go out when the
-//                       choice changes, and pins are refreshed before expiry;
+//   1. residency      — for every session whose tool is running, the
+//                       expected-value rule of residency.h picks keep (pin),
+//                       offload or drop; actions go out when the choice
+//                       changes, and pins outlast the next evaluation. A
+//                       session is evaluated at the first tick after its
+//                       state changes and then in a rotation of at most
+//                       residency_budget sessions a tick, so a tick stays
+//                       bounded at 100K sessions;
 //   3. cpu_weights    — sessions whose KV is being kept get a higher
 //                       cpu.weight, so the tools holding scarce GPU memory
 //                       finish first; everyone else gets the default back;
@@ -40,6 +44,8 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "sched/mars_control.h"
 #include "sched/mars_step.h"
@@ -65,6 +71,7 @@ struct TandemParams {
   double resume_pressure = 0.9;
   double initial_pin_s = 2.0;
   double locality_bonus = 0.1;
+  std::uint32_t residency_budget = 1024;
 };
 
 inline constexpr ParamSpec kTandemParams[] = {
@@ -87,6 +94,9 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"resume_pressure", 0.9, 0.05, 2, "projected pressure below which paused sessions are restored"},
     {"initial_pin_s", 2.0, 0, 600, "pin at a tool call until the control half decides (seconds)"},
     {"locality_bonus", 0.1, 0, 1, "restore bonus, as a fraction of the pool, for the engine that held the session"},
+    {"residency_budget", 1024, 1, 1 << 24,
+     "acting sessions (re)scored per tick besides those whose state changed: bounds a tick at scale; a full "
+     "rotation takes acting/budget ticks"},
 };
 
 TandemParams tandem_params(const PolicyParams& p);
@@ -97,6 +107,7 @@ class TandemControl final : public ControlPolicy {
   TandemControl(const MarsControlParams& mars, const TandemParams& params) : mars_(mars), p_(params) {}
 
   std::string_view name() const override { return "tandem"; }
+  void on_event(const Event& event, const NodeModel& model, Time now) override;
   void tick(const NodeModel& model, Time now, Actions& out) override;
 
   const MarsControl& mars() const { return mars_; }
@@ -110,15 +121,22 @@ class TandemControl final : public ControlPolicy {
     std::uint32_t weight = 0;  // last cpu.weight sent, 0 = none
   };
 
-  void decide_residency_all(const NodeModel& model, Time now, Actions& out);
-  void set_weights(const NodeModel& model, Actions& out);
+  // Residency and CPU weight of one session, now.
+  void evaluate(const NodeModel& model, const Session& s, Time now, Duration rotation, Actions& out);
+  // A session left ACTING or is gone: give back its weight, forget it.
+  void release(SessionId id, const Session* s, Actions& out);
   void check_growth(const NodeModel& model, Time now, Actions& out);
   // Projected pool pressure of `e` including the growth of its running rounds.
   double projected_pressure(const EngineView& e, std::uint64_t running_rounds) const;
 
   MarsControl mars_;
   TandemParams p_;
-  std::map<SessionId, Kept> kept_;
+  std::map<SessionId, Kept> kept_;  // sessions residency has decided for
+  std::set<SessionId> changed_;     // from on_event: handled first at the next tick
+  std::size_t acting_cursor_ = 0;   // rotation through the ACTING sessions
+  std::size_t growth_cursor_ = 0;   // the growth check's rotation through them
+  SessionId kept_cursor_ = 0;       // rotation through kept_
+  std::optional<Time> last_tick_;
 };
 
 // Thread-safety: one thread.

@@ -3,6 +3,7 @@
 #include "sched/session_table.h"
 
 #include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -175,7 +176,16 @@ TEST(SessionTable, RandomEventStreamsKeepCountsConsistent) {
           break;
       }
       std::size_t sum = 0;
-      for (int st = 0; st < 5; ++st) sum += t.count(static_cast<S>(st));
+      std::set<SessionId> indexed;
+      for (int st = 0; st < 5; ++st) {
+        // The per-state index holds exactly the sessions in that state.
+        for (const Session* p : t.in_state(static_cast<S>(st))) {
+          ASSERT_EQ(p->state, static_cast<S>(st));
+          ASSERT_EQ(t.find(p->id), p);
+          ASSERT_TRUE(indexed.insert(p->id).second) << "indexed twice";
+        }
+        sum += t.count(static_cast<S>(st));
+      }
       ASSERT_EQ(sum, t.size());
     }
   }

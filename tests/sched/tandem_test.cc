@@ -142,13 +142,46 @@ TEST(Tandem, WithoutOffloadALongToolIsDroppedAndAShortOneKept) {
   EXPECT_TRUE(has(a, ActionKind::kPin, 2)) << "P(grep returns within 1 s) ≈ 1 beats the price of holding";
 }
 
-TEST(Tandem, PinsAreRefreshedBeforeTheyLapse) {
+TEST(Tandem, PinsOutlastTheNextEvaluation) {
   Node node(1000, 900);
   node.acting(1, 4000, kGrep, at(0));
   TandemControl c({}, {});
-  ASSERT_TRUE(has(tick(c, node.model, at(0)), ActionKind::kPin, 1));     // until 2 s
-  EXPECT_FALSE(has(tick(c, node.model, at(500)), ActionKind::kPin, 1));  // 1.5 s left
-  EXPECT_TRUE(has(tick(c, node.model, at(1100)), ActionKind::kPin, 1));  // 0.9 s left < h
+  // h = 1 s, ticks every 0.5 s, one session: the rotation is one tick. A pin
+  // runs until now + rotation + 2h and is renewed once less than rotation + h
+  // is left. The first tick has no interval yet and assumes h.
+  auto first = tick(c, node.model, at(0));  // until 0 + 1 + 2 = 3 s
+  ASSERT_TRUE(has(first, ActionKind::kPin, 1));
+  EXPECT_EQ(std::find_if(first.begin(), first.end(), [](const Action& x) { return x.kind == ActionKind::kPin; })->value,
+            3'000'000'000);
+  EXPECT_FALSE(has(tick(c, node.model, at(500)), ActionKind::kPin, 1));   // 2.5 s left ≥ 1.5
+  EXPECT_FALSE(has(tick(c, node.model, at(1000)), ActionKind::kPin, 1));  // 2.0 s left
+  EXPECT_FALSE(has(tick(c, node.model, at(1500)), ActionKind::kPin, 1));  // 1.5 s left, not < 1.5
+  EXPECT_TRUE(has(tick(c, node.model, at(2000)), ActionKind::kPin, 1));   // 1.0 s left: renewed
+}
+
+TEST(Tandem, ResidencyWorkPerTickIsBounded) {
+  Node node(1000, 900);
+  for (SessionId s = 1; s <= 5; ++s) node.acting(s, 4000, kGrep, at(0));
+  TandemParams p;
+  p.residency_budget = 2;
+  TandemControl c({}, p);
+  auto pins = [](const std::vector<Action>& a) {
+    return std::count_if(a.begin(), a.end(), [](const Action& x) { return x.kind == ActionKind::kPin; });
+  };
+  // Five acting sessions, two evaluations a tick: 2, 2, then 1 first decisions.
+  EXPECT_EQ(pins(tick(c, node.model, at(0))), 2);
+  EXPECT_EQ(pins(tick(c, node.model, at(200))), 2);
+  EXPECT_EQ(pins(tick(c, node.model, at(400))), 1);
+  for (SessionId s = 1; s <= 5; ++s) EXPECT_NE(c.residency_of(s), nullptr) << s;
+  // A session whose state changes is decided at the next tick, whatever the
+  // rotation: its tool ended, and its raised weight comes back at once.
+  ASSERT_TRUE(node.model.observe(ToolEnded{4, kGrep, 1, 0, milliseconds(10), {}}, at(450)));
+  c.on_event(ToolEnded{4, kGrep, 1, 0, milliseconds(10), {}}, node.model, at(450));
+  auto a = tick(c, node.model, at(600));
+  EXPECT_TRUE(std::any_of(a.begin(), a.end(), [](const Action& x) {
+    return x.kind == ActionKind::kSetCpuWeight && x.session == 4 && x.value == 100;
+  }));
+  EXPECT_EQ(c.residency_of(4), nullptr);
 }
 
 TEST(Tandem, CpuWeightIsGivenBackWhenTheToolEnds) {
