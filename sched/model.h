@@ -32,6 +32,14 @@ struct EngineView {
   }
 };
 
+// Totals of finished tool calls of one kind.
+struct ToolKindStats {
+  std::uint64_t calls = 0;
+  Duration wall{};
+  Duration cpu{};
+  std::uint64_t failures = 0;  // non-zero exit code
+};
+
 struct CpuView {
   std::uint32_t tool_cores = 0;    // cores available to tools (0 = unknown)
   std::uint32_t active_tools = 0;  // tool calls started and not ended
@@ -61,12 +69,15 @@ class NodeModel {
   const EngineView* engine(EngineId id) const;
   const CpuView& cpu() const { return cpu_; }
   const ToolDurationModel& tools() const { return tools_; }
+  // Wall and CPU time of finished tool calls, per kind.
+  const std::map<ToolKind, ToolKindStats>& tool_stats() const { return tool_stats_; }
 
  private:
   SessionTable sessions_;
   std::map<EngineId, EngineView> engines_;
   CpuView cpu_;
   ToolDurationModel tools_;
+  std::map<ToolKind, ToolKindStats> tool_stats_;
 };
 
 }  // namespace tandem::sched

@@ -47,6 +47,13 @@ TEST(NodeModel, ToolsFeedTheCpuViewAndTheDurationModel) {
   ASSERT_TRUE(m.observe(ToolEnded{10, 77, 1, 0, std::chrono::seconds(3), std::chrono::seconds(1)}, at(3001)));
   EXPECT_EQ(m.cpu().active_tools, 0u);
   EXPECT_EQ(m.tools().samples(77), 1u);
+  ASSERT_TRUE(m.observe(ToolStarted{10, 77, 2}, at(3002)));
+  ASSERT_TRUE(m.observe(ToolEnded{10, 77, 2, 1, std::chrono::seconds(2), std::chrono::seconds(2)}, at(5002)));
+  const ToolKindStats& t = m.tool_stats().at(77);
+  EXPECT_EQ(t.calls, 2u);
+  EXPECT_EQ(t.wall, std::chrono::seconds(5));
+  EXPECT_EQ(t.cpu, std::chrono::seconds(3));
+  EXPECT_EQ(t.failures, 1u);
 }
 
 }  // namespace
