@@ -1,0 +1,88 @@
+// Wire records to policy events.
+#include "daemon/events.h"
+
+namespace tandem::daemon {
+namespace {
+
+sched::Duration ns(std::uint64_t v) { return sched::Duration(static_cast<std::int64_t>(v)); }
+
+}  // namespace
+
+std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId client) {
+  using ipc::RecordType;
+  const sched::SessionId session = record.session();
+  switch (record.type()) {
+    case RecordType::kRoundSubmit: {
+      auto r = record.as<ipc::RoundSubmit>();
+      return sched::RoundSubmitted{session, client, r.round, r.prompt_tokens, r.cached_tokens, r.projected_blocks};
+    }
+    case RecordType::kRoundFirstToken: {
+      auto r = record.as<ipc::RoundFirstToken>();
+      return sched::RoundFirstToken{session, client, r.round, ns(r.queue_delay_ns), ns(r.prefill_ns)};
+    }
+    case RecordType::kRoundEnd: {
+      auto r = record.as<ipc::RoundEnd>();
+      const bool tool = (r.header.flags & ipc::kRoundEndToolFollows) != 0;
+      return sched::RoundEnded{session, client, r.round, r.output_tokens, r.blocks_held, tool};
+    }
+    case RecordType::kKvStats: {
+      auto r = record.as<ipc::KvStats>();
+      sched::KvPoolStats s;
+      s.blocks_total = r.blocks_total;
+      s.blocks_free = r.blocks_free;
+      s.blocks_pinned = r.blocks_pinned;
+      s.blocks_offloaded = r.blocks_offloaded;
+      s.running_seqs = r.running_seqs;
+      s.waiting_seqs = r.waiting_seqs;
+      s.step_tokens = r.step_tokens;
+      s.step_time = std::chrono::microseconds(r.step_time_us);
+      return sched::KvStatsReported{client, s};
+    }
+    case RecordType::kKvEvent: {
+      auto r = record.as<ipc::KvEvent>();
+      sched::KvChange change = sched::KvChange::kEvicted;
+      switch (static_cast<ipc::KvEventKind>(r.kind)) {
+        case ipc::KvEventKind::kEvicted:
+          change = sched::KvChange::kEvicted;
+          break;
+        case ipc::KvEventKind::kRestored:
+          change = sched::KvChange::kRestored;
+          break;
+        case ipc::KvEventKind::kOffloaded:
+          change = sched::KvChange::kOffloaded;
+          break;
+        case ipc::KvEventKind::kDropped:
+          change = sched::KvChange::kDropped;
+          break;
+      }
+      return sched::KvChanged{session, client, change, r.blocks};
+    }
+    case RecordType::kSessionOpen: {
+      auto r = record.as<ipc::SessionOpen>();
+      return sched::SessionOpened{session, r.priority_class, r.expected_rounds};
+    }
+    case RecordType::kSessionClose:
+      return sched::SessionClosed{session};
+    case RecordType::kToolStart: {
+      auto r = record.as<ipc::ToolStart>();
+      return sched::ToolStarted{session, r.tool_kind, r.tool_call};
+    }
+    case RecordType::kToolEnd: {
+      auto r = record.as<ipc::ToolEnd>();
+      return sched::ToolEnded{session, r.tool_kind, r.tool_call, r.exit_code, ns(r.wall_ns), ns(r.cpu_ns)};
+    }
+    case RecordType::kAdmit:
+    case RecordType::kPause:
+    case RecordType::kRestore:
+    case RecordType::kPriority:
+    case RecordType::kPin:
+    case RecordType::kUnpin:
+    case RecordType::kDrop:
+    case RecordType::kOffload:
+    case RecordType::kPrefetch:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace tandem::daemon

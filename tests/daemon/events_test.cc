@@ -1,0 +1,137 @@
+// Wire record → validated Record → sched::Event → NodeModel, for every type.
+#include "daemon/events.h"
+
+#include <gtest/gtest.h>
+
+#include "sched/model.h"
+
+namespace tandem::daemon {
+namespace {
+
+// Encodes, then decodes as the daemon would, so each case also passes
+// validation.
+template <class T>
+ipc::Record decoded(T r, std::uint64_t session = 42, std::int64_t ts = 5'000) {
+  r.header.session = session;
+  r.header.timestamp_ns = ts;
+  ipc::RecordDecoder d(ipc::Direction::kToDaemon);
+  ipc::Record out;
+  std::string_view problem;
+  EXPECT_EQ(d.decode(ipc::encode(r), out, &problem), ipc::DecodeStatus::kOk) << problem;
+  return out;
+}
+
+TEST(Events, EngineRecordsCarryTheSendingEngine) {
+  ipc::RoundSubmit s;
+  s.round = 2;
+  s.prompt_tokens = 900;
+  s.cached_tokens = 800;
+  s.projected_blocks = 60;
+  auto e = to_event(decoded(s), 7);
+  ASSERT_TRUE(e);
+  auto& rs = std::get<sched::RoundSubmitted>(*e);
+  EXPECT_EQ(rs.session, 42u);
+  EXPECT_EQ(rs.engine, 7u) << "attributed to the client that sent it";
+  EXPECT_EQ(rs.round, 2u);
+  EXPECT_EQ(rs.cached_tokens, 800u);
+  EXPECT_EQ(rs.projected_blocks, 60u);
+
+  ipc::RoundEnd end;
+  end.round = 2;
+  end.output_tokens = 30;
+  end.blocks_held = 59;
+  end.header.flags = ipc::kRoundEndToolFollows;
+  auto re = std::get<sched::RoundEnded>(*to_event(decoded(end), 7));
+  EXPECT_TRUE(re.tool_follows);
+  EXPECT_EQ(re.blocks_held, 59u);
+
+  ipc::KvStats kv;
+  kv.blocks_total = 100;
+  kv.blocks_free = 40;
+  kv.blocks_pinned = 10;
+  kv.step_time_us = 1500;
+  auto ks = std::get<sched::KvStatsReported>(*to_event(decoded(kv, 0), 7));
+  EXPECT_EQ(ks.engine, 7u);
+  EXPECT_EQ(ks.stats.blocks_free, 40u);
+  EXPECT_EQ(ks.stats.step_time, std::chrono::microseconds(1500));
+
+  ipc::RoundFirstToken ft;
+  ft.queue_delay_ns = 2000;
+  ft.prefill_ns = 3000;
+  auto f = std::get<sched::RoundFirstToken>(*to_event(decoded(ft), 7));
+  EXPECT_EQ(f.queue_delay, sched::Duration(2000));
+
+  ipc::KvEvent ev;
+  ev.kind = static_cast<std::uint8_t>(ipc::KvEventKind::kOffloaded);
+  ev.blocks = 12;
+  auto kc = std::get<sched::KvChanged>(*to_event(decoded(ev), 7));
+  EXPECT_EQ(kc.change, sched::KvChange::kOffloaded);
+  EXPECT_EQ(kc.blocks, 12u);
+}
+
+TEST(Events, RunnerRecords) {
+  ipc::SessionOpen o;
+  o.priority_class = 2;
+  o.expected_rounds = 30;
+  auto so = std::get<sched::SessionOpened>(*to_event(decoded(o), 3));
+  EXPECT_EQ(so.priority_class, 2);
+  EXPECT_EQ(so.expected_rounds, 30u);
+  EXPECT_TRUE(std::holds_alternative<sched::SessionClosed>(*to_event(decoded(ipc::SessionClose{}), 3)));
+  ipc::ToolStart ts;
+  ts.tool_kind = 99;
+  ts.tool_call = 4;
+  auto st = std::get<sched::ToolStarted>(*to_event(decoded(ts), 3));
+  EXPECT_EQ(st.kind, 99u);
+  ipc::ToolEnd te;
+  te.tool_kind = 99;
+  te.tool_call = 4;
+  te.exit_code = -9;
+  te.wall_ns = 2'000'000'000;
+  te.cpu_ns = 500'000'000;
+  auto en = std::get<sched::ToolEnded>(*to_event(decoded(te), 3));
+  EXPECT_EQ(en.exit_code, -9);
+  EXPECT_EQ(en.wall, std::chrono::seconds(2));
+  EXPECT_EQ(en.cpu, std::chrono::milliseconds(500));
+}
+
+TEST(Events, DirectivesAreNotEvents) {
+  ipc::Admit a;
+  a.header.session = 1;
+  ipc::RecordDecoder d(ipc::Direction::kToClient);
+  ipc::Record r;
+  ASSERT_EQ(d.decode(ipc::encode(a), r), ipc::DecodeStatus::kOk);
+  EXPECT_FALSE(to_event(r, 1));
+}
+
+TEST(Events, AWireSessionDrivesTheNodeModel) {
+  sched::NodeModel model;
+  auto feed = [&](const ipc::Record& r, sched::EngineId from) {
+    auto e = to_event(r, from);
+    ASSERT_TRUE(e);
+    ASSERT_TRUE(model.observe(*e, record_time(r)));
+  };
+  feed(decoded(ipc::SessionOpen{}), 100);
+  ipc::RoundSubmit s;
+  s.prompt_tokens = 1000;
+  s.projected_blocks = 70;
+  feed(decoded(s), 1);
+  ASSERT_TRUE(model.sessions().transition(42, sched::SessionState::kReasoning, sched::Time{}));
+  ipc::RoundEnd end;
+  end.output_tokens = 50;
+  end.blocks_held = 66;
+  end.header.flags = ipc::kRoundEndToolFollows;
+  feed(decoded(end), 1);
+  ipc::ToolStart ts;
+  ts.tool_kind = 5;
+  feed(decoded(ts), 100);
+  const sched::Session* sess = model.sessions().find(42);
+  ASSERT_NE(sess, nullptr);
+  EXPECT_EQ(sess->state, sched::SessionState::kActing);
+  EXPECT_EQ(sess->engine, 1u);
+  EXPECT_EQ(sess->context_tokens, 1050u);
+  EXPECT_EQ(sess->tool, 5u);
+  EXPECT_EQ(sess->tool_started, base::from_ns(5'000));
+}
+
+}  // namespace
+}  // namespace tandem::daemon
