@@ -87,56 +87,29 @@ void InferceptStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
     if (superseded || expired) unpin(k);
   }
 
-  // vLLM V1, as sched/fcfs.cc: the most recently admitted running request pays.
-  std::uint32_t budget = in.token_budget;
-  std::vector<std::uint32_t> running;
-  for (std::uint32_t i = 0; i < in.requests.size(); ++i) {
-    if (in.requests[i].phase == RequestPhase::kRunning) running.push_back(i);
-  }
-  bool preempted = false;
-  for (std::size_t pos = 0; pos < running.size() && budget > 0; ++pos) {
-    const std::uint32_t idx = running[pos];
-    const StepRequest& r = in.requests[idx];
-    const std::uint32_t n = std::min(r.tokens_wanted(), budget);
-    bool preempted_self = false;
-    while (!kv.try_allocate(r, n)) {
-      const std::uint32_t victim = running.back();
-      running.pop_back();
-      kv.release(in.requests[victim].blocks_held);
-      out.preempt.push_back(victim);
-      preempted = true;
-      if (victim == idx) {
-        preempted_self = true;
-        break;
-      }
-    }
-    if (preempted_self) break;
-    out.run.push_back({idx, n});
-    budget -= n;
-  }
-  if (preempted) return;
+  // The step itself is vLLM V1's (sched/fcfs.h) over what is free once the
+  // expired pins are gone.
+  StepInput freed = in;
+  freed.free_blocks = kv.free_blocks();
+  vllm_.plan(freed, now, out_step_);
+  out.run = std::move(out_step_.run);
+  out.preempt = std::move(out_step_.preempt);
+  out_step_.clear();
 
-  auto seats = static_cast<std::uint32_t>(running.size());
-  for (std::uint32_t i = 0; i < in.requests.size() && budget > 0 && seats < in.max_seqs; ++i) {
-    const StepRequest& r = in.requests[i];
-    if (r.phase == RequestPhase::kRunning) continue;
-    const std::uint32_t n = std::min(r.tokens_wanted(), budget);
-    if (!kv.try_allocate(r, n)) {
-      // Head-of-line blocking; with nothing running, the longest-lived pin makes room for the next step.
-      if (seats == 0) {
-        std::ptrdiff_t best = -1;
-        for (std::size_t k = 0; k < in.pinned.size(); ++k) {
-          if (pin_alive[k] && (best < 0 || in.pinned[k].until > in.pinned[static_cast<std::size_t>(best)].until)) {
-            best = static_cast<std::ptrdiff_t>(k);
-          }
-        }
-        if (best >= 0) unpin(static_cast<std::size_t>(best));
+  // The repo's waiting-path rule: with nothing running, a head that does not
+  // fit makes the longest-lived pin go, so the next step has room.
+  const bool any_running = std::any_of(in.requests.begin(), in.requests.end(),
+                                       [](const StepRequest& r) { return r.phase == RequestPhase::kRunning; });
+  const bool any_waiting = std::any_of(in.requests.begin(), in.requests.end(),
+                                       [](const StepRequest& r) { return r.phase != RequestPhase::kRunning; });
+  if (!any_running && any_waiting && out.run.empty() && in.token_budget > 0 && in.max_seqs > 0) {
+    std::ptrdiff_t best = -1;
+    for (std::size_t k = 0; k < in.pinned.size(); ++k) {
+      if (pin_alive[k] && (best < 0 || in.pinned[k].until > in.pinned[static_cast<std::size_t>(best)].until)) {
+        best = static_cast<std::ptrdiff_t>(k);
       }
-      break;
     }
-    out.run.push_back({i, n});
-    budget -= n;
-    ++seats;
+    if (best >= 0) unpin(static_cast<std::size_t>(best));
   }
 }
 

@@ -41,6 +41,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "sched/fcfs.h"
 #include "sched/policy.h"
 #include "sched/registry.h"
 
@@ -99,6 +100,8 @@ class InferceptStepScheduler final : public StepScheduler {
   std::unordered_map<ToolKind, Kind> kinds_;
   std::unordered_map<SessionId, Time> last_round_end_;
   std::uint32_t max_model_len_ = 0;  // from the last StepInput; 0 = not seen yet
+  VllmV1StepScheduler vllm_;         // the step itself
+  StepPlan out_step_;                // its plan, reused across steps
 };
 
 }  // namespace tandem::sched
