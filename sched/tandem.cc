@@ -240,6 +240,11 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
   // resume_pressure: onto the engine with the most room (one queue across
   // engines, with a bonus for the engine that still caches the prefix), or,
   // without global_queue, only onto the engine they came from.
+  const bool room_somewhere = std::any_of(pressure.begin(), pressure.end(), [&](const auto& ep) {
+    const EngineView* e = model.engine(ep.first);
+    return e != nullptr && e->has_stats && ep.second < p_.resume_pressure;
+  });
+  if (!room_somewhere) return;  // nothing can be restored: skip sorting the paused
   std::vector<const Session*> paused(model.sessions().in_state(SessionState::kPaused).begin(),
                                      model.sessions().in_state(SessionState::kPaused).end());
   std::sort(paused.begin(), paused.end(), [](const Session* a, const Session* b) {
