@@ -22,8 +22,9 @@
 //                       not yet admitted is admission's business); when
 //                       the projection overflows an engine, the acting
 //                       sessions that are cheapest to lose (lowest keep value
-//                       per block) are paused until it fits, and restored when
-//                       pressure falls below resume_pressure.
+//                       per block, scored over a bounded rotating sample) are
+//                       paused until it fits, and restored when pressure
+//                       falls below resume_pressure.
 // Step half (TandemStepScheduler) wraps MarsStepScheduler and adds:
 //   2. cost_eviction  — at a tool call the round's KV is pinned (the control
 //                       half refines the choice within a tick); when a step
@@ -37,7 +38,9 @@
 // Judgement calls, to be tuned by the simulator (issue 4): the horizon h
 // (1 s), the decode-growth estimate (256 tokens per running session), the
 // pause and resume pressures (1.0 and 0.9), the critical cpu.weight (400),
-// the initial pin at a tool call (2 s), the locality bonus (10 % of the pool).
+// the initial pin at a tool call (2 s), the locality bonus (10 % of the pool),
+// the residency budget (1,024 sessions a tick: a full rotation through 50K
+// acting sessions takes about 10 s of 200 ms ticks).
 // Not done yet: ordering *running* victims by cost per block inside MARS's
 // priority order (MARS's own victim order is kept).
 #pragma once
