@@ -62,6 +62,7 @@ Outcome run_toy_engine(std::string_view policy, std::uint64_t seed, int sessions
   std::mt19937_64 rng(seed);
   Outcome out;
   std::vector<SessionPlan> plans;
+  plans.reserve(static_cast<std::size_t>(sessions));
   for (int i = 0; i < sessions; ++i) {
     plans.push_back({static_cast<SessionId>(i + 1), 3 + static_cast<int>(rng() % 4),
                      static_cast<std::uint32_t>(300 + rng() % 3000), static_cast<std::int64_t>(rng() % 200)});
@@ -99,6 +100,7 @@ Outcome run_toy_engine(std::string_view policy, std::uint64_t seed, int sessions
 
     // The step input: running in running order, then the waiting queue.
     std::vector<StepRequest> reqs;
+    reqs.reserve(running.size() + waiting.size());
     for (const Req& q : running) reqs.push_back(q.r);
     for (const Req& q : waiting) reqs.push_back(q.r);
     StepInput in;
