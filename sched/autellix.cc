@@ -106,31 +106,27 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
            std::tuple(reqs_[in.requests[b].id].queue, in.requests[b].arrival, b);
   });
 
-  KvLedger kv(in);
-  std::uint32_t budget = in.token_budget;
-  // Parallel to out.run: blocks each chunk allocated, and the quantum cap it ran under.
-  std::vector<std::uint32_t> allocated;
-  std::vector<std::uint32_t> caps;
+  ChunkLedger plan(in);
+  std::vector<std::uint32_t> cap_of_chunk(n_req, 0);  // the quantum cap each chunk ran under
   auto cap_of = [&](Req& st) {
     if (st.quanta_left == 0) st.quanta_left = quantum_for(st.queue, in.token_budget);
     return std::min(st.quanta_left, in.token_budget);
   };
   auto victim_key = [&](std::uint32_t idx) {
     const StepRequest& r = in.requests[idx];
-    return std::tuple(reqs_[r.id].queue, kv.blocks_for(std::min(r.computed_tokens, in.max_model_len)), r.arrival);
+    return std::tuple(reqs_[r.id].queue, plan.kv().blocks_for(std::min(r.computed_tokens, in.max_model_len)),
+                      r.arrival);
   };
 
   bool preempted = false;
-  for (std::size_t pos = 0; pos < running_.size() && budget > 0; ++pos) {
+  for (std::size_t pos = 0; pos < running_.size() && plan.budget() > 0; ++pos) {
     const std::uint32_t idx = running_[pos];
     const StepRequest& r = in.requests[idx];
     const std::uint32_t cap = cap_of(reqs_[r.id]);
-    const std::uint32_t n = std::min({r.tokens_wanted(), budget, cap});
+    const std::uint32_t n = std::min({r.tokens_wanted(), plan.budget(), cap});
     bool preempted_self = false;
-    std::uint32_t need = 0;
     while (true) {
-      need = kv.blocks_needed(r, n);
-      if (kv.try_allocate(r, n)) break;
+      if (plan.try_schedule(r, idx, n)) break;
       // Lowest queue, then largest footprint, then latest arrival pays; the
       // first of equals in running order.
       std::size_t vpos = 0;
@@ -138,17 +134,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
         if (victim_key(running_[k]) > victim_key(running_[vpos])) vpos = k;
       }
       const std::uint32_t victim = running_[vpos];
-      // A victim already scheduled this step gives its chunk back.
-      for (std::size_t k = 0; k < out.run.size(); ++k) {
-        if (out.run[k].request != victim) continue;
-        budget += out.run[k].tokens;
-        kv.release(allocated[k]);
-        out.run.erase(out.run.begin() + static_cast<std::ptrdiff_t>(k));
-        allocated.erase(allocated.begin() + static_cast<std::ptrdiff_t>(k));
-        caps.erase(caps.begin() + static_cast<std::ptrdiff_t>(k));
-        break;
-      }
-      kv.release(in.requests[victim].blocks_held);
+      plan.preempt(in.requests[victim], victim);  // a chunk already scheduled this step comes back too
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(vpos));
       if (vpos < pos) --pos;
       out.preempt.push_back(victim);
@@ -160,10 +146,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
       }
     }
     if (preempted_self) break;
-    out.run.push_back({idx, n});
-    allocated.push_back(need);
-    caps.push_back(cap);
-    budget -= n;
+    cap_of_chunk[idx] = cap;
   }
 
   if (!preempted) {
@@ -178,18 +161,17 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
     });
     auto seats = static_cast<std::uint32_t>(running_.size());
     for (std::uint32_t idx : waiting_) {
-      if (budget == 0 || seats >= in.max_seqs) break;
+      if (plan.budget() == 0 || seats >= in.max_seqs) break;
       const StepRequest& r = in.requests[idx];
       const std::uint32_t cap = cap_of(reqs_[r.id]);
-      const std::uint32_t n = std::min({r.tokens_wanted(), budget, cap});
-      if (!kv.try_allocate(r, n)) break;  // head-of-line blocking
-      out.run.push_back({idx, n});
-      allocated.push_back(0);
-      caps.push_back(cap);
-      budget -= n;
+      const std::uint32_t n = std::min({r.tokens_wanted(), plan.budget(), cap});
+      if (!plan.try_schedule(r, idx, n)) break;  // head-of-line blocking
+      cap_of_chunk[idx] = cap;
       ++seats;
     }
   }
+
+  plan.emit(out.run);
 
   // Accounting on the chunks that stay in the plan (the repo also counts
   // chunks that a later preemption took back; we do not).
@@ -205,7 +187,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
     programs_[r.session].service += n;
     st.quanta_left -= std::min(st.quanta_left, n);
     // A full quantum with work left demotes (decode chunks leave none).
-    if (n >= caps[k] && r.tokens_wanted() > n) {
+    if (n >= cap_of_chunk[out.run[k].request] && r.tokens_wanted() > n) {
       st.queue = std::min(st.queue + 1, AutellixParams::kQueues - 1);
       st.quanta_left = quantum_for(st.queue, in.token_budget);
     }

@@ -143,12 +143,12 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   std::erase_if(seen_, [&](const auto& kv) { return kv.second != generation_; });
   std::erase_if(preempted_at_, [&](const auto& kv) { return !seen_.contains(kv.first); });
 
-  KvLedger kv(in);
+  ChunkLedger plan(in);
   std::vector<bool> pin_alive(in.pinned.size(), true);
   auto unpin = [&](std::size_t k) {
     pin_alive[k] = false;
     out.unpin.push_back(in.pinned[k].session);
-    kv.release(in.pinned[k].blocks);
+    plan.kv().release(in.pinned[k].blocks);
   };
   // The live pin with the latest end (the first of equals).
   auto latest_pin = [&]() -> std::ptrdiff_t {
@@ -177,18 +177,14 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   for (std::uint32_t i = 0; i < n_req; ++i) {
     if (in.requests[i].phase == RequestPhase::kRunning) running.push_back(i);
   }
-  std::uint32_t budget = in.token_budget;
-  std::vector<std::uint32_t> allocated;  // parallel to out.run
   bool preempted = false;
-  for (std::size_t pos = 0; pos < running.size() && budget > 0; ++pos) {
+  for (std::size_t pos = 0; pos < running.size() && plan.budget() > 0; ++pos) {
     const std::uint32_t idx = running[pos];
     const StepRequest& r = in.requests[idx];
-    const std::uint32_t n = std::min(r.tokens_wanted(), budget);
+    const std::uint32_t n = std::min(r.tokens_wanted(), plan.budget());
     bool preempted_self = false;
-    std::uint32_t need = 0;
     while (true) {
-      need = kv.blocks_needed(r, n);
-      if (kv.try_allocate(r, n)) break;
+      if (plan.try_schedule(r, idx, n)) break;
       std::size_t vpos = running.size() - 1;
       if (running.size() <= 1) {
         // Nothing else to preempt: give up the longest-lived pin first.
@@ -212,15 +208,7 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
         vpos = static_cast<std::size_t>(best);
       }
       const std::uint32_t victim = running[vpos];
-      for (std::size_t k = 0; k < out.run.size(); ++k) {
-        if (out.run[k].request != victim) continue;
-        budget += out.run[k].tokens;
-        kv.release(allocated[k]);
-        out.run.erase(out.run.begin() + static_cast<std::ptrdiff_t>(k));
-        allocated.erase(allocated.begin() + static_cast<std::ptrdiff_t>(k));
-        break;
-      }
-      kv.release(in.requests[victim].blocks_held);
+      plan.preempt(in.requests[victim], victim);  // a chunk already scheduled this step comes back too
       running.erase(running.begin() + static_cast<std::ptrdiff_t>(vpos));
       if (vpos < pos) --pos;
       out.preempt.push_back(victim);
@@ -232,11 +220,11 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
       }
     }
     if (preempted_self) break;
-    out.run.push_back({idx, n});
-    allocated.push_back(need);
-    budget -= n;
   }
-  if (preempted) return;
+  if (preempted) {
+    plan.emit(out.run);
+    return;
+  }
 
   // 3. Waiting: sessions holding a pin first, then program-level FCFS.
   std::unordered_set<SessionId> pinned_sessions;
@@ -256,18 +244,16 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   std::sort(waiting.begin(), waiting.end(), [&](std::uint32_t a, std::uint32_t b) { return key(a) < key(b); });
   auto seats = static_cast<std::uint32_t>(running.size());
   for (std::uint32_t idx : waiting) {
-    if (budget == 0 || seats >= in.max_seqs) break;
+    if (plan.budget() == 0 || seats >= in.max_seqs) break;
     const StepRequest& r = in.requests[idx];
-    const std::uint32_t n = std::min(r.tokens_wanted(), budget);
-    if (!kv.try_allocate(r, n)) {
+    const std::uint32_t n = std::min(r.tokens_wanted(), plan.budget());
+    if (!plan.try_schedule(r, idx, n)) {
       // Head-of-line blocking; with nothing running, a pin makes room for the next step.
       if (seats == 0) {
         if (std::ptrdiff_t k = latest_pin(); k >= 0) unpin(static_cast<std::size_t>(k));
       }
       break;
     }
-    out.run.push_back({idx, n});
-    budget -= n;
     ++seats;
     if (auto it = preempted_at_.find(r.id); it != preempted_at_.end()) {
       delays_.push_back(seconds(now - it->second));
@@ -275,6 +261,7 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
       preempted_at_.erase(it);
     }
   }
+  plan.emit(out.run);
 }
 
 }  // namespace tandem::sched

@@ -107,11 +107,8 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   std::vector<MarsRequestState*> st(n_req);
   for (std::uint32_t i = 0; i < n_req; ++i) st[i] = &touch(in.requests[i]);
 
-  KvLedger kv(in);
-  std::uint32_t budget = in.token_budget;
+  ChunkLedger plan(in);
   std::vector<std::uint32_t> quantum_of(n_req, 0);  // 0: not capped (decode)
-  std::vector<std::uint32_t> chunk(n_req, 0);       // tokens scheduled this step
-  std::vector<std::uint32_t> allocated(n_req, 0);   // blocks allocated this step
   std::vector<bool> gone(n_req, false);             // preempted this step
 
   for (std::uint32_t i = 0; i < n_req; ++i) {
@@ -163,7 +160,8 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
         const StepRequest& r = in.requests[i];
         const int level =
             prefilling(r) ? static_cast<int>(std::max(st[i]->feedback, level_for(r.prompt_tokens - start_of(r)))) : -1;
-        victim_keys[i] = VictimKey(level, kv.blocks_for(std::min(r.computed_tokens, in.max_model_len)), r.arrival);
+        victim_keys[i] =
+            VictimKey(level, plan.kv().blocks_for(std::min(r.computed_tokens, in.max_model_len)), r.arrival);
         position[i] = pos;
       }
       victims = running;
@@ -178,24 +176,17 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
 
   bool preempted = false;
   while (heap_end != order.begin()) {
-    if (budget == 0) break;
+    if (plan.budget() == 0) break;
     std::pop_heap(order.begin(), heap_end, run_after);
     --heap_end;
     const std::uint32_t idx = *heap_end;
     if (gone[idx]) continue;
     const StepRequest& r = in.requests[idx];
-    std::uint32_t attempt = std::min(r.tokens_wanted(), budget);
+    std::uint32_t attempt = std::min(r.tokens_wanted(), plan.budget());
     if (quantum_of[idx] != 0) attempt = std::min(attempt, quantum_of[idx]);
     bool preempted_self = false;
     while (true) {
-      const std::uint32_t need = kv.blocks_needed(r, attempt);
-      if (kv.try_allocate(r, attempt)) {
-        chunk[idx] = attempt;
-        allocated[idx] = need;
-        budget -= attempt;
-        out.run.push_back({idx, attempt});
-        break;
-      }
+      if (plan.try_schedule(r, idx, attempt)) break;
       if (params_.chunk_halving && prefilling(r) && attempt > in.block_size) {
         attempt = std::max(in.block_size, attempt / 2);
         continue;
@@ -203,13 +194,7 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
       const std::uint32_t v = pick_victim();
       gone[v] = true;
       preempted = true;
-      kv.release(in.requests[v].blocks_held + allocated[v]);
-      if (chunk[v] != 0) {
-        // Already scheduled this step: its chunk, budget and blocks come back.
-        budget += chunk[v];
-        chunk[v] = 0;  // its entry leaves out.run after the pass (one sweep, not one per victim)
-        allocated[v] = 0;
-      }
+      plan.preempt(in.requests[v], v);  // a chunk already scheduled this step comes back too
       out.preempt.push_back(v);
       st[v]->feedback = 0;
       st[v]->last_scheduled.reset();
@@ -221,9 +206,6 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
     }
     if (preempted_self) break;
   }
-
-  // Chunks of requests preempted after being scheduled (chunk reset to 0).
-  if (preempted) std::erase_if(out.run, [&](const ScheduledChunk& c) { return chunk[c.request] == 0; });
 
   // 2. Waiting requests, only if nothing was preempted (as vLLM).
   if (!preempted) {
@@ -269,13 +251,13 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
     for (std::size_t k = 0; k < keyed.size(); ++k) queued[k] = keyed[k].second;
 
     for (std::uint32_t idx : queued) {
-      if (budget == 0 || seats >= in.max_seqs) break;
+      if (plan.budget() == 0 || seats >= in.max_seqs) break;
       const StepRequest& r = in.requests[idx];
-      std::uint32_t attempt = std::min(r.tokens_wanted(), budget);
+      std::uint32_t attempt = std::min(r.tokens_wanted(), plan.budget());
       if (quantum_of[idx] != 0) attempt = std::min(attempt, quantum_of[idx]);
       bool admitted = false;
       while (true) {
-        if (kv.try_allocate(r, attempt)) {
+        if (plan.try_schedule(r, idx, attempt)) {
           admitted = true;
           break;
         }
@@ -283,13 +265,12 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
         attempt = std::max(in.block_size, attempt / 2);
       }
       if (!admitted) break;  // head-of-line blocking, no skipping
-      chunk[idx] = attempt;
-      budget -= attempt;
-      out.run.push_back({idx, attempt});
       st[idx]->preempt_seq = 0;
       ++seats;
     }
   }
+
+  plan.emit(out.run);
 
   // 3. MLFQ feedback for what runs.
   for (const ScheduledChunk& c : out.run) {

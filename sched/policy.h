@@ -182,4 +182,55 @@ class KvLedger {
   std::uint32_t free_;
 };
 
+// A step's chunks while it is planned: each request's chunk and the blocks
+// it took, so that a victim already scheduled this step gives both back
+// (policies whose victim is not always the last one admitted: autellix,
+// continuum, mars). Chunks are emitted in the order they were scheduled,
+// without the ones given back. Thread-safety: a value type.
+class ChunkLedger {
+ public:
+  explicit ChunkLedger(const StepInput& in)
+      : kv_(in), budget_(in.token_budget), tokens_(in.requests.size(), 0), blocks_(in.requests.size(), 0) {}
+
+  KvLedger& kv() { return kv_; }
+  std::uint32_t budget() const { return budget_; }
+
+  // Allocates `tokens` (≥ 1) for request `index` and spends them from the
+  // budget; false, changing nothing, if its blocks do not fit.
+  // REQUIRES: each request is scheduled at most once a step.
+  bool try_schedule(const StepRequest& r, std::uint32_t index, std::uint32_t tokens) {
+    const std::uint32_t need = kv_.blocks_needed(r, tokens);
+    if (!kv_.try_allocate(r, tokens)) return false;
+    tokens_[index] = tokens;
+    blocks_[index] = need;
+    budget_ -= tokens;
+    order_.push_back(index);
+    return true;
+  }
+  // Preempts request `index`: its chunk of this step, if any, comes back to
+  // the budget and its blocks — those taken this step and those it held — to
+  // the ledger.
+  void preempt(const StepRequest& r, std::uint32_t index) {
+    budget_ += tokens_[index];
+    kv_.release(blocks_[index] + r.blocks_held);
+    tokens_[index] = 0;
+    blocks_[index] = 0;
+  }
+  // Tokens scheduled for `index` this step (0: none).
+  std::uint32_t tokens(std::uint32_t index) const { return tokens_[index]; }
+  // Appends the chunks still scheduled, in scheduling order.
+  void emit(std::vector<ScheduledChunk>& run) const {
+    for (std::uint32_t i : order_) {
+      if (tokens_[i] != 0) run.push_back({i, tokens_[i]});
+    }
+  }
+
+ private:
+  KvLedger kv_;
+  std::uint32_t budget_;
+  std::vector<std::uint32_t> tokens_;
+  std::vector<std::uint32_t> blocks_;
+  std::vector<std::uint32_t> order_;
+};
+
 }  // namespace tandem::sched
