@@ -9,25 +9,15 @@
 #include <chrono>
 #include <vector>
 
+#include "tests/sched/step_fixture.h"
+
 namespace tandem::sched {
 namespace {
 
 using std::chrono::milliseconds;
 
-Time ms(std::int64_t v) { return Time(milliseconds(v)); }
-
-StepRequest req(std::uint64_t id, SessionId session, RequestPhase phase, std::uint32_t prompt, std::uint32_t computed,
-                Time arrival) {
-  StepRequest r;
-  r.id = id;
-  r.session = session;
-  r.phase = phase;
-  r.prompt_tokens = prompt;
-  r.computed_tokens = computed;
-  r.blocks_held = phase == RequestPhase::kRunning ? (computed + 15) / 16 : 0;
-  r.arrival = arrival;
-  return r;
-}
+using test::ms;
+using test::req;
 
 StepInput input(const std::vector<StepRequest>& reqs, std::uint32_t free_blocks = 100000, std::uint32_t budget = 8192) {
   StepInput in;

@@ -11,26 +11,15 @@
 #include <utility>
 #include <vector>
 
+#include "tests/sched/step_fixture.h"
+
 namespace tandem::sched {
 namespace {
 
 using std::chrono::milliseconds;
 
-Time ms(std::int64_t v) { return Time(milliseconds(v)); }
-
-StepRequest req(std::uint64_t id, SessionId session, RequestPhase phase, std::uint32_t prompt, std::uint32_t computed,
-                Time arrival, bool last_round = false) {
-  StepRequest r;
-  r.id = id;
-  r.session = session;
-  r.phase = phase;
-  r.prompt_tokens = prompt;
-  r.computed_tokens = computed;
-  r.blocks_held = phase == RequestPhase::kRunning ? (computed + 15) / 16 : 0;
-  r.arrival = arrival;
-  r.last_round = last_round;
-  return r;
-}
+using test::ms;
+using test::req;
 
 struct Step {
   std::vector<StepRequest> reqs;
