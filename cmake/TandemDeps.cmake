@@ -5,6 +5,8 @@ find_package(Threads REQUIRED)
 
 find_package(fmt REQUIRED)   # libfmt-dev
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)   # libxxhash-dev
+find_package(nlohmann_json 3 REQUIRED)   # nlohmann-json3-dev (the simulator's traces and reports)
+find_program(TANDEM_GNUPLOT gnuplot)   # gnuplot-nox: tandem-sim --plot (found at run time too)
 
 find_package(FlatBuffers REQUIRED)   # libflatbuffers-dev
 find_program(TANDEM_FLATC flatc REQUIRED)   # flatbuffers-compiler

@@ -148,7 +148,10 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   auto unpin = [&](std::size_t k) {
     pin_alive[k] = false;
     out.unpin.push_back(in.pinned[k].session);
-    plan.kv().release(in.pinned[k].blocks);
+    // A queued request of the same session counts these blocks as its own
+    // (StepRequest::blocks_held): released, they stay its prefix hit, now
+    // drawn from the free pool, so the ledger gains nothing.
+    if (!waiting_sessions.contains(in.pinned[k].session)) plan.kv().release(in.pinned[k].blocks);
   };
   // The live pin with the latest end (the first of equals).
   auto latest_pin = [&]() -> std::ptrdiff_t {

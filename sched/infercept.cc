@@ -77,7 +77,10 @@ void InferceptStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   auto unpin = [&](std::size_t k) {
     pin_alive[k] = false;
     out.unpin.push_back(in.pinned[k].session);
-    kv.release(in.pinned[k].blocks);
+    // A queued request of the same session counts these blocks as its own
+    // (StepRequest::blocks_held): released, they stay its prefix hit, now
+    // drawn from the free pool, so the ledger gains nothing.
+    if (!waiting_sessions.contains(in.pinned[k].session)) kv.release(in.pinned[k].blocks);
   };
   for (std::size_t k = 0; k < in.pinned.size(); ++k) {
     const PinnedKv& p = in.pinned[k];

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <tuple>
 #include <type_traits>
+#include <unordered_set>
 #include <vector>
 
 namespace tandem::sched {
@@ -303,8 +304,15 @@ double TandemStepScheduler::release_cost_per_block(const PinnedKv& pin, Time now
 
 void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   std::uint32_t free_blocks = in.free_blocks;
+  // A pin whose session's next round is already queued is about to be used
+  // (that request counts its blocks as its own): releasing it is pure loss.
+  std::unordered_set<SessionId> queued;
+  for (const StepRequest& r : in.requests) {
+    if (r.phase != RequestPhase::kRunning) queued.insert(r.session);
+  }
   std::vector<const PinnedKv*> live;
   for (const PinnedKv& pin : in.pinned) {
+    if (queued.contains(pin.session)) continue;
     if (now >= pin.until) {  // expired
       out.unpin.push_back(pin.session);
       free_blocks += pin.blocks;

@@ -1,0 +1,73 @@
+// The host's tool cores: weighted processor sharing (docs/sim.md "Tools").
+//
+// A tool call has a nominal wall time W and a CPU demand d (cores it uses
+// while it runs uncontended). It progresses at rate r/d, where r ≤ d is the
+// CPU it gets, and ends when its progress reaches W: uncontended it takes
+// exactly W; when runnable demand exceeds the cores it stretches by d/r.
+// Cores are shared by weighted max-min fairness (water-filling), as CFS
+// shares them among cgroups by cpu.weight, each tool capped at its demand
+// and at its session's CPU quota.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "base/clock.h"
+
+namespace tandem::sim {
+
+// Thread-safety: one thread.
+class CpuPool {
+ public:
+  using Time = base::Time;
+  explicit CpuPool(double cores) : cores_(cores) {}
+
+  // Starts a tool call. demand ≥ 0 (clamped to at least 0.001 core).
+  void start(std::uint64_t tool, std::uint64_t group, double demand_cores, double nominal_s, Time now);
+  // Ends a tool call early (killed); returns false if it is not running.
+  bool stop(std::uint64_t tool, Time now);
+  // Weight (cpu.weight semantics, default 100) and quota (cores, 0 = none)
+  // of every tool of `group`, now and for tools it starts later.
+  void set_weight(std::uint64_t group, double weight, Time now);
+  void set_quota(std::uint64_t group, double cores, Time now);
+  void forget_group(std::uint64_t group);
+
+  // When the next tool call ends (none when idle).
+  std::optional<Time> next_completion() const { return next_; }
+  // Advances to `now` and returns the tool calls that ended by then.
+  std::vector<std::uint64_t> complete(Time now);
+
+  double cores() const { return cores_; }
+  std::size_t running() const { return tools_.size(); }
+  double core_seconds() const { return core_seconds_; }
+  // Share of recent time (10 s exponential window, in %) during which some
+  // runnable tool wanted more CPU than it got: PSI's cpu "some avg10".
+  double pressure_avg10() const { return psi_; }
+
+ private:
+  struct Tool {
+    std::uint64_t group;
+    double demand;
+    double remaining_s;  // nominal seconds of progress left
+    double rate = 0;     // cores it gets now
+  };
+  struct Group {
+    double weight = 100;
+    double quota = 0;
+  };
+  void advance(Time now);
+  void reshare(Time now);
+
+  double cores_;
+  std::unordered_map<std::uint64_t, Tool> tools_;
+  std::unordered_map<std::uint64_t, Group> groups_;
+  Time last_{};
+  std::optional<Time> next_;
+  double core_seconds_ = 0;
+  double psi_ = 0;
+  bool contended_ = false;
+};
+
+}  // namespace tandem::sim

@@ -1,0 +1,213 @@
+// One simulated inference engine: vLLM-V1-like continuous batching hosting a
+// sched::StepScheduler unchanged (docs/sim.md "Engine model").
+//
+//   - paged KV in blocks of block_size tokens; a request holds the blocks of
+//     the tokens it has computed plus the one being generated;
+//   - prefix caching: a round's full blocks go, when freed, to a cache of
+//     free-but-reusable blocks evicted least-recently-freed first and, within
+//     a session, from its tail (vLLM frees a request's blocks tail first into
+//     its free queue). Only a session's own earlier rounds share its prefix
+//     (agent sessions do not share contexts with each other here);
+//   - pins: KV a policy holds against eviction between rounds. While the
+//     session's next round waits, the pin stays (the scheduler sees the
+//     blocks as that request's, referenced, as vLLM counts a hit on blocks
+//     another holder references); when the round is scheduled it takes the
+//     pinned blocks over as its own prefix hit;
+//   - preemption by recompute (the blocks go to the prefix cache, as in vLLM),
+//     offload to host memory over PCIe (the blocks are freed to the cache when
+//     the copy is done, serialised on one link per engine) and reload from it
+//     (added to the step that schedules the request);
+//   - step time from the preset's calibrated model.
+// Planning and allocation happen when a step starts; tokens, first tokens and
+// round ends are delivered when it ends.
+//
+// The engine checks its own conservation at every step (held + pinned +
+// offloading + cached + free = pool) and counts every computed token as new
+// or recomputed; violations are counted in `Engine::violations()` (a
+// simulator bug or a scheduler that planned more than fits), never ignored.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sched/policy.h"
+#include "sim/metrics.h"
+#include "sim/preset.h"
+
+namespace tandem::sim {
+
+using sched::Duration;
+using sched::EngineId;
+using sched::SessionId;
+using sched::Time;
+
+// Per-session facts that outlive one engine (a session can move): owned by
+// the host, one per session, at a stable address.
+struct SessionContent {
+  std::uint32_t computed_high = 0;  // tokens of the current content computed at least once
+  std::uint32_t host_tokens = 0;    // full-block tokens with a copy in host memory
+};
+
+// One round handed to an engine.
+struct RoundWork {
+  SessionId session = 0;
+  std::uint32_t round = 0;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t output_tokens = 0;  // the round generates exactly this many
+  std::uint32_t shared_prefix = 0;  // tokens of the prompt equal to the session's previous context
+  bool last_round = false;
+  sched::ToolKind tool = 0;  // the tool that follows (0: none or unknown)
+  std::uint8_t priority = 0;
+  Time submitted{};
+  SessionContent* content = nullptr;
+};
+
+// What the engine reports to its host.
+class EngineHost {
+ public:
+  virtual ~EngineHost() = default;
+  virtual void first_token(EngineId engine, const RoundWork& work, Time now) = 0;
+  // The round generated its last token; `blocks` is the KV it held.
+  virtual void round_done(EngineId engine, const RoundWork& work, std::uint32_t blocks, std::uint32_t context_tokens,
+                          Time now) = 0;
+  virtual void kv_changed(EngineId engine, SessionId session, sched::KvChange change, std::uint32_t blocks,
+                          Time now) = 0;
+};
+
+struct EngineLimits {
+  std::uint32_t token_budget = 8192;
+  std::uint32_t max_seqs = 1024;
+};
+
+// Thread-safety: one thread (the simulation's).
+class Engine {
+ public:
+  Engine(EngineId id, const Preset& preset, EngineLimits limits, sched::StepScheduler& scheduler, EngineHost& host,
+         RunCounters& counters);
+
+  EngineId id() const { return id_; }
+  const sched::EngineParams& params() const { return params_; }
+
+  // A runnable round. The session's earlier KV on this engine (pinned or
+  // cached) and its host copy are cut to `shared_prefix`.
+  void submit(const RoundWork& work, Time now);
+  // Forgets a finished session's KV (pins, cache, host copy).
+  void end_session(SessionId session, Time now);
+
+  // Control-plane actions on a session's KV between rounds (no-ops when the
+  // session has none here, or its round is queued or running).
+  void pin(SessionId session, Time until, Time now);
+  void unpin(SessionId session, Time now);
+  void drop(SessionId session, Time now);
+  void offload(SessionId session, Time now);
+
+  // Starts a step if there is runnable work and none is in progress: plans,
+  // allocates and returns when it will end.
+  std::optional<Time> start_step(Time now);
+  // Delivers the step's tokens (first tokens, round ends).
+  void finish_step(Time now);
+  bool busy() const { return in_step_; }
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  // Offload copies finished by `now` free their blocks; the next completion.
+  std::optional<Time> complete_offloads(Time now);
+
+  sched::KvPoolStats stats() const;
+  std::uint32_t queued() const { return static_cast<std::uint32_t>(running_.size() + waiting_.size()); }
+  std::uint64_t steps() const { return steps_; }
+  std::uint64_t violations() const { return violations_; }
+  const std::string& first_violation() const { return first_violation_; }
+  std::uint32_t pinned_blocks() const { return pinned_blocks_; }
+  // Records a violation if the pool does not add up.
+  void check_conservation();
+  // Brings the pinned block-seconds counter up to `now` (end of a run).
+  void account(Time now) { account_pinned(now); }
+
+ private:
+  struct Req {
+    sched::StepRequest r;
+    RoundWork work;
+    std::uint32_t target = 0;  // prefill target: the prompt, plus earlier output after a preemption
+    bool first_token_sent = false;
+    bool counted_reuse = false;
+    bool produced = false;  // produced a token in the current step
+  };
+  struct SessKv {
+    std::uint32_t cached_blocks = 0;  // free-but-cached full blocks of its prefix
+    std::uint64_t lru_key = 0;        // position in lru_ (0: not there)
+    std::uint32_t pinned_blocks = 0;  // blocks of its pin (0: none), mirrors pins_
+    bool active = false;              // a round of it is queued or running here
+    SessionContent* content = nullptr;
+  };
+  struct Offloading {
+    SessionId session;
+    std::uint32_t blocks;
+    std::uint32_t tokens;
+    Time done;
+  };
+
+  std::uint32_t blocks_for(std::uint64_t tokens) const {
+    return static_cast<std::uint32_t>((tokens + block_size_ - 1) / block_size_);
+  }
+  std::uint32_t free_blocks() const { return free_uncached_ + cached_total_; }
+  // Prefix hit available to a queued request now (tokens) and the part of it from host memory.
+  std::uint32_t hit_tokens(const Req& q, std::uint32_t* from_host) const;
+  void cache_put(SessionId s, std::uint32_t full_blocks, Time now);  // to the LRU tail
+  std::uint32_t cache_take(SessionId s);                             // off the LRU; returns its blocks
+  void cache_cut(SessionId s, std::uint32_t keep_blocks);            // keep only a prefix
+  bool allocate(std::uint32_t blocks, Time now);                     // from free, evicting LRU
+  // Frees a held allocation of `kv_tokens` tokens in `blocks` blocks: full
+  // blocks to the cache, the partial one to the free pool.
+  void release_to_cache(SessionId s, std::uint32_t kv_tokens, std::uint32_t blocks, Time now);
+  std::vector<sched::PinnedKv>::iterator find_pin(SessionId s);
+  void remove_pin(std::vector<sched::PinnedKv>::iterator it, Time now);         // blocks to the cache
+  std::uint32_t take_pin(std::vector<sched::PinnedKv>::iterator it, Time now);  // returns its blocks
+  void add_pin(SessionId s, std::uint32_t blocks, Time now, Time until);
+  bool active(SessionId s) const;
+  // Frees `blocks` of `s` that were pinned or cached: nothing kept.
+  std::uint32_t take_idle_kv(SessionId s, Time now);
+  void violation(std::string what);
+  void account_pinned(Time now);
+
+  EngineId id_;
+  const Preset& preset_;
+  sched::EngineParams params_;
+  std::uint32_t block_size_;
+  sched::StepScheduler& scheduler_;
+  EngineHost& host_;
+  RunCounters& counters_;
+
+  std::vector<Req> running_;  // running order
+  std::deque<Req> waiting_;   // queue order; preempted requests at the front
+  std::vector<sched::PinnedKv> pins_;
+  std::unordered_map<SessionId, SessKv> kv_;
+  std::map<std::uint64_t, SessionId> lru_;  // least recently freed first
+  std::uint64_t lru_next_ = 1;
+  std::vector<Offloading> offloading_;
+  Time link_free_{};
+
+  std::uint32_t free_uncached_ = 0;
+  std::uint32_t cached_total_ = 0;
+  std::uint32_t pinned_blocks_ = 0;
+  std::uint32_t offloading_blocks_ = 0;
+  std::uint64_t next_request_ = 1;
+
+  // The step in flight.
+  bool in_step_ = false;
+  Time step_start_{};
+  std::vector<sched::StepRequest> step_requests_;
+  sched::StepPlan plan_;
+  std::uint64_t steps_ = 0;
+  std::uint32_t last_step_tokens_ = 0;
+  Duration last_step_time_{};
+
+  Time pinned_since_{};
+  std::uint64_t violations_ = 0;
+  std::string first_violation_;
+};
+
+}  // namespace tandem::sim

@@ -1,0 +1,390 @@
+// tandem-sim: every policy on the same agentic workloads (docs/sim.md).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "base/parse.h"
+#include "sched/registry.h"
+#include "sim/node.h"
+#include "sim/report.h"
+#include "sim/workload.h"
+
+namespace tandem::sim {
+namespace {
+
+constexpr std::string_view kUsage = R"(usage: tandem-sim (--trace FILE | --synthetic NAME) --preset NAME [options]
+
+workload
+  --trace FILE          replay sessions from a traces/ JSONL file
+  --synthetic NAME      a synthetic workload (--list shows them)
+  --sessions N          sessions per run (default: every trace session once; 200 synthetic)
+  --rate R              offered load, sessions per second
+  --sweep R1,R2,...     several load points
+  --fixed-rate          evenly spaced arrivals (default: Poisson)
+  --seed S              seed for drawing sessions and arrivals (default 1)
+node
+  --preset NAME         h100-llama3-8b, h100-qwen3-30b-a3b, h200-llama3-8b, h200-qwen3-30b-a3b
+  --engines N           data-parallel engines on the node (default 2)
+  --tool-cores N        host cores for tool processes (default 16)
+  --token-budget N      tokens per engine step (default: the preset's, 8192)
+  --max-seqs N          sequences per engine step (default: the preset's, 1024)
+  --tool-cpu SPEC       CPU demand per tool kind, "pytest=1,Read=0.05,*=0.5"
+  --tick S              control tick period in seconds (default 0.05)
+policies
+  --policies LIST|all   policies to compare (default all)
+  --param POLICY.KEY=V  set a policy parameter (repeatable)
+  --ablate              also run tandem with each of its additions switched off
+output
+  --json FILE  --csv FILE  --plot FILE.png
+  --jobs N              simulations run in parallel (default: the number of cores)
+  --list                list presets, synthetic workloads and policies, then exit
+  --quiet               no progress lines on stderr
+)";
+
+constexpr std::string_view kAdditions[] = {"residency", "cost_eviction", "cpu_weights", "global_queue", "growth_check"};
+
+struct Options {
+  std::string trace;
+  std::string synthetic;
+  std::string preset;
+  std::optional<std::size_t> sessions;
+  std::vector<double> rates;
+  bool poisson = true;
+  std::uint64_t seed = 1;
+  std::uint32_t engines = 2;
+  double tool_cores = 16;
+  std::optional<std::uint32_t> token_budget;
+  std::optional<std::uint32_t> max_seqs;
+  std::string tool_cpu;
+  double tick_s = 0.05;
+  std::vector<std::string> policies;
+  std::map<std::string, std::map<std::string, double>> params;
+  bool ablate = false;
+  std::string json, csv, plot;
+  unsigned jobs = 0;
+  bool list = false;
+  bool quiet = false;
+};
+
+int usage_error(const std::string& what) {
+  std::cerr << "tandem-sim: " << what << " (see --help)\n";
+  return 2;
+}
+
+template <typename T>
+std::optional<T> parse_number(std::string_view s) {
+  if constexpr (std::is_floating_point_v<T>) {
+    auto v = base::parse_double(s);
+    if (!v || !std::isfinite(*v)) return std::nullopt;
+    return static_cast<T>(*v);
+  } else {
+    auto v = base::parse_int<std::int64_t>(s);
+    if (!v || *v < 0) return std::nullopt;
+    return static_cast<T>(*v);
+  }
+}
+
+// Parses argv into `o`; returns an exit code to stop with, or nullopt.
+std::optional<int> parse_args(int argc, char** argv, Options& o) {
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view a = args[i];
+    auto value = [&]() -> std::optional<std::string_view> {
+      if (i + 1 >= args.size()) return std::nullopt;
+      return args[++i];
+    };
+    auto need = [&](std::string_view flag) -> std::optional<std::string_view> {
+      auto v = value();
+      if (!v) usage_error(std::string(flag) + " needs a value");
+      return v;
+    };
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else if (a == "--list") {
+      o.list = true;
+    } else if (a == "--quiet") {
+      o.quiet = true;
+    } else if (a == "--ablate") {
+      o.ablate = true;
+    } else if (a == "--fixed-rate") {
+      o.poisson = false;
+    } else if (a == "--trace" || a == "--synthetic" || a == "--preset" || a == "--tool-cpu" || a == "--json" ||
+               a == "--csv" || a == "--plot") {
+      auto v = need(a);
+      if (!v) return 2;
+      std::string& dst = a == "--trace"       ? o.trace
+                         : a == "--synthetic" ? o.synthetic
+                         : a == "--preset"    ? o.preset
+                         : a == "--tool-cpu"  ? o.tool_cpu
+                         : a == "--json"      ? o.json
+                         : a == "--csv"       ? o.csv
+                                              : o.plot;
+      dst = std::string(*v);
+    } else if (a == "--rate" || a == "--sweep") {
+      auto v = need(a);
+      if (!v) return 2;
+      o.rates.clear();
+      for (std::string_view part : base::split(*v, ',')) {
+        auto r = parse_number<double>(base::trim(part));
+        if (!r || *r <= 0) return usage_error(std::string(a) + ": '" + std::string(part) + "' is not a positive rate");
+        o.rates.push_back(*r);
+      }
+      if (o.rates.empty()) return usage_error(std::string(a) + " needs at least one rate");
+    } else if (a == "--sessions" || a == "--engines" || a == "--token-budget" || a == "--max-seqs" || a == "--seed" ||
+               a == "--jobs") {
+      auto v = need(a);
+      if (!v) return 2;
+      auto n = parse_number<std::uint64_t>(*v);
+      if (!n || (*n == 0 && a != "--seed")) {
+        return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a positive integer");
+      }
+      if (a == "--sessions") o.sessions = *n;
+      if (a == "--engines") {
+        if (*n > 64) return usage_error("--engines: at most 64");
+        o.engines = static_cast<std::uint32_t>(*n);
+      }
+      if (a == "--token-budget") o.token_budget = static_cast<std::uint32_t>(std::min<std::uint64_t>(*n, 1 << 20));
+      if (a == "--max-seqs") o.max_seqs = static_cast<std::uint32_t>(std::min<std::uint64_t>(*n, 1 << 16));
+      if (a == "--seed") o.seed = *n;
+      if (a == "--jobs") o.jobs = static_cast<unsigned>(std::min<std::uint64_t>(*n, 256));
+    } else if (a == "--tool-cores" || a == "--tick") {
+      auto v = need(a);
+      if (!v) return 2;
+      auto d = parse_number<double>(*v);
+      if (!d || *d <= 0) return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a positive number");
+      (a == "--tick" ? o.tick_s : o.tool_cores) = *d;
+    } else if (a == "--policies") {
+      auto v = need(a);
+      if (!v) return 2;
+      o.policies.clear();
+      for (std::string_view p : base::split(*v, ',')) o.policies.emplace_back(base::trim(p));
+    } else if (a == "--param") {
+      auto v = need(a);
+      if (!v) return 2;
+      const auto dot = v->find('.');
+      const auto eq = v->find('=');
+      if (dot == std::string_view::npos || eq == std::string_view::npos || dot > eq) {
+        return usage_error("--param wants POLICY.KEY=VALUE, got '" + std::string(*v) + "'");
+      }
+      auto d = parse_number<double>(v->substr(eq + 1));
+      if (!d) return usage_error("--param " + std::string(*v) + ": the value is not a number");
+      o.params[std::string(v->substr(0, dot))][std::string(v->substr(dot + 1, eq - dot - 1))] = *d;
+    } else {
+      return usage_error("unknown argument '" + std::string(a) + "'");
+    }
+  }
+  return std::nullopt;
+}
+
+void list_everything() {
+  std::cout << "presets:\n";
+  for (const Preset& p : presets()) std::cout << "  " << p.name << "  " << p.doc << "\n";
+  std::cout << "synthetic workloads:\n";
+  for (const SyntheticSpec& s : synthetic_workloads()) std::cout << "  " << s.name << "  " << s.doc << "\n";
+  std::cout << "policies:\n";
+  for (const sched::PolicyEntry& e : sched::policy_registry()) std::cout << "  " << e.name << "  " << e.summary << "\n";
+}
+
+struct Job {
+  std::size_t rate_index;
+  std::string policy;
+  std::string variant;
+  std::map<std::string, double> params;
+};
+
+int run(const Options& o) {
+  if (o.trace.empty() == o.synthetic.empty())
+    return usage_error("give exactly one of --trace FILE or --synthetic NAME");
+  if (o.preset.empty()) return usage_error("--preset is required");
+  if (o.rates.empty()) return usage_error("give --rate R or --sweep R1,R2,...");
+  auto preset = find_preset(o.preset);
+  if (!preset) return usage_error(preset.error().context());
+
+  SimConfig base_config;
+  base_config.preset = *preset;
+  base_config.limits.token_budget = o.token_budget.value_or(preset->token_budget);
+  base_config.limits.max_seqs = o.max_seqs.value_or(preset->max_seqs);
+  base_config.engines = o.engines;
+  base_config.tool_cores = o.tool_cores;
+  base_config.tick_s = o.tick_s;
+  if (base_config.limits.token_budget < preset->block_size) {
+    return usage_error("--token-budget must be at least one KV block (" + std::to_string(preset->block_size) + ")");
+  }
+  if (!o.tool_cpu.empty()) {
+    if (auto r = base_config.tool_cpu.apply(o.tool_cpu); !r) return usage_error("--tool-cpu: " + r.error().context());
+  }
+
+  // Policies: validate every name and parameter before running anything.
+  std::vector<std::string> policies = o.policies;
+  if (policies.empty() || (policies.size() == 1 && policies[0] == "all")) {
+    policies.clear();
+    for (const sched::PolicyEntry& e : sched::policy_registry()) policies.emplace_back(e.name);
+  }
+  for (const auto& [policy, values] : o.params) {
+    if (std::find(policies.begin(), policies.end(), policy) == policies.end() && !(o.ablate && policy == "tandem")) {
+      return usage_error("--param for policy '" + policy + "', which is not being run");
+    }
+  }
+  std::vector<Job> variants;
+  auto params_of = [&](const std::string& p) {
+    auto it = o.params.find(p);
+    return it == o.params.end() ? std::map<std::string, double>{} : it->second;
+  };
+  for (const std::string& p : policies) variants.push_back({0, p, "", params_of(p)});
+  if (o.ablate) {
+    for (std::string_view add : kAdditions) {
+      auto values = params_of("tandem");
+      values[std::string(add)] = 0;
+      variants.push_back({0, "tandem", "-" + std::string(add), values});
+    }
+  }
+  for (const Job& v : variants) {
+    auto inst = sched::make_policy(v.policy, v.params);
+    if (!inst) return usage_error(inst.error().context());
+  }
+
+  // The session pool.
+  std::vector<SessionSpec> pool;
+  std::string workload_name;
+  if (!o.trace.empty()) {
+    TraceStats stats;
+    auto loaded = load_trace(o.trace, &stats);
+    if (!loaded) {
+      std::cerr << "tandem-sim: " << loaded.error().context() << "\n";
+      return 2;
+    }
+    pool = std::move(*loaded);
+    workload_name = o.trace.substr(o.trace.find_last_of('/') + 1);
+    if (!o.quiet) {
+      std::cerr << "tandem-sim: " << stats.sessions << " sessions, " << stats.rounds << " rounds from " << o.trace
+                << (stats.dropped_rounds
+                        ? " (" + std::to_string(stats.dropped_rounds) + " rounds after a final answer dropped)"
+                        : "")
+                << "\n";
+    }
+  } else {
+    auto gen = synthetic_pool(o.synthetic, o.sessions.value_or(200), o.seed);
+    if (!gen) return usage_error(gen.error().context());
+    pool = std::move(*gen);
+    workload_name = o.synthetic;
+  }
+
+  // One workload (and T_ideal) per rate, shared by every policy.
+  std::vector<Workload> workloads;
+  std::vector<std::vector<double>> ideals;
+  for (double rate : o.rates) {
+    ArrivalSpec a;
+    a.rate_sps = rate;
+    a.poisson = o.poisson;
+    a.sessions = o.sessions.value_or(pool.size());
+    a.seed = o.seed;
+    a.max_model_len = preset->max_model_len;
+    auto w = make_workload(pool, workload_name, a);
+    if (!w) return usage_error(w.error().context());
+    ideals.push_back(ideal_times(*w, base_config));
+    workloads.push_back(std::move(*w));
+  }
+  if (!o.quiet && workloads.front().capped_rounds > 0) {
+    std::cerr << "tandem-sim: " << workloads.front().capped_rounds << " of " << workloads.front().rounds
+              << " rounds capped at max_model_len " << preset->max_model_len << "\n";
+  }
+
+  std::vector<Job> jobs;
+  for (std::size_t r = 0; r < o.rates.size(); ++r) {
+    for (Job v : variants) {
+      v.rate_index = r;
+      jobs.push_back(std::move(v));
+    }
+  }
+  std::vector<Run> runs(jobs.size());
+  std::vector<std::string> failures(jobs.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex log_mutex;
+  auto worker = [&] {
+    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+      const Job& job = jobs[i];
+      SimConfig config = base_config;
+      config.policy = job.policy;
+      config.params = job.params;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto result = simulate(workloads[job.rate_index], config, ideals[job.rate_index]);
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      Run& run = runs[i];
+      run.policy = job.policy;
+      run.variant = job.variant;
+      run.rate = o.rates[job.rate_index];
+      run.sessions = workloads[job.rate_index].sessions.size();
+      run.wall_s = wall;
+      if (!result) {
+        failures[i] = result.error().context();
+      } else if (result->violations != 0 || result->rejected_events != 0) {
+        failures[i] = std::to_string(result->violations) + " model violations, " +
+                      std::to_string(result->rejected_events) + " rejected events; first: " + result->first_violation;
+      } else {
+        run.metrics = compute_metrics(result->sessions, result->counters);
+        for (const SessionRecord& s : result->sessions) run.e2e_s.push_back(s.finish_s - s.arrival_s);
+      }
+      if (!o.quiet) {
+        std::lock_guard lock(log_mutex);
+        std::fprintf(stderr, "tandem-sim: %-22s rate %-6g %s (%.1f s)\n", run_label(run).c_str(), run.rate,
+                     failures[i].empty() ? "done" : "FAILED", wall);
+      }
+    }
+  };
+  unsigned n_threads = o.jobs != 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
+  n_threads = std::min<unsigned>(n_threads, static_cast<unsigned>(jobs.size()));
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < n_threads; ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+
+  int rc = 0;
+  Report report{preset->name.data(), workload_name, {}};
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (!failures[i].empty()) {
+      std::cerr << "tandem-sim: " << run_label(runs[i]) << " at rate " << runs[i].rate << " failed: " << failures[i]
+                << "\n";
+      rc = 1;
+      continue;
+    }
+    report.runs.push_back(std::move(runs[i]));
+  }
+  print_table(std::cout, report);
+  auto write = [&](const std::string& path, base::Result<void> (*fn)(const Report&, const std::string&)) {
+    if (path.empty()) return;
+    if (auto r = fn(report, path); !r) {
+      std::cerr << "tandem-sim: " << r.error().context() << "\n";
+      rc = 1;
+    } else {
+      std::cout << "wrote " << path << "\n";
+    }
+  };
+  write(o.json, write_json);
+  write(o.csv, write_csv);
+  write(o.plot, write_plot);
+  return rc;
+}
+
+}  // namespace
+}  // namespace tandem::sim
+
+int main(int argc, char** argv) {
+  tandem::sim::Options o;
+  if (auto rc = tandem::sim::parse_args(argc, argv, o)) return *rc;
+  if (o.list) {
+    tandem::sim::list_everything();
+    return 0;
+  }
+  return tandem::sim::run(o);
+}

@@ -1,0 +1,82 @@
+// Metrics of one simulated run (issue 4, "Metrics, per policy and load
+// point"), computed from per-session records and run-wide counters.
+//
+// Definitions (docs/sim.md repeats them):
+//   E2E            session arrival → end of its last round, seconds
+//   slowdown       E2E / T_ideal, T_ideal = the same session alone on the node
+//   goodput_aN     sessions with E2E ≤ N · T_ideal (MARS's dynamic SLO), per
+//                  second of makespan (first arrival → last finish)
+//   throughput     completed sessions per second of makespan; rounds per minute
+//   TTFT           per round: the round's submission (session arrival or tool
+//                  end) → its first output token, admission wait included
+//   kv_hit_rate    prompt tokens served from cache (GPU prefix cache or a host
+//                  copy) / prompt tokens of every round (vLLM's prefix-cache
+//                  hit rate)
+//   recomputed     tokens computed again after their KV was lost (preemption,
+//                  eviction, drop)
+//   gpu_busy       time engines spent in steps / (engines · makespan)
+//   tool_cpu_util  core-seconds tools used / (tool cores · makespan)
+//   tool_stretch   per tool call, actual wall / nominal wall; mean
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tandem::sim {
+
+struct SessionRecord {
+  double arrival_s = 0.0;
+  double finish_s = 0.0;  // end of the last round
+  double ideal_s = 0.0;   // T_ideal (> 0)
+  std::uint32_t rounds = 0;
+  std::vector<double> ttft_s;  // one per round
+};
+
+struct RunCounters {
+  std::uint64_t prompt_tokens = 0;      // Σ prompt tokens over rounds
+  std::uint64_t reused_tokens = 0;      // of those, served from cache
+  std::uint64_t new_tokens = 0;         // computed for the first time
+  std::uint64_t recomputed_tokens = 0;  // computed again
+  std::uint64_t computed_tokens = 0;    // Σ chunk tokens of every step (= new + recomputed)
+  std::uint64_t preemptions = 0;
+  double pinned_block_seconds = 0.0;
+  double gpu_busy_s = 0.0;  // Σ over engines of step time
+  std::uint32_t engines = 1;
+  double tool_cpu_core_s = 0.0;  // core-seconds tools consumed
+  std::uint32_t tool_cores = 1;
+  std::uint64_t tool_calls = 0;
+  double tool_stretch_sum = 0.0;  // Σ actual / nominal over tool calls with nominal > 0
+  std::uint64_t tool_stretch_calls = 0;
+  std::uint64_t capped_rounds = 0;
+};
+
+struct Metrics {
+  std::size_t sessions = 0;  // completed
+  double e2e_mean_s = 0, e2e_p50_s = 0, e2e_p90_s = 0, e2e_p99_s = 0;
+  double slowdown_mean = 0;
+  double goodput_a1 = 0, goodput_a2 = 0, goodput_a3 = 0;  // sessions / s
+  double throughput_sps = 0;
+  double rounds_per_min = 0;
+  double ttft_mean_s = 0, ttft_p99_s = 0;
+  double kv_hit_rate = 0;
+  std::uint64_t recomputed_tokens = 0;
+  std::uint64_t preemptions = 0;
+  double pinned_block_seconds = 0;
+  double gpu_busy = 0;
+  double tool_cpu_util = 0;
+  double tool_stretch_mean = 0;
+  double makespan_s = 0;
+  std::uint64_t capped_rounds = 0;
+};
+
+// Linear-interpolated percentile (p in [0, 100]) of `values` (copied and
+// sorted); 0 for an empty span.
+double percentile(std::span<const double> values, double p);
+
+// Metrics of a run. Sessions with finish < arrival or ideal ≤ 0 are a caller
+// bug (asserted in debug builds); an empty span gives all-zero metrics.
+Metrics compute_metrics(std::span<const SessionRecord> sessions, const RunCounters& counters);
+
+}  // namespace tandem::sim

@@ -1,0 +1,475 @@
+// The node simulation loop: arrivals, engines, tools and the control policy.
+#include "sim/node.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "base/ids.h"
+#include "sched/registry.h"
+#include "sim/cpu_pool.h"
+
+namespace tandem::sim {
+namespace {
+
+using sched::Event;
+using sched::SessionState;
+
+// Virtual time starts at 1 s: sched/ reads Time{} as "never".
+constexpr Time kEpoch = Time(std::chrono::seconds(1));
+
+Duration from_s(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
+double to_s(Time t) { return std::chrono::duration<double>(t - kEpoch).count(); }
+double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+struct SimSession {
+  const SessionSpec* spec = nullptr;
+  std::size_t index = 0;
+  SessionId id = 0;
+  std::size_t round = 0;  // the round in flight or next to run
+  EngineId engine = 0;
+  SessionContent content;
+  bool admitted = false;
+  bool paused = false;
+  bool pending = false;  // its next round is ready but not runnable (waiting for admit or restore)
+  bool done = false;
+  Time arrival{};
+  Time ready{};  // when the pending or running round was submitted
+  Time tool_start{};
+  std::uint8_t priority = 0;
+  std::uint32_t tool_call = 0;
+  std::vector<double> ttft;
+};
+
+class Node final : public EngineHost {
+ public:
+  Node(const Workload& w, const SimConfig& c, std::span<const double> ideal)
+      : workload_(w), config_(c), ideal_(ideal), cpu_(c.tool_cores) {}
+
+  base::Result<SimResult> run();
+
+  void first_token(EngineId engine, const RoundWork& work, Time now) override;
+  void round_done(EngineId engine, const RoundWork& work, std::uint32_t blocks, std::uint32_t context,
+                  Time now) override;
+  void kv_changed(EngineId engine, SessionId session, sched::KvChange change, std::uint32_t blocks, Time now) override;
+
+ private:
+  void emit(const Event& e, Time now) {
+    if (!model_.observe(e, now)) ++result_.rejected_events;
+    control_->on_event(e, model_, now);
+  }
+  SimSession& session(SessionId id) { return sessions_[by_id_.at(id)]; }
+  void arrive(SimSession& s, Time now);
+  void round_ready(SimSession& s, Time now);  // the next round exists: submit or hold it
+  void submit(SimSession& s, Time now);
+  void tool_done(SimSession& s, Time now, std::int32_t exit_code);
+  void tick(Time now);
+  void apply(const sched::Action& a, Time now);
+  EngineId route() const;  // engine for a new session
+  std::string stuck_report() const;
+
+  const Workload& workload_;
+  const SimConfig& config_;
+  std::span<const double> ideal_;
+  CpuPool cpu_;
+  sched::NodeModel model_;
+  std::unique_ptr<sched::ControlPolicy> control_;
+  std::vector<std::unique_ptr<sched::StepScheduler>> steps_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::vector<std::optional<Time>> step_end_;
+  std::vector<std::optional<Time>> offload_done_;
+  std::vector<SimSession> sessions_;
+  std::unordered_map<SessionId, std::size_t> by_id_;
+  std::vector<std::uint32_t> live_on_engine_;
+  std::unordered_map<std::uint64_t, SessionId> tool_owner_;  // tool call id → session
+  std::uint64_t next_tool_ = 1;
+  std::size_t completed_ = 0;
+  Time last_progress_{};
+  SimResult result_;
+  sched::Actions actions_;
+};
+
+base::Result<SimResult> Node::run() {
+  if (auto v = validate(config_.preset); !v) return std::unexpected(v.error());
+  if (config_.engines == 0) return base::make_error(EINVAL, "--engines must be at least 1");
+  if (!(config_.tool_cores > 0) || !std::isfinite(config_.tool_cores)) {
+    return base::make_error(EINVAL, "--tool-cores must be a positive number");
+  }
+  if (!(config_.tick_s > 0)) return base::make_error(EINVAL, "the control tick must be positive");
+  if (ideal_.size() != workload_.sessions.size()) {
+    return base::make_error(EINVAL, "ideal times do not match the workload's sessions");
+  }
+  for (std::uint32_t e = 0; e < config_.engines; ++e) {
+    auto inst = sched::make_policy(config_.policy, config_.params);
+    if (!inst) return std::unexpected(inst.error());
+    if (e == 0) control_ = std::move(inst->control);
+    steps_.push_back(std::move(inst->step));
+  }
+  result_.counters.engines = config_.engines;
+  result_.counters.tool_cores = static_cast<std::uint32_t>(std::ceil(config_.tool_cores));
+  for (std::uint32_t e = 0; e < config_.engines; ++e) {
+    engines_.push_back(
+        std::make_unique<Engine>(e, config_.preset, config_.limits, *steps_[e], *this, result_.counters));
+    emit(sched::EngineJoined{e, engines_.back()->params()}, kEpoch);
+  }
+  step_end_.assign(config_.engines, std::nullopt);
+  offload_done_.assign(config_.engines, std::nullopt);
+  live_on_engine_.assign(config_.engines, 0);
+
+  sessions_.resize(workload_.sessions.size());
+  for (std::size_t i = 0; i < sessions_.size(); ++i) {
+    SimSession& s = sessions_[i];
+    s.spec = &workload_.sessions[i];
+    s.index = i;
+    s.id = base::session_id(s.spec->name + "#" + std::to_string(i));
+    s.arrival = kEpoch + from_s(s.spec->arrival_s);
+    if (s.spec->rounds.empty()) return base::make_error(EINVAL, "session '" + s.spec->name + "' has no rounds");
+    if (!by_id_.emplace(s.id, i).second) {
+      return base::make_error(EINVAL, "two sessions hash to the same id: '" + s.spec->name + "'");
+    }
+    result_.counters.capped_rounds +=
+        std::count_if(s.spec->rounds.begin(), s.spec->rounds.end(), [](const RoundSpec& r) { return r.capped; });
+  }
+
+  std::size_t next_arrival = 0;
+  Time next_tick = kEpoch;
+  Time now = kEpoch;
+  last_progress_ = now;
+  const Duration period = from_s(config_.tick_s);
+  const Duration stall = from_s(config_.stall_s);
+  while (completed_ < sessions_.size()) {
+    // The next instant anything happens.
+    Time t = next_tick;
+    if (next_arrival < sessions_.size()) t = std::min(t, sessions_[next_arrival].arrival);
+    if (auto c = cpu_.next_completion()) t = std::min(t, *c);
+    for (std::uint32_t e = 0; e < engines_.size(); ++e) {
+      if (step_end_[e]) t = std::min(t, *step_end_[e]);
+      if (offload_done_[e]) t = std::min(t, *offload_done_[e]);
+    }
+    now = std::max(now, t);
+
+    for (std::uint32_t e = 0; e < engines_.size(); ++e) {
+      if (step_end_[e] && *step_end_[e] <= now) {
+        step_end_[e].reset();
+        engines_[e]->finish_step(now);
+      }
+    }
+    if (auto c = cpu_.next_completion(); c && *c <= now) {
+      for (std::uint64_t tool : cpu_.complete(now)) {
+        auto it = tool_owner_.find(tool);
+        const SessionId sid = it->second;
+        tool_owner_.erase(it);
+        tool_done(session(sid), now, 0);
+      }
+      last_progress_ = now;
+    }
+    bool arrived = false;
+    while (next_arrival < sessions_.size() && sessions_[next_arrival].arrival <= now) {
+      arrive(sessions_[next_arrival++], now);
+      arrived = true;
+      last_progress_ = now;
+    }
+    if (arrived || now >= next_tick) {
+      tick(now);
+      if (now >= next_tick) next_tick = now + period;
+    }
+    for (std::uint32_t e = 0; e < engines_.size(); ++e) {
+      offload_done_[e] = engines_[e]->complete_offloads(now);
+      if (!step_end_[e]) step_end_[e] = engines_[e]->start_step(now);
+    }
+    if (now - last_progress_ > stall) {
+      return base::make_error(
+          EDEADLK, "policy '" + config_.policy + "' made no progress for " + std::to_string(config_.stall_s) +
+                       " s of virtual time at t = " + std::to_string(to_s(now)) + " s: " + stuck_report());
+    }
+  }
+  for (auto& e : engines_) {
+    e->account(now);
+    e->check_conservation();
+    result_.engine_steps += e->steps();
+    result_.violations += e->violations();
+    if (result_.first_violation.empty()) result_.first_violation = e->first_violation();
+  }
+  result_.counters.tool_cpu_core_s = cpu_.core_seconds();
+  result_.virtual_s = to_s(now);
+  if (result_.counters.computed_tokens != result_.counters.new_tokens + result_.counters.recomputed_tokens) {
+    ++result_.violations;
+    if (result_.first_violation.empty()) result_.first_violation = "computed tokens != new + recomputed";
+  }
+  return std::move(result_);
+}
+
+std::string Node::stuck_report() const {
+  std::size_t waiting = 0, pending = 0, paused = 0;
+  for (const SimSession& s : sessions_) {
+    if (s.done) continue;
+    waiting += !s.admitted;
+    pending += s.pending;
+    paused += s.paused;
+  }
+  std::string engines;
+  for (const auto& e : engines_) {
+    const sched::KvPoolStats k = e->stats();
+    engines +=
+        "; engine " + std::to_string(e->id()) + ": " + std::to_string(k.running_seqs) + " running, " +
+        std::to_string(k.waiting_seqs) + " queued, " + std::to_string(k.blocks_free) + " of " +
+        std::to_string(k.blocks_total) + " blocks free, " + std::to_string(k.blocks_pinned) + " pinned" +
+        (e->violations() != 0 ? ", " + std::to_string(e->violations()) + " violations: " + e->first_violation() : "");
+  }
+  return std::to_string(sessions_.size() - completed_) + " sessions unfinished (" + std::to_string(waiting) +
+         " never admitted, " + std::to_string(pending) + " with a round held, " + std::to_string(paused) + " paused" +
+         engines + ")";
+}
+
+EngineId Node::route() const {
+  EngineId best = 0;
+  for (EngineId e = 1; e < live_on_engine_.size(); ++e) {
+    if (live_on_engine_[e] < live_on_engine_[best]) best = e;
+  }
+  return best;
+}
+
+void Node::arrive(SimSession& s, Time now) {
+  s.engine = route();
+  ++live_on_engine_[s.engine];
+  emit(sched::SessionOpened{s.id, 0, static_cast<std::uint32_t>(s.spec->rounds.size())}, now);
+  s.ready = now;
+  round_ready(s, now);
+}
+
+void Node::round_ready(SimSession& s, Time now) {
+  const RoundSpec& r = s.spec->rounds[s.round];
+  const std::uint32_t bs = config_.preset.block_size;
+  emit(sched::RoundSubmitted{s.id, s.engine, static_cast<std::uint32_t>(s.round + 1), r.input_tokens, 0,
+                             (r.input_tokens + r.output_tokens + bs - 1) / bs},
+       now);
+  s.ready = now;
+  s.pending = true;
+  if (s.admitted && !s.paused) submit(s, now);
+}
+
+void Node::submit(SimSession& s, Time now) {
+  s.pending = false;
+  const RoundSpec& r = s.spec->rounds[s.round];
+  RoundWork w;
+  w.session = s.id;
+  w.round = static_cast<std::uint32_t>(s.round + 1);
+  w.prompt_tokens = r.input_tokens;
+  w.output_tokens = std::max<std::uint32_t>(1, r.output_tokens);
+  if (s.round > 0) {
+    const RoundSpec& prev = s.spec->rounds[s.round - 1];
+    // The prompt extends the previous context unless the agent rewrote it.
+    w.shared_prefix = r.input_tokens >= prev.input_tokens
+                          ? std::min(r.input_tokens, prev.input_tokens + std::max<std::uint32_t>(1, prev.output_tokens))
+                          : 0;
+  }
+  w.last_round = s.round + 1 == s.spec->rounds.size();
+  w.tool = r.tool.empty() ? 0 : base::tool_kind_id(r.tool);
+  w.priority = s.priority;
+  w.submitted = s.ready;
+  w.content = &s.content;
+  engines_[s.engine]->submit(w, now);
+}
+
+void Node::first_token(EngineId engine, const RoundWork& work, Time now) {
+  SimSession& s = session(work.session);
+  s.ttft.push_back(seconds(now - work.submitted));
+  emit(sched::RoundFirstToken{work.session, engine, work.round, Duration{}, now - work.submitted}, now);
+}
+
+void Node::round_done(EngineId engine, const RoundWork& work, std::uint32_t blocks, std::uint32_t /*context*/,
+                      Time now) {
+  SimSession& s = session(work.session);
+  const RoundSpec& r = s.spec->rounds[s.round];
+  last_progress_ = now;
+  emit(sched::RoundEnded{s.id, engine, work.round, work.output_tokens, blocks, !work.last_round}, now);
+  if (work.last_round) {
+    s.done = true;
+    ++completed_;
+    --live_on_engine_[s.engine];
+    SessionRecord rec;
+    rec.arrival_s = to_s(s.arrival);
+    rec.finish_s = to_s(now);
+    rec.ideal_s = ideal_[s.index];
+    rec.rounds = static_cast<std::uint32_t>(s.spec->rounds.size());
+    rec.ttft_s = std::move(s.ttft);
+    if (result_.sessions.empty()) result_.sessions.resize(sessions_.size());
+    result_.sessions[s.index] = std::move(rec);
+    emit(sched::SessionClosed{s.id}, now);
+    for (auto& e : engines_) e->end_session(s.id, now);
+    for (auto& st : steps_) st->on_session_end(s.id, now);
+    cpu_.forget_group(s.id);
+    model_.sessions().reap_done();
+    return;
+  }
+  ++s.tool_call;
+  const sched::ToolKind kind = base::tool_kind_id(r.tool);
+  emit(sched::ToolStarted{s.id, kind, s.tool_call}, now);
+  s.tool_start = now;
+  const std::uint64_t tool = next_tool_++;
+  tool_owner_.emplace(tool, s.id);
+  cpu_.start(tool, s.id, config_.tool_cpu.demand(r.tool), r.tool_seconds, now);
+}
+
+void Node::tool_done(SimSession& s, Time now, std::int32_t exit_code) {
+  const RoundSpec& r = s.spec->rounds[s.round];
+  const Duration wall = now - s.tool_start;
+  const sched::ToolKind kind = base::tool_kind_id(r.tool);
+  emit(sched::ToolEnded{s.id, kind, s.tool_call, exit_code, wall, Duration{}}, now);
+  for (auto& st : steps_) st->on_tool_end(s.id, kind, wall, now);
+  ++result_.counters.tool_calls;
+  if (r.tool_seconds > 0) {
+    result_.counters.tool_stretch_sum += seconds(wall) / r.tool_seconds;
+    ++result_.counters.tool_stretch_calls;
+  }
+  ++s.round;
+  round_ready(s, now);
+}
+
+void Node::kv_changed(EngineId engine, SessionId session, sched::KvChange change, std::uint32_t blocks, Time now) {
+  if (!by_id_.contains(session) || sessions_[by_id_.at(session)].done) return;
+  emit(sched::KvChanged{session, engine, change, blocks}, now);
+}
+
+void Node::tick(Time now) {
+  for (auto& e : engines_) emit(sched::KvStatsReported{e->id(), e->stats()}, now);
+  sched::CpuView cpu;
+  cpu.tool_cores = static_cast<std::uint32_t>(std::ceil(config_.tool_cores));
+  cpu.psi_some_avg10 = cpu_.pressure_avg10();
+  model_.set_cpu(cpu);
+  actions_.clear();
+  control_->tick(model_, now, actions_);
+  result_.actions += actions_.list().size();
+  for (const sched::Action& a : actions_.list()) apply(a, now);
+}
+
+void Node::apply(const sched::Action& a, Time now) {
+  using K = sched::ActionKind;
+  auto it = by_id_.find(a.session);
+  if (a.kind == K::kSetSmPartition) return;  // the simulator models no SM partitions
+  if (it == by_id_.end()) return;
+  SimSession& s = sessions_[it->second];
+  if (s.done) return;
+  auto& table = model_.sessions();
+  switch (a.kind) {
+    case K::kAdmit:
+      if (table.transition(s.id, SessionState::kReasoning, now)) {
+        s.admitted = true;
+        if (s.pending && !s.paused) submit(s, now);
+      }
+      break;
+    case K::kPause:
+      if (table.transition(s.id, SessionState::kPaused, now)) s.paused = true;
+      break;
+    case K::kRestore:
+      if (table.transition(s.id, SessionState::kReasoning, now, a.engine)) {
+        s.paused = false;
+        s.admitted = true;
+        if (a.engine < engines_.size() && a.engine != s.engine) {
+          --live_on_engine_[s.engine];
+          s.engine = a.engine;
+          ++live_on_engine_[s.engine];
+        }
+        if (s.pending) submit(s, now);
+      }
+      break;
+    case K::kSetPriority:
+      s.priority = static_cast<std::uint8_t>(std::clamp<std::int64_t>(a.value, 0, 255));
+      break;
+    case K::kPin:
+      for (auto& e : engines_) e->pin(s.id, base::from_ns(a.value), now);
+      break;
+    case K::kUnpin:
+      for (auto& e : engines_) e->unpin(s.id, now);
+      break;
+    case K::kDrop:
+      for (auto& e : engines_) e->drop(s.id, now);
+      break;
+    case K::kOffload:
+      for (auto& e : engines_) e->offload(s.id, now);
+      break;
+    case K::kSetCpuWeight:
+      cpu_.set_weight(s.id, static_cast<double>(a.value), now);
+      break;
+    case K::kSetCpuQuota:
+      cpu_.set_quota(s.id, static_cast<double>(a.value) / 1e5, now);
+      break;
+    case K::kKillTools:
+      for (auto& [tool, owner] : tool_owner_) {
+        if (owner != s.id) continue;
+        const std::uint64_t id = tool;
+        tool_owner_.erase(id);
+        cpu_.stop(id, now);
+        tool_done(s, now, 137);
+        break;
+      }
+      break;
+    case K::kSetSmPartition:
+      break;
+  }
+}
+
+}  // namespace
+
+base::Result<SimResult> simulate(const Workload& workload, const SimConfig& config, std::span<const double> ideal_s) {
+  Node node(workload, config, ideal_s);
+  return node.run();
+}
+
+std::vector<double> ideal_times(const Workload& workload, const SimConfig& config) {
+  const Preset& p = config.preset;
+  const StepTimeModel& m = p.step;
+  const std::uint32_t bs = p.block_size;
+  const std::uint32_t budget = config.limits.token_budget;
+  // Steps are rounded to whole nanoseconds, as the engine does.
+  auto step_s = [&](const StepShape& shape) { return std::llround(m.step_us(shape) * 1e3) * 1e-9; };
+  std::vector<double> out;
+  out.reserve(workload.sessions.size());
+  for (const SessionSpec& s : workload.sessions) {
+    double t = 0;
+    std::uint32_t cached_blocks = 0;
+    for (std::size_t i = 0; i < s.rounds.size(); ++i) {
+      const RoundSpec& r = s.rounds[i];
+      const std::uint32_t prompt = r.input_tokens;
+      const std::uint32_t output = std::max<std::uint32_t>(1, r.output_tokens);
+      std::uint32_t shared = 0;
+      if (i > 0) {
+        const RoundSpec& prev = s.rounds[i - 1];
+        shared = prompt >= prev.input_tokens
+                     ? std::min(prompt, prev.input_tokens + std::max<std::uint32_t>(1, prev.output_tokens))
+                     : 0;
+      }
+      const std::uint32_t keep = std::min(cached_blocks, shared / bs);
+      std::uint32_t start = std::min(keep * bs, prompt);
+      if (start >= prompt) start = prompt - 1;
+      while (start < prompt) {
+        const std::uint32_t c = std::min(budget, prompt - start);
+        StepShape shape;
+        shape.tokens = c;
+        shape.prefill_pairs = c * (start + c / 2.0);
+        shape.seqs = 1;
+        t += step_s(shape);
+        start += c;
+      }
+      for (std::uint32_t j = 1; j < output; ++j) {
+        StepShape shape;
+        shape.tokens = 1;
+        shape.decode_context = prompt + j;
+        shape.seqs = 1;
+        t += step_s(shape);
+      }
+      cached_blocks = (prompt + output - 1) / bs;
+      t += r.tool.empty() ? 0.0 : r.tool_seconds;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace tandem::sim

@@ -1,0 +1,576 @@
+// The output of tandem-sim: a fixed-width table for people, JSON and CSV for
+// tools, and a gnuplot PNG.
+//
+// JSON and CSV share one list of metric fields (metric_fields), so the two
+// schemas cannot drift apart. Files are written to "<path>.tmp" and renamed
+// over <path>, so a reader never sees half a report. The plot runs gnuplot as
+// a child (posix_spawnp, no shell) in a private mkdtemp directory that holds
+// the script, the data and the PNG; no user-supplied path is ever spliced into
+// the script — the PNG is copied to its destination afterwards — and the only
+// user strings that reach gnuplot (titles, labels) are single-quoted with
+// quotes doubled, under a noenhanced terminal so "_" and "^" stay literal.
+#include "sim/report.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/unique_fd.h"
+
+extern char** environ;  // POSIX; passed to the child as its environment
+
+namespace tandem::sim {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Files.
+
+base::Result<void> write_all(int fd, std::string_view data, const std::string& what) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return base::errno_error("write " + what);
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return {};
+}
+
+// Creates or truncates `path` and writes `data` to it.
+base::Result<void> write_file(const std::string& path, std::string_view data) {
+  base::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) return base::errno_error("open " + path);
+  if (auto r = write_all(fd.get(), data, path); !r) return r;
+  // close() is where some filesystems (NFS) report a failed write.
+  if (::close(fd.release()) != 0) return base::errno_error("close " + path);
+  return {};
+}
+
+// Writes "<path>.tmp" and renames it over `path`; on failure the temporary is
+// removed and `path` is left as it was. `what` says what is being written.
+base::Result<void> write_file_atomic(const std::string& path, std::string_view data, std::string_view what) {
+  const std::string outer = fmt::format("write {} to {}", what, path);
+  const std::string tmp = path + ".tmp";
+  if (auto r = write_file(tmp, data); !r) {
+    ::unlink(tmp.c_str());
+    return base::propagate(std::move(r.error()), outer);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    auto err = base::errno_error(fmt::format("rename {} to {}", tmp, path));
+    ::unlink(tmp.c_str());
+    return base::propagate(std::move(err.error()), outer);
+  }
+  return {};
+}
+
+base::Result<std::string> read_file(const std::string& path) {
+  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return base::errno_error("open " + path);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return base::errno_error("read " + path);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// The metric fields of JSON and CSV, in schema order.
+
+using Number = std::variant<double, std::uint64_t>;
+
+std::vector<std::pair<std::string_view, Number>> metric_fields(const Metrics& m) {
+  return {
+      {"e2e_mean_s", m.e2e_mean_s},
+      {"e2e_p50_s", m.e2e_p50_s},
+      {"e2e_p90_s", m.e2e_p90_s},
+      {"e2e_p99_s", m.e2e_p99_s},
+      {"slowdown_mean", m.slowdown_mean},
+      {"goodput_a1", m.goodput_a1},
+      {"goodput_a2", m.goodput_a2},
+      {"goodput_a3", m.goodput_a3},
+      {"throughput_sps", m.throughput_sps},
+      {"rounds_per_min", m.rounds_per_min},
+      {"ttft_mean_s", m.ttft_mean_s},
+      {"ttft_p99_s", m.ttft_p99_s},
+      {"kv_hit_rate", m.kv_hit_rate},
+      {"recomputed_tokens", m.recomputed_tokens},
+      {"preemptions", m.preemptions},
+      {"pinned_block_seconds", m.pinned_block_seconds},
+      {"gpu_busy", m.gpu_busy},
+      {"tool_cpu_util", m.tool_cpu_util},
+      {"tool_stretch_mean", m.tool_stretch_mean},
+      {"makespan_s", m.makespan_s},
+      {"capped_rounds", m.capped_rounds},
+      {"completed", static_cast<std::uint64_t>(m.sessions)},
+  };
+}
+
+// ---------------------------------------------------------------------------
+// Table formatting.
+
+// About three significant digits without an exponent where that reads well:
+// 1234, 12.3, 0.500, 0.0523.
+std::string compact(double x) {
+  if (x == 0.0) return "0";
+  if (!std::isfinite(x)) return fmt::format("{}", x);
+  double a = std::fabs(x);
+  if (a >= 1e7 || a < 1e-4) return fmt::format("{:.3g}", x);
+  int magnitude = static_cast<int>(std::floor(std::log10(a)));
+  int decimals = std::clamp(2 - magnitude, 0, 4);
+  return fmt::format("{:.{}f}", x, decimals);
+}
+
+// 950, 12.3k, 4.56M, 7.89G.
+std::string with_suffix(double x) {
+  double a = std::fabs(x);
+  if (!std::isfinite(x)) return fmt::format("{}", x);
+  if (a < 1e3) return x == std::floor(x) ? fmt::format("{:.0f}", x) : fmt::format("{:.1f}", x);
+  if (a < 1e6) return fmt::format("{:.1f}k", x / 1e3);
+  if (a < 1e9) return fmt::format("{:.2f}M", x / 1e6);
+  return fmt::format("{:.2f}G", x / 1e9);
+}
+
+std::string percent(double fraction) { return fmt::format("{:.1f}", fraction * 100.0); }
+
+struct Table {
+  std::vector<std::string> headers;
+  std::size_t left_columns = 1;  // the first columns are left-aligned (the label)
+  std::vector<std::vector<std::string>> rows;
+  std::vector<bool> group_start;  // a blank line goes before this row
+};
+
+void print(std::ostream& os, const Table& t) {
+  std::vector<std::size_t> width(t.headers.size());
+  for (std::size_t c = 0; c < t.headers.size(); ++c) width[c] = t.headers[c].size();
+  for (const auto& row : t.rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      if (c > 0) out += "  ";
+      out += c < t.left_columns ? fmt::format("{:<{}}", cells[c], width[c]) : fmt::format("{:>{}}", cells[c], width[c]);
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    os << out << '\n';
+  };
+  line(t.headers);
+  std::size_t total = 0;
+  for (std::size_t w : width) total += w;
+  total += 2 * (width.empty() ? 0 : width.size() - 1);
+  os << std::string(total, '-') << '\n';
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    if (r > 0 && t.group_start[r]) os << '\n';
+    line(t.rows[r]);
+  }
+}
+
+// Run indices by rate ascending, runs at one rate in the order they appear.
+std::vector<std::size_t> order_by_rate(const std::vector<Run>& runs) {
+  std::vector<std::size_t> idx(runs.size());
+  std::iota(idx.begin(), idx.end(), std::size_t{0});
+  // The index breaks ties, so std::sort gives the stable order (stable_sort
+  // trips a deprecation warning in libstdc++ 12 under clang).
+  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
+    if (runs[a].rate != runs[b].rate) return runs[a].rate < runs[b].rate;
+    return a < b;
+  });
+  return idx;
+}
+
+// ---------------------------------------------------------------------------
+// CSV.
+
+std::string csv_field(std::string_view s) {
+  if (s.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(s);
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+std::string csv_number(double x) { return fmt::format("{:.9g}", x); }
+
+// ---------------------------------------------------------------------------
+// gnuplot.
+
+// A gnuplot single-quoted string: only '' is special inside one; control
+// characters would end the command, so they become spaces.
+std::string gp_quote(std::string_view s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "''";
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  out += '\'';
+  return out;
+}
+
+// %.17g: the data files round-trip every double exactly.
+std::string gp_number(double x) { return fmt::format("{:.17g}", x); }
+
+// Thread-safety: owns a directory; not shared.
+class ScratchDir {
+ public:
+  static base::Result<ScratchDir> create() {
+    std::error_code ec;
+    std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+    if (ec) base = "/tmp";
+    std::string templ = (base / "tandem-plot-XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) return base::errno_error("mkdtemp " + templ);
+    return ScratchDir(std::move(templ));
+  }
+  ScratchDir(ScratchDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  ScratchDir& operator=(ScratchDir&&) = delete;
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    if (path_.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);  // best effort: nothing to report it to
+  }
+
+  const std::string& path() const { return path_; }
+  std::string file(std::string_view name) const { return path_ + "/" + std::string(name); }
+
+ private:
+  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+// The last `max` bytes of `s`, trimmed, on one line.
+std::string tail(std::string s, std::size_t max) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  if (s.size() > max) s = "..." + s.substr(s.size() - max);
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+// Runs `gnuplot <script>` with `dir` as its working directory, stdin from
+// /dev/null and stdout/stderr into files there.
+base::Result<void> run_gnuplot(const ScratchDir& dir, const char* script) {
+  posix_spawn_file_actions_t actions;
+  if (int rc = posix_spawn_file_actions_init(&actions); rc != 0) return base::make_error(rc, "spawn gnuplot");
+  int rc = posix_spawn_file_actions_addchdir_np(&actions, dir.path().c_str());
+  if (rc == 0) rc = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (rc == 0) rc = posix_spawn_file_actions_addopen(&actions, 1, "gnuplot.out", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (rc == 0) rc = posix_spawn_file_actions_addopen(&actions, 2, "gnuplot.err", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  if (rc == 0) {
+    std::string arg0 = "gnuplot";
+    std::string arg1 = script;
+    char* argv[] = {arg0.data(), arg1.data(), nullptr};
+    rc = posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc == ENOENT) return base::make_error(ENOENT, "gnuplot not found in PATH (install gnuplot-nox)");
+  if (rc != 0) return base::make_error(rc, "spawn gnuplot");
+
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return base::errno_error("wait for gnuplot");
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {};
+  std::string detail = WIFEXITED(status) ? fmt::format("gnuplot exited with status {}", WEXITSTATUS(status))
+                                         : fmt::format("gnuplot killed by signal {}", WTERMSIG(status));
+  if (auto err = read_file(dir.file("gnuplot.err")); err && !err->empty()) detail += ": " + tail(*err, 600);
+  return base::make_error(EIO, detail);
+}
+
+struct PlotData {
+  std::vector<std::string> labels;            // first-appearance order
+  std::vector<std::vector<const Run*>> runs;  // per label, by rate ascending
+  double max_rate = 0.0;
+};
+
+PlotData collect(const Report& report) {
+  PlotData d;
+  std::map<std::string, std::size_t> index;
+  for (const Run& run : report.runs) {
+    auto [it, inserted] = index.try_emplace(run_label(run), d.labels.size());
+    if (inserted) d.labels.push_back(it->first);
+  }
+  d.runs.resize(d.labels.size());
+  d.max_rate = report.runs.front().rate;
+  for (std::size_t i : order_by_rate(report.runs)) {
+    const Run& run = report.runs[i];
+    d.runs[index.at(run_label(run))].push_back(&run);
+    d.max_rate = std::max(d.max_rate, run.rate);
+  }
+  return d;
+}
+
+// Whether positive values spanning more than 20× call for a log axis (only
+// when every value is positive: log scales drop the others).
+bool wants_log(const std::vector<double>& values) {
+  if (values.empty()) return false;
+  double lo = values.front(), hi = values.front();
+  for (double v : values) {
+    if (!(v > 0.0) || !std::isfinite(v)) return false;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  return hi / lo > 20.0;
+}
+
+// The script and data files of the three panels, written into `dir`.
+base::Result<void> write_plot_inputs(const Report& report, const ScratchDir& dir) {
+  PlotData d = collect(report);
+  const std::string context = fmt::format("preset {}, workload {}", report.preset, report.workload);
+
+  std::vector<double> means;
+  double min_rate = d.max_rate;
+  for (const Run& run : report.runs) {
+    means.push_back(run.metrics.e2e_mean_s);
+    min_rate = std::min(min_rate, run.rate);
+  }
+
+  // Per label: "rate e2e_mean goodput_a3" by rate; the E2E CDF at the top rate.
+  std::vector<bool> has_cdf(d.labels.size(), false);
+  std::vector<double> all_e2e;
+  for (std::size_t l = 0; l < d.labels.size(); ++l) {
+    std::string series;
+    std::vector<double> e2e;
+    for (const Run* run : d.runs[l]) {
+      series += fmt::format("{} {} {}\n", gp_number(run->rate), gp_number(run->metrics.e2e_mean_s),
+                            gp_number(run->metrics.goodput_a3));
+      if (run->rate == d.max_rate) {
+        for (double v : run->e2e_s) {
+          if (std::isfinite(v)) e2e.push_back(v);
+        }
+      }
+    }
+    if (auto r = write_file(dir.file(fmt::format("series{}.dat", l)), series); !r) return r;
+    std::sort(e2e.begin(), e2e.end());
+    if (e2e.empty()) continue;
+    has_cdf[l] = true;
+    std::string cdf = fmt::format("{} 0\n", gp_number(e2e.front()));
+    for (std::size_t i = 0; i < e2e.size(); ++i) {
+      cdf += fmt::format("{} {}\n", gp_number(e2e[i]),
+                         gp_number(static_cast<double>(i + 1) / static_cast<double>(e2e.size())));
+    }
+    if (auto r = write_file(dir.file(fmt::format("cdf{}.dat", l)), cdf); !r) return r;
+    all_e2e.insert(all_e2e.end(), e2e.begin(), e2e.end());
+  }
+
+  std::string s;
+  s += "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+       "  set terminal pngcairo size 1600,1000 noenhanced font ',11'\n"
+       "} else {\n"
+       "  set terminal png size 1600,1000 noenhanced\n"
+       "}\n"
+       "set output 'plot.png'\n"
+       "set encoding utf8\n";
+  s += fmt::format("set multiplot title {}\n", gp_quote("tandem-sim: " + context));
+  s += "set grid\nset key top left\n";
+
+  // One rate: an explicit x range around it, as gnuplot cannot autoscale an
+  // empty range without complaint.
+  std::string xrange = "set autoscale x\nset offsets graph 0.03, graph 0.03, graph 0.05, 0\n";
+  if (min_rate == d.max_rate) {
+    double r = d.max_rate;
+    double pad = r != 0.0 ? std::fabs(r) * 0.5 : 1.0;
+    xrange =
+        fmt::format("set offsets 0, 0, graph 0.05, 0\nset xrange [{}:{}]\n", gp_number(r - pad), gp_number(r + pad));
+  }
+
+  auto rate_panel = [&](const char* title, const char* ylabel, int column) {
+    std::string p = xrange;
+    p += fmt::format("set title {}\n", gp_quote(std::string(title) + " (" + context + ")"));
+    p += "set xlabel 'offered rate (sessions/s)'\n";
+    p += fmt::format("set ylabel {}\n", gp_quote(ylabel));
+    p += "plot ";
+    for (std::size_t l = 0; l < d.labels.size(); ++l) {
+      if (l > 0) p += ", \\\n     ";
+      p += fmt::format("'series{}.dat' using 1:{} with linespoints lw 2 pt 7 ps 1.3 title {}", l, column,
+                       gp_quote(d.labels[l]));
+    }
+    p += "\n";
+    return p;
+  };
+
+  // Panel 1: mean E2E vs rate, top left.
+  s += "set size 0.5,0.47\nset origin 0,0.48\n";
+  s += wants_log(means) ? "set logscale y\n" : "unset logscale y\nset yrange [0:*]\n";
+  s += rate_panel("Mean E2E latency vs offered rate", "mean E2E (s)", 2);
+
+  // Panel 2: goodput α = 3 vs rate, top right.
+  s += "set size 0.5,0.47\nset origin 0.5,0.48\nunset logscale y\nset yrange [0:*]\n";
+  s += rate_panel("Goodput (E2E <= 3 x ideal) vs offered rate", "goodput (sessions/s)", 3);
+
+  // Panel 3: E2E CDF at the highest rate, bottom, full width.
+  s += "set size 1,0.48\nset origin 0,0\nset offsets 0, 0, 0, 0\nunset logscale y\nset yrange [0:1.02]\n";
+  s += "set autoscale x\nset key bottom right\n";
+  s += wants_log(all_e2e) ? "set logscale x\n" : "unset logscale x\n";
+  s += fmt::format("set title {}\n",
+                   gp_quote(fmt::format("E2E latency CDF at {} sessions/s ({})", compact(d.max_rate), context)));
+  s += "set xlabel 'E2E latency (s)'\nset ylabel 'fraction of sessions'\n";
+  bool any_cdf = std::find(has_cdf.begin(), has_cdf.end(), true) != has_cdf.end();
+  if (!any_cdf) {
+    // Nothing completed at the top rate: an empty frame that says so.
+    s += "unset logscale x\nset xrange [0:1]\n";
+    s += "set label 1 'no completed sessions' at graph 0.5,0.5 center\n";
+    s += "plot 2 notitle\n";
+  } else {
+    s += "plot ";
+    bool first = true;
+    for (std::size_t l = 0; l < d.labels.size(); ++l) {
+      if (!has_cdf[l]) continue;
+      if (!first) s += ", \\\n     ";
+      first = false;
+      s += fmt::format("'cdf{}.dat' using 1:2 with steps lw 2 title {}", l, gp_quote(d.labels[l]));
+    }
+    s += "\n";
+  }
+  s += "unset multiplot\nset output\n";
+  return write_file(dir.file("plot.gp"), s);
+}
+
+}  // namespace
+
+std::string run_label(const Run& run) { return run.policy + run.variant; }
+
+void print_table(std::ostream& os, const Report& report) {
+  os << fmt::format("tandem-sim  preset {}  workload {}  ({} run{})\n", report.preset, report.workload,
+                    report.runs.size(), report.runs.size() == 1 ? "" : "s");
+  if (report.runs.empty()) return;
+
+  Table latency;
+  latency.headers = {"label",  "rate",   "done",   "e2e mean", "e2e p50", "e2e p90",   "e2e p99", "slowdown",
+                     "gp a=1", "gp a=2", "gp a=3", "sess/s",   "rnd/min", "ttft mean", "ttft p99"};
+  Table resources;
+  resources.headers = {"label",      "rate",       "kv hit %", "recomputed", "preempt", "pinned blk-s",
+                       "gpu busy %", "tool cpu %", "stretch",  "makespan",   "capped",  "wall s"};
+
+  const std::vector<std::size_t> order = order_by_rate(report.runs);
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const Run& run = report.runs[order[k]];
+    const Metrics& m = run.metrics;
+    bool group_start = k == 0 || run.rate != report.runs[order[k - 1]].rate;
+    std::string label = run_label(run);
+    if (label.empty()) label = "(none)";
+    latency.rows.push_back({label, compact(run.rate), fmt::format("{}/{}", m.sessions, run.sessions),
+                            compact(m.e2e_mean_s), compact(m.e2e_p50_s), compact(m.e2e_p90_s), compact(m.e2e_p99_s),
+                            fmt::format("{:.2f}", m.slowdown_mean), compact(m.goodput_a1), compact(m.goodput_a2),
+                            compact(m.goodput_a3), compact(m.throughput_sps), compact(m.rounds_per_min),
+                            compact(m.ttft_mean_s), compact(m.ttft_p99_s)});
+    latency.group_start.push_back(group_start);
+    resources.rows.push_back(
+        {label, compact(run.rate), percent(m.kv_hit_rate), with_suffix(static_cast<double>(m.recomputed_tokens)),
+         fmt::format("{}", m.preemptions), with_suffix(m.pinned_block_seconds), percent(m.gpu_busy),
+         percent(m.tool_cpu_util), m.tool_stretch_mean > 0.0 ? fmt::format("{:.2f}", m.tool_stretch_mean) : "-",
+         compact(m.makespan_s), fmt::format("{}", m.capped_rounds), fmt::format("{:.2f}", run.wall_s)});
+    resources.group_start.push_back(group_start);
+  }
+
+  os << "\nLatency and goodput (times in s; rate, goodput, throughput in sessions/s;"
+        " gp a=N: sessions with E2E <= N x ideal)\n";
+  print(os, latency);
+  os << "\nResources (recomputed in tokens; stretch: tool wall / nominal, mean; makespan in s)\n";
+  print(os, resources);
+}
+
+base::Result<void> write_json(const Report& report, const std::string& path) {
+  // ordered_json keeps the documented key order, which makes diffs readable.
+  nlohmann::ordered_json doc;
+  doc["preset"] = report.preset;
+  doc["workload"] = report.workload;
+  doc["runs"] = nlohmann::ordered_json::array();
+  for (const Run& run : report.runs) {
+    nlohmann::ordered_json metrics = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metric_fields(run.metrics)) {
+      std::visit([&, k = key](auto v) { metrics[std::string(k)] = v; }, value);
+    }
+    nlohmann::ordered_json r;
+    r["policy"] = run.policy;
+    r["variant"] = run.variant;
+    r["rate"] = run.rate;
+    r["sessions"] = static_cast<std::uint64_t>(run.sessions);
+    r["metrics"] = std::move(metrics);
+    r["wall_s"] = run.wall_s;
+    doc["runs"].push_back(std::move(r));
+  }
+  // replace: a policy name with invalid UTF-8 must not throw out of here.
+  std::string text = doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  text += '\n';
+  return write_file_atomic(path, text, "JSON report");
+}
+
+base::Result<void> write_csv(const Report& report, const std::string& path) {
+  std::string text = "preset,workload,policy,variant,rate,sessions";
+  for (const auto& field : metric_fields(Metrics{})) {
+    text += ',';
+    text += field.first;
+  }
+  text += ",wall_s\n";
+  for (const Run& run : report.runs) {
+    text += fmt::format("{},{},{},{},{},{}", csv_field(report.preset), csv_field(report.workload),
+                        csv_field(run.policy), csv_field(run.variant), csv_number(run.rate), run.sessions);
+    for (const auto& field : metric_fields(run.metrics)) {
+      text += ',';
+      text += std::visit(
+          [](auto v) {
+            if constexpr (std::is_same_v<decltype(v), double>) {
+              return csv_number(v);
+            } else {
+              return fmt::format("{}", v);
+            }
+          },
+          field.second);
+    }
+    text += ',';
+    text += csv_number(run.wall_s);
+    text += '\n';
+  }
+  return write_file_atomic(path, text, "CSV report");
+}
+
+base::Result<void> write_plot(const Report& report, const std::string& path) {
+  const std::string outer = "write plot to " + path;
+  if (report.runs.empty()) return base::make_error(EINVAL, outer + ": no runs to plot");
+  auto dir = ScratchDir::create();
+  if (!dir) return base::propagate(std::move(dir.error()), outer);
+  if (auto r = write_plot_inputs(report, *dir); !r) return base::propagate(std::move(r.error()), outer);
+  if (auto r = run_gnuplot(*dir, "plot.gp"); !r) return base::propagate(std::move(r.error()), outer);
+  auto png = read_file(dir->file("plot.png"));
+  if (!png) return base::propagate(std::move(png.error()), outer);
+  if (png->empty()) return base::make_error(EIO, outer + ": gnuplot wrote an empty image");
+  return write_file_atomic(path, *png, "plot");
+}
+
+}  // namespace tandem::sim

@@ -1,0 +1,50 @@
+// The output of tandem-sim: a human table on stdout, and on request JSON
+// (the schema of issue 4, which other tools read), CSV and a gnuplot plot.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "sim/metrics.h"
+
+namespace tandem::sim {
+
+struct Run {
+  std::string policy;        // registry name ("tandem", "fcfs", …)
+  std::string variant;       // "" for a policy as configured; "-residency" etc. in an ablation
+  double rate = 0.0;         // sessions per second offered
+  std::size_t sessions = 0;  // sessions in the workload
+  Metrics metrics;
+  std::vector<double> e2e_s;  // every completed session's E2E, for the CDF
+  double wall_s = 0.0;        // host seconds the simulation took
+};
+
+struct Report {
+  std::string preset;
+  std::string workload;
+  std::vector<Run> runs;
+};
+
+// The label a run is shown under: policy + variant.
+std::string run_label(const Run& run);
+
+// Human table: one row per run, grouped by rate, columns for the headline
+// metrics.
+void print_table(std::ostream& os, const Report& report);
+
+// {"preset","workload","runs":[{"policy","rate","sessions","metrics":{...}}]}
+// with exactly the metric keys of issue 4 ("e2e_mean_s", …,
+// "tool_stretch_mean") plus "variant", "rounds_per_min", "tool_cpu_util",
+// "makespan_s", "capped_rounds" and "completed". Errors name the path.
+base::Result<void> write_json(const Report& report, const std::string& path);
+// One header line, then one line per run: preset, workload, policy, variant,
+// rate, sessions and every metric.
+base::Result<void> write_csv(const Report& report, const std::string& path);
+// A PNG with three panels: mean E2E vs rate, goodput (α = 3) vs rate, one
+// line per run label; and the E2E CDF of each label at the highest rate.
+// Runs gnuplot (gnuplot-nox); the error says so when it is missing or fails.
+base::Result<void> write_plot(const Report& report, const std::string& path);
+
+}  // namespace tandem::sim
