@@ -34,19 +34,18 @@ bool NodeModel::observe(const Event& event, Time now) {
           const Session* s = sessions_.find(e.session);
           bool accepted = s == nullptr || (!s->round_in_flight && s->state != SessionState::kDone);
           auto it = engines_.find(e.engine);
-          if (accepted && it != engines_.end()) it->second.queued_blocks += e.projected_blocks;
-        } else if constexpr (std::is_same_v<E, RoundEnded> || std::is_same_v<E, SessionClosed>) {
-          // A round's projected KV leaves the queue when it ends, or when its
-          // session closes with the round still in flight.
-          const Session* s = sessions_.find(e.session);
-          bool ends_round = true;
-          if constexpr (std::is_same_v<E, RoundEnded>) ends_round = s != nullptr && s->round == e.round;
-          if (s != nullptr && s->round_in_flight && ends_round) {
-            auto it = engines_.find(s->engine);
-            if (it != engines_.end()) {
-              it->second.queued_blocks -= std::min<std::uint64_t>(it->second.queued_blocks, s->projected_blocks);
-            }
+          if (accepted && it != engines_.end()) {
+            unqueue(e.session);
+            const std::uint32_t bs = it->second.params.block_size > 0 ? it->second.params.block_size : 16;
+            const std::uint64_t hit = e.cached_tokens / bs;
+            const std::uint64_t need = e.projected_blocks > hit ? e.projected_blocks - hit : 0;
+            it->second.queued_blocks += need;
+            queued_[e.session] = {e.engine, need};
           }
+        } else if constexpr (std::is_same_v<E, RoundFirstToken>) {
+          unqueue(e.session);  // its prefill is allocated: now it is in the pool's usage
+        } else if constexpr (std::is_same_v<E, RoundEnded> || std::is_same_v<E, SessionClosed>) {
+          unqueue(e.session);
         } else if constexpr (std::is_same_v<E, ToolStarted>) {
           ++cpu_.active_tools;
         } else if constexpr (std::is_same_v<E, ToolEnded>) {
@@ -61,6 +60,14 @@ bool NodeModel::observe(const Event& event, Time now) {
       },
       event);
   return sessions_.apply(event, now);
+}
+
+void NodeModel::unqueue(SessionId s) {
+  auto q = queued_.find(s);
+  if (q == queued_.end()) return;
+  auto it = engines_.find(q->second.engine);
+  if (it != engines_.end()) it->second.queued_blocks -= std::min(it->second.queued_blocks, q->second.blocks);
+  queued_.erase(q);
 }
 
 }  // namespace tandem::sched

@@ -22,7 +22,11 @@ struct EngineView {
   KvPoolStats kv;  // as last reported
   bool has_stats = false;
   Time stats_at{};
-  std::uint64_t queued_blocks = 0;  // projected KV of rounds submitted but not yet ended
+  // KV that submitted rounds still have to allocate: each round's projected
+  // blocks minus its prefix hit at submit, from its submit until its prefill
+  // is done (first token), it ends, or its session closes. A running
+  // round's blocks are in kv (allocated) from then on, never in both.
+  std::uint64_t queued_blocks = 0;
 
   // Fraction of the pool in use (0 when unknown).
   double usage() const {
@@ -78,6 +82,12 @@ class NodeModel {
   CpuView cpu_;
   ToolDurationModel tools_;
   std::map<ToolKind, ToolKindStats> tool_stats_;
+  struct QueuedRound {
+    EngineId engine = kNoEngine;
+    std::uint64_t blocks = 0;
+  };
+  std::map<SessionId, QueuedRound> queued_;  // rounds counted in an engine's queued_blocks
+  void unqueue(SessionId s);
 };
 
 }  // namespace tandem::sched

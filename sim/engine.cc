@@ -177,6 +177,17 @@ void Engine::submit(const RoundWork& work, Time now) {
   q.r.arrival = work.submitted;
   q.r.priority = work.priority;
   q.r.last_round = work.last_round;
+  // An offload copy still in flight reads blocks that are intact: the round
+  // can use them (the copy is abandoned; the link time is spent).
+  for (std::size_t i = 0; i < offloading_.size(); ++i) {
+    if (offloading_[i].session != work.session) continue;
+    offloading_blocks_ -= offloading_[i].blocks;
+    cache_put(work.session, offloading_[i].blocks, now);
+    offloading_[i] = offloading_.back();
+    offloading_.pop_back();
+    cache_cut(work.session, keep);
+    break;
+  }
   // A pin beyond the shared prefix holds stale KV: that part is freed.
   if (auto pin = find_pin(work.session); pin != pins_.end() && pin->blocks > keep) {
     account_pinned(now);
@@ -187,6 +198,15 @@ void Engine::submit(const RoundWork& work, Time now) {
     if (keep == 0) take_pin(pin, now);
   }
   waiting_.push_back(std::move(q));
+}
+
+std::uint32_t Engine::prefix_hit(SessionId session, std::uint32_t shared_prefix, const SessionContent& content) const {
+  const std::uint32_t keep = shared_prefix / block_size_;
+  std::uint32_t blocks = 0;
+  if (auto it = kv_.find(session); it != kv_.end()) {
+    blocks = it->second.pinned_blocks != 0 ? it->second.pinned_blocks : it->second.cached_blocks;
+  }
+  return std::max(std::min(blocks, keep) * block_size_, std::min(content.host_tokens, keep * block_size_));
 }
 
 void Engine::end_session(SessionId session, Time now) {
@@ -259,11 +279,7 @@ std::optional<Time> Engine::complete_offloads(Time now) {
       it->second.content->host_tokens = std::max(it->second.content->host_tokens, o.tokens);
     }
     // The GPU copy stays reusable until the cache evicts it.
-    if (it != kv_.end() && it->second.active) {
-      free_uncached_ += o.blocks;
-    } else {
-      cache_put(o.session, o.blocks, now);
-    }
+    cache_put(o.session, o.blocks, now);
     offloading_[i] = offloading_.back();
     offloading_.pop_back();
   }

@@ -96,6 +96,10 @@ class Engine {
   // A runnable round. The session's earlier KV on this engine (pinned or
   // cached) and its host copy are cut to `shared_prefix`.
   void submit(const RoundWork& work, Time now);
+  // Tokens of a round's prompt that `session`'s KV here (pinned, cached or
+  // copied to the host) would serve now, given the prompt shares
+  // `shared_prefix` tokens with its previous context.
+  std::uint32_t prefix_hit(SessionId session, std::uint32_t shared_prefix, const SessionContent& content) const;
   // Forgets a finished session's KV (pins, cache, host copy).
   void end_session(SessionId session, Time now);
 

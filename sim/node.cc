@@ -243,10 +243,20 @@ void Node::arrive(SimSession& s, Time now) {
   round_ready(s, now);
 }
 
+std::uint32_t shared_prefix(const SessionSpec& spec, std::size_t round) {
+  if (round == 0) return 0;
+  const RoundSpec& r = spec.rounds[round];
+  const RoundSpec& prev = spec.rounds[round - 1];
+  // The prompt extends the previous context unless the agent rewrote it.
+  if (r.input_tokens < prev.input_tokens) return 0;
+  return std::min(r.input_tokens, prev.input_tokens + std::max<std::uint32_t>(1, prev.output_tokens));
+}
+
 void Node::round_ready(SimSession& s, Time now) {
   const RoundSpec& r = s.spec->rounds[s.round];
   const std::uint32_t bs = config_.preset.block_size;
-  emit(sched::RoundSubmitted{s.id, s.engine, static_cast<std::uint32_t>(s.round + 1), r.input_tokens, 0,
+  const std::uint32_t hit = engines_[s.engine]->prefix_hit(s.id, shared_prefix(*s.spec, s.round), s.content);
+  emit(sched::RoundSubmitted{s.id, s.engine, static_cast<std::uint32_t>(s.round + 1), r.input_tokens, hit,
                              (r.input_tokens + r.output_tokens + bs - 1) / bs},
        now);
   s.ready = now;
@@ -262,13 +272,7 @@ void Node::submit(SimSession& s, Time now) {
   w.round = static_cast<std::uint32_t>(s.round + 1);
   w.prompt_tokens = r.input_tokens;
   w.output_tokens = std::max<std::uint32_t>(1, r.output_tokens);
-  if (s.round > 0) {
-    const RoundSpec& prev = s.spec->rounds[s.round - 1];
-    // The prompt extends the previous context unless the agent rewrote it.
-    w.shared_prefix = r.input_tokens >= prev.input_tokens
-                          ? std::min(r.input_tokens, prev.input_tokens + std::max<std::uint32_t>(1, prev.output_tokens))
-                          : 0;
-  }
+  w.shared_prefix = shared_prefix(*s.spec, s.round);
   w.last_round = s.round + 1 == s.spec->rounds.size();
   w.tool = r.tool.empty() ? 0 : base::tool_kind_id(r.tool);
   w.priority = s.priority;

@@ -28,6 +28,11 @@ TEST(NodeModel, EngineMirrorAndQueuedDemand) {
   ASSERT_TRUE(m.sessions().transition(10, SessionState::kReasoning, at(3)));
   ASSERT_TRUE(m.observe(RoundEnded{10, 1, 0, 20, 101, true}, at(4)));
   EXPECT_EQ(m.engine(1)->queued_blocks, 50u);
+  // A prefix hit is not demand; a round's prefill leaves the queue at its first token.
+  ASSERT_TRUE(m.observe(RoundSubmitted{10, 1, 1, 2000, 1600, 130}, at(4)));
+  EXPECT_EQ(m.engine(1)->queued_blocks, 80u);
+  ASSERT_TRUE(m.observe(RoundFirstToken{10, 1, 1, {}, {}}, at(4)));
+  EXPECT_EQ(m.engine(1)->queued_blocks, 50u);
   ASSERT_TRUE(m.observe(SessionClosed{11}, at(5)));
   EXPECT_EQ(m.engine(1)->queued_blocks, 0u) << "a closed session's round leaves the queue";
 
