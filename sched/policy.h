@@ -172,12 +172,6 @@ class KvLedger {
     free_ -= need;
     return true;
   }
-  // Takes `blocks` free blocks if there are that many.
-  bool take(std::uint32_t blocks) {
-    if (blocks > free_) return false;
-    free_ -= blocks;
-    return true;
-  }
   // Frees what a preempted or released request or pin held.
   void release(std::uint32_t blocks) { free_ += blocks; }
   std::uint32_t free_blocks() const { return free_; }

@@ -24,7 +24,6 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.cpu_weights = p.flag("cpu_weights");
   t.global_queue = p.flag("global_queue");
   t.growth_check = p.flag("growth_check");
-  t.fill_budget = p.flag("fill_budget");
   t.horizon_s = p.get("horizon_s");
   t.offload = p.flag("offload");
   t.price.idle_pressure = p.get("idle_pressure");
@@ -355,65 +354,11 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
 
   StepInput adjusted = in;
   adjusted.free_blocks = free_blocks;
-  if (p_.fill_budget) {
-    // Stall-free batching (Sarathi-Serve): every running decode gets its
-    // token before prefill chunks share the rest of the budget.
-    std::uint32_t decodes = 0;
-    for (const StepRequest& r : in.requests) decodes += r.phase == RequestPhase::kRunning && !r.in_prefill();
-    decodes = std::min(decodes, in.max_seqs);
-    adjusted.token_budget = in.token_budget > decodes ? in.token_budget - decodes : 1;
-  }
   StepPlan mars_plan;
   mars_.plan(adjusted, now, mars_plan);
   out.run = std::move(mars_plan.run);
   out.preempt = std::move(mars_plan.preempt);
   out.unpin.insert(out.unpin.end(), mars_plan.unpin.begin(), mars_plan.unpin.end());
-  if (p_.fill_budget) {
-    adjusted.token_budget = in.token_budget;
-    fill_budget(adjusted, out);
-  }
-}
-
-void TandemStepScheduler::fill_budget(const StepInput& in, StepPlan& out) {
-  // Replay the plan on a ledger: what preemptions free, what chunks take.
-  KvLedger kv(in);
-  for (std::uint32_t i : out.preempt) kv.release(in.requests[i].blocks_held);
-  std::uint32_t used = 0;
-  std::vector<bool> planned(in.requests.size(), false);
-  for (std::uint32_t i : out.preempt) planned[i] = true;
-  for (const ScheduledChunk& c : out.run) {
-    if (!kv.try_allocate(in.requests[c.request], c.tokens)) return;  // not ours to second-guess
-    used += c.tokens;
-    planned[c.request] = true;
-  }
-  // Running decodes the plan left out (their budget was reserved), while seats and blocks last.
-  std::size_t seats = out.run.size();
-  for (std::uint32_t i = 0; i < in.requests.size() && used < in.token_budget && seats < in.max_seqs; ++i) {
-    const StepRequest& r = in.requests[i];
-    if (planned[i] || r.phase != RequestPhase::kRunning || r.in_prefill()) continue;
-    if (!kv.try_allocate(r, 1)) break;
-    out.run.push_back({i, 1});
-    ++used;
-    ++seats;
-  }
-  if (used >= in.token_budget) return;
-  std::uint32_t spare = in.token_budget - used;
-  for (ScheduledChunk& c : out.run) {
-    if (spare == 0) break;
-    const StepRequest& r = in.requests[c.request];
-    const std::uint32_t start = r.start_tokens();
-    if (start + c.tokens >= r.prompt_tokens) continue;  // decode, or the chunk ends the prefill
-    // The most tokens the blocks it now has plus the free ones can hold.
-    const std::uint32_t have = std::max(r.blocks_held, kv.blocks_for(start + c.tokens));
-    const std::uint64_t room = static_cast<std::uint64_t>(have + kv.free_blocks()) * in.block_size;
-    const std::uint64_t fits = room > start + c.tokens ? room - start - c.tokens : 0;
-    const auto extra =
-        static_cast<std::uint32_t>(std::min<std::uint64_t>({r.prompt_tokens - start - c.tokens, spare, fits}));
-    if (extra == 0) continue;
-    if (!kv.take(kv.blocks_needed(r, c.tokens + extra) - kv.blocks_needed(r, c.tokens))) continue;
-    c.tokens += extra;
-    spare -= extra;
-  }
 }
 
 std::unique_ptr<ControlPolicy> make_tandem_control(const PolicyParams& p) {

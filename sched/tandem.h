@@ -36,12 +36,6 @@
 //                       preempts anything. Switched off, pins go in order of
 //                       expiry. A pin whose session's next round is already
 //                       queued is never released: it is about to be used.
-//   6. fill_budget    — MARS's MLFQ quanta cap every prefill chunk, even in a
-//                       step that has budget to spare, so a lone long prompt
-//                       takes 4× the steps vLLM needs. Quanta exist to share a
-//                       contended step; after MARS has planned, budget left
-//                       over extends the planned prefill chunks in plan
-//                       order, as far as free blocks allow.
 // With every switch off, tandem behaves as mars (the ablation baseline).
 //
 // Judgement calls, to be tuned by the simulator (issue 4): the horizon h
@@ -72,7 +66,6 @@ struct TandemParams {
   bool cpu_weights = true;
   bool global_queue = true;
   bool growth_check = true;
-  bool fill_budget = true;
   double horizon_s = 1.0;
   bool offload = true;
   PriceParams price;
@@ -93,8 +86,6 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"cpu_weights", 1, 0, 1, "addition 3: higher cpu.weight for sessions whose KV is kept"},
     {"global_queue", 1, 0, 1, "addition 4: restore paused sessions onto the engine with most room"},
     {"growth_check", 1, 0, 1, "addition 5: capacity check counts the growth of running decodes; pause on overflow"},
-    {"fill_budget", 1, 0, 1,
-     "addition 6: MLFQ quanta ration only a contended step; budget left over extends prefill chunks"},
     {"horizon_s", 1.0, 0.01, 600, "h: how far ahead a residency decision looks (seconds)"},
     {"offload", 1, 0, 1, "allow offloading KV to host memory"},
     {"idle_pressure", 0.7, 0, 1, "pool pressure (allocated + queued) below which KV is free"},
@@ -169,9 +160,6 @@ class TandemStepScheduler final : public StepScheduler {
   double release_cost_per_block(const PinnedKv& pin, Time now) const;
 
  private:
-  // Addition 6: spends the budget `out` leaves over on its prefill chunks.
-  static void fill_budget(const StepInput& in, StepPlan& out);
-
   struct PinInfo {
     ToolKind tool = 0;
     std::uint32_t context_tokens = 0;

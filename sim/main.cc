@@ -18,6 +18,7 @@
 #include "sched/registry.h"
 #include "sim/node.h"
 #include "sim/report.h"
+#include "sim/verdict.h"
 #include "sim/workload.h"
 
 namespace tandem::sim {
@@ -52,6 +53,7 @@ output
   --quiet               no progress lines on stderr
 )";
 
+// tandem's switches (sched/tandem.h), one ablation run each.
 constexpr std::string_view kAdditions[] = {"residency", "cost_eviction", "cpu_weights", "global_queue", "growth_check"};
 
 struct Options {
@@ -350,17 +352,23 @@ int run(const Options& o) {
   for (std::thread& t : threads) t.join();
 
   int rc = 0;
-  Report report{preset->name.data(), workload_name, {}};
+  Report report;
+  report.preset = std::string(preset->name);
+  report.workload = workload_name;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     if (!failures[i].empty()) {
       std::cerr << "tandem-sim: " << run_label(runs[i]) << " at rate " << runs[i].rate << " failed: " << failures[i]
                 << "\n";
+      report.failed.push_back({runs[i].policy, runs[i].variant, runs[i].rate, failures[i]});
       rc = 1;
       continue;
     }
     report.runs.push_back(std::move(runs[i]));
   }
   print_table(std::cout, report);
+  if (std::find(policies.begin(), policies.end(), "tandem") != policies.end() && policies.size() > 1) {
+    print_verdict(std::cout, judge(report));
+  }
   auto write = [&](const std::string& path, base::Result<void> (*fn)(const Report&, const std::string&)) {
     if (path.empty()) return;
     if (auto r = fn(report, path); !r) {

@@ -21,10 +21,19 @@ struct Run {
   double wall_s = 0.0;        // host seconds the simulation took
 };
 
+// A run that did not complete (a livelocked or deadlocked policy).
+struct FailedRun {
+  std::string policy;
+  std::string variant;
+  double rate = 0.0;
+  std::string reason;
+};
+
 struct Report {
   std::string preset;
   std::string workload;
   std::vector<Run> runs;
+  std::vector<FailedRun> failed;
 };
 
 // The label a run is shown under: policy + variant.

@@ -2,7 +2,6 @@
 // boundaries; and the same input gives the same output.
 #include "sched/tandem.h"
 
-#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -22,7 +21,7 @@ constexpr ToolKind kGrep = 12;
 
 TandemParams all_off() {
   TandemParams t;
-  t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.fill_budget = false;
+  t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = false;
   return t;
 }
 
@@ -367,69 +366,6 @@ TEST(TandemStep, APinWhoseNextRoundIsQueuedIsNeverReleased) {
   StepPlan out;
   s.plan(in, at(10), out);
   EXPECT_TRUE(out.unpin.empty());
-}
-
-StepRequest waiting(std::uint64_t id, std::uint32_t prompt) {
-  StepRequest r;
-  r.id = id;
-  r.session = id;
-  r.prompt_tokens = prompt;
-  r.arrival = at(static_cast<std::int64_t>(id));
-  return r;
-}
-
-TEST(TandemStep, FillBudgetGivesALonePrefillTheWholeStep) {
-  // MARS caps a new request's chunk at quantum 0 (2048 tokens); with budget
-  // to spare, tandem extends it to the budget.
-  std::vector<StepRequest> reqs = {waiting(1, 20000)};
-  StepInput in;
-  in.free_blocks = 10000;
-  in.requests = reqs;
-  StepPlan with;
-  TandemStepScheduler({}, {}).plan(in, at(0), with);
-  ASSERT_EQ(with.run.size(), 1u);
-  EXPECT_EQ(with.run[0].tokens, 8192u);
-  TandemParams off;
-  off.fill_budget = false;
-  StepPlan without;
-  TandemStepScheduler({}, off).plan(in, at(0), without);
-  ASSERT_EQ(without.run.size(), 1u);
-  EXPECT_EQ(without.run[0].tokens, 2048u);
-}
-
-TEST(TandemStep, FillBudgetStopsAtTheFreeBlocks) {
-  std::vector<StepRequest> reqs = {waiting(1, 20000)};
-  StepInput in;
-  in.free_blocks = 200;  // 3,200 tokens
-  in.requests = reqs;
-  StepPlan out;
-  TandemStepScheduler({}, {}).plan(in, at(0), out);
-  ASSERT_EQ(out.run.size(), 1u);
-  EXPECT_EQ(out.run[0].tokens, 3200u);
-}
-
-TEST(TandemStep, RunningDecodesGetTheirTokenBeforePrefillTakesTheBudget) {
-  // A long running prefill first in MLFQ order would take the whole budget;
-  // the decodes' tokens are reserved first (stall-free batching).
-  StepRequest prefill = running(1, 1000, 63);
-  prefill.prompt_tokens = 50000;
-  std::vector<StepRequest> reqs = {prefill, running(2, 500, 32), running(3, 700, 44)};
-  StepInput in;
-  in.token_budget = 2048;
-  in.free_blocks = 10000;
-  in.requests = reqs;
-  StepPlan out;
-  TandemStepScheduler({}, {}).plan(in, at(0), out);
-  std::uint32_t total = 0;
-  std::map<std::uint32_t, std::uint32_t> tokens;
-  for (const ScheduledChunk& c : out.run) {
-    tokens[c.request] = c.tokens;
-    total += c.tokens;
-  }
-  EXPECT_EQ(tokens[1], 1u);
-  EXPECT_EQ(tokens[2], 1u);
-  EXPECT_EQ(tokens[0], 2046u);
-  EXPECT_EQ(total, 2048u);
 }
 
 TEST(TandemStep, AllAdditionsOffPlansAsMars) {

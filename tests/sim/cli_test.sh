@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# tandem-sim's command line: bad input is refused with a message naming the
+# problem (exit 2), and a small run over every policy writes a complete JSON
+# report with exactly the issue's metric keys.
+#   cli_test.sh TANDEM_SIM TRACE
+set -euo pipefail
+sim=$1
+trace=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "cli_test: $*" >&2; exit 1; }
+
+# expect_error EXPECTED_SUBSTRING ARGS...: exit 2 and the substring on stderr.
+expect_error() {
+  local want=$1; shift
+  local rc=0
+  "$sim" "$@" >"$dir/out" 2>"$dir/err" || rc=$?
+  [ "$rc" -eq 2 ] || fail "'$*' exited $rc, not 2"
+  grep -qF -- "$want" "$dir/err" || fail "'$*' did not say '$want': $(cat "$dir/err")"
+}
+
+expect_error "unknown policy 'lottery'" --synthetic mars-short --preset h100-llama3-8b --rate 1 --policies fcfs,lottery
+expect_error "unknown preset 'a100'" --synthetic mars-short --preset a100 --rate 1
+expect_error "exactly one of --trace" --preset h100-llama3-8b --rate 1
+expect_error "--rate R or --sweep" --synthetic mars-short --preset h100-llama3-8b
+expect_error "not a positive rate" --synthetic mars-short --preset h100-llama3-8b --sweep 0.1,-2
+expect_error "window_max" --synthetic mars-short --preset h100-llama3-8b --rate 1 --policies mars --param mars.window_max=-1
+expect_error "unknown synthetic" --synthetic nope --preset h100-llama3-8b --rate 1
+expect_error "unknown argument '--bogus'" --bogus
+printf '{"id":"a","rounds":[{"input_tokens":10,"output_tokens":5,"tool":null}]}\n{"id":"b","rounds":[{"input_tokens":"many"}]}\n' >"$dir/bad.jsonl"
+expect_error "bad.jsonl:2" --trace "$dir/bad.jsonl" --preset h100-llama3-8b --rate 1
+expect_error "$dir/missing.jsonl" --trace "$dir/missing.jsonl" --preset h100-llama3-8b --rate 1
+
+# A small run of every policy on the real trace, with the ablation.
+"$sim" --trace "$trace" --preset h100-llama3-8b --rate 0.05 --sessions 12 --policies all --ablate --quiet \
+  --json "$dir/r.json" --csv "$dir/r.csv" >"$dir/table" || fail "small run failed: $(cat "$dir/table")"
+grep -q "tandem-growth_check" "$dir/table" || fail "the table lacks the ablation rows"
+python3 - "$dir/r.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["preset"] == "h100-llama3-8b", r["preset"]
+need = {"e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "slowdown_mean", "goodput_a1", "goodput_a2",
+        "goodput_a3", "throughput_sps", "ttft_mean_s", "ttft_p99_s", "kv_hit_rate", "recomputed_tokens",
+        "preemptions", "pinned_block_seconds", "gpu_busy", "tool_stretch_mean"}
+runs = r["runs"]
+assert len(runs) == 7 + 5, len(runs)
+for run in runs:
+    assert {"policy", "rate", "sessions", "metrics"} <= run.keys(), run.keys()
+    missing = need - run["metrics"].keys()
+    assert not missing, missing
+    assert run["sessions"] == 12 and run["metrics"]["completed"] == 12, run
+    assert run["metrics"]["e2e_mean_s"] > 0 and run["metrics"]["slowdown_mean"] >= 0.999, run
+PY
+[ "$(wc -l <"$dir/r.csv")" -eq 13 ] || fail "CSV should have a header and 12 rows"
+echo "cli_test: ok"
