@@ -78,7 +78,8 @@ std::uint32_t MarsStepScheduler::effective_level(const StepRequest& r, const Mar
 }
 
 std::uint32_t MarsStepScheduler::quantum(const StepInput& in, std::uint32_t level) const {
-  return std::min(params_.quanta[level], in.token_budget);
+  const double scaled = static_cast<double>(params_.quanta[level]) * quantum_scale_;
+  return static_cast<std::uint32_t>(std::min<double>(scaled, in.token_budget));
 }
 
 MarsRequestState& MarsStepScheduler::touch(const StepRequest& r) {

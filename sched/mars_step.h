@@ -110,6 +110,10 @@ class MarsStepScheduler final : public StepScheduler {
   KeepPlan on_round_end(const RoundEndInfo& /*info*/, Time /*now*/) override { return {KeepDecision::kRelease, {}}; }
 
   const MarsStepParams& params() const { return params_; }
+  // Multiplies every quantum (still capped by the step's token budget). MARS
+  // itself never calls this; `tandem` scales its quanta to the engine's
+  // compute-bound step size (tandem.h, addition 6). `scale` ≥ 1.
+  void set_quantum_scale(double scale) { quantum_scale_ = scale < 1.0 ? 1.0 : scale; }
   // The level of a prompt with `tokens` tokens still to prefill.
   std::uint32_t level_for(std::uint32_t tokens) const;
   // `r`'s effective level at `now` from what this scheduler remembers of it
@@ -123,6 +127,7 @@ class MarsStepScheduler final : public StepScheduler {
  private:
   std::uint32_t effective_level(const StepRequest& r, const MarsRequestState* s, Time now) const;
   std::uint32_t quantum(const StepInput& in, std::uint32_t level) const;
+  double quantum_scale_ = 1.0;
   MarsRequestState& touch(const StepRequest& r);
 
   MarsStepParams params_;

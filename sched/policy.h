@@ -96,6 +96,10 @@ struct StepInput {
   std::uint32_t block_size = 16;
   std::uint32_t free_blocks = 0;  // includes free-but-cached blocks; excludes pinned
   std::uint32_t max_model_len = 131072;
+  // Tokens from which a step is compute-bound: below it, weight streaming
+  // (and, for MoE, expert loading) dominates and a step costs about the same
+  // whatever it computes. From the engine's profile; 0 = unknown.
+  std::uint32_t saturating_tokens = 0;
   // Running requests in running order first, then waiting and preempted ones
   // in arrival order. Indices into this span identify requests in the plan.
   std::span<const StepRequest> requests;

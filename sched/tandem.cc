@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <tuple>
 #include <type_traits>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 namespace tandem::sched {
@@ -24,6 +24,7 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.cpu_weights = p.flag("cpu_weights");
   t.global_queue = p.flag("global_queue");
   t.growth_check = p.flag("growth_check");
+  t.knee_quanta = p.flag("knee_quanta");
   t.horizon_s = p.get("horizon_s");
   t.offload = p.flag("offload");
   t.price.idle_pressure = p.get("idle_pressure");
@@ -246,7 +247,7 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
   // without global_queue, only onto the engine they came from.
   const bool room_somewhere = std::any_of(pressure.begin(), pressure.end(), [&](const auto& ep) {
     const EngineView* e = model.engine(ep.first);
-    return e != nullptr && e->has_stats && ep.second < p_.resume_pressure;
+    return e != nullptr && e->has_stats && ep.second < 1.0;
   });
   if (!room_somewhere) return;  // nothing can be restored: skip sorting the paused
   std::vector<const Session*> paused(model.sessions().in_state(SessionState::kPaused).begin(),
@@ -264,7 +265,10 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
       const double total = e.kv.blocks_total;
       const double block_size = e.params.block_size > 0 ? e.params.block_size : 16;
       const double need = (s->context_tokens + p_.growth_decode_tokens) / block_size;
-      double room = (p_.resume_pressure - pressure[eid]) * total - need;
+      // A session too big for the headroom resume_pressure leaves even on an
+      // empty engine waits only until the engine can hold it at all.
+      const double limit = std::max(p_.resume_pressure, std::min(1.0, need / total));
+      double room = (limit - pressure[eid]) * total - need;
       if (room < 0) continue;
       if (eid == s->engine) room += p_.locality_bonus * total;
       if (best == kNoEngine || room > best_room) {
@@ -307,16 +311,23 @@ double TandemStepScheduler::release_cost_per_block(const PinnedKv& pin, Time now
 
 void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   std::uint32_t free_blocks = in.free_blocks;
-  // A pin whose session's next round is already queued is about to be used
-  // (that request counts its blocks as its own): releasing it is pure loss.
-  std::unordered_set<SessionId> queued;
-  for (const StepRequest& r : in.requests) {
-    if (r.phase != RequestPhase::kRunning) queued.insert(r.session);
+  // A pin whose session's next round is already queued is that request's
+  // prefix (it counts the blocks as its own): it never expires, and it is
+  // released only when the step cannot fit otherwise, after every other pin.
+  std::unordered_map<SessionId, std::uint32_t> queued;  // session → its queued request
+  SessionId head = 0;                                   // what vLLM would try first
+  for (std::uint32_t i = 0; i < in.requests.size(); ++i) {
+    const StepRequest& r = in.requests[i];
+    if (r.phase == RequestPhase::kRunning) continue;
+    queued.emplace(r.session, i);
+    if (head == 0) head = r.session;
   }
   std::vector<const PinnedKv*> live;
+  std::vector<const PinnedKv*> reserved;  // pins of queued sessions other than the head's
   for (const PinnedKv& pin : in.pinned) {
-    if (queued.contains(pin.session)) continue;
-    if (now >= pin.until) {  // expired
+    if (queued.contains(pin.session)) {
+      if (pin.session != head) reserved.push_back(&pin);
+    } else if (now >= pin.until) {  // expired
       out.unpin.push_back(pin.session);
       free_blocks += pin.blocks;
       pins_.erase(pin.session);
@@ -326,7 +337,7 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   }
 
   // Blocks this step wants: each running request's next chunk, plus the
-  // waiting request at the head of the queue (what vLLM would try first).
+  // waiting request at the head of the queue.
   StepInput probe = in;
   probe.free_blocks = free_blocks;
   KvLedger kv(probe);
@@ -338,22 +349,40 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
     if (r.phase != RequestPhase::kRunning) head_counted = true;
   }
 
-  if (demand > free_blocks && !live.empty()) {
-    auto key = [&](const PinnedKv* p) {
-      double order = p_.cost_eviction ? release_cost_per_block(*p, now) : seconds(p->until.time_since_epoch());
-      return std::tuple(order, p->session);
-    };
-    std::sort(live.begin(), live.end(), [&](const PinnedKv* a, const PinnedKv* b) { return key(a) < key(b); });
+  auto key = [&](const PinnedKv* p) {
+    double order = p_.cost_eviction ? release_cost_per_block(*p, now) : seconds(p->until.time_since_epoch());
+    return std::tuple(order, p->session);
+  };
+  auto by_key = [&](const PinnedKv* a, const PinnedKv* b) { return key(a) < key(b); };
+  std::vector<StepRequest> requests;  // a copy, only when a queued request loses its pin
+  if (demand > free_blocks) {
+    std::sort(live.begin(), live.end(), by_key);
     for (const PinnedKv* p : live) {
       if (demand <= free_blocks) break;
       out.unpin.push_back(p->session);
       free_blocks += p->blocks;
       pins_.erase(p->session);
     }
+    std::sort(reserved.begin(), reserved.end(), by_key);
+    for (const PinnedKv* p : reserved) {
+      if (demand <= free_blocks) break;
+      out.unpin.push_back(p->session);
+      free_blocks += p->blocks;
+      pins_.erase(p->session);
+      // Its request now draws its prefix hit from the free pool, as vLLM counts a hit on unreferenced blocks.
+      if (requests.empty()) requests.assign(in.requests.begin(), in.requests.end());
+      requests[queued.at(p->session)].blocks_held = 0;
+    }
   }
 
   StepInput adjusted = in;
   adjusted.free_blocks = free_blocks;
+  if (!requests.empty()) adjusted.requests = requests;
+  if (p_.knee_quanta && in.saturating_tokens > 0) {
+    const MarsStepParams& m = mars_.params();
+    const std::uint32_t smallest = *std::min_element(m.quanta.begin(), m.quanta.begin() + m.levels);
+    mars_.set_quantum_scale(static_cast<double>(in.saturating_tokens) / std::max(1u, smallest));
+  }
   StepPlan mars_plan;
   mars_.plan(adjusted, now, mars_plan);
   out.run = std::move(mars_plan.run);

@@ -36,11 +36,20 @@
 //                       preempts anything. Switched off, pins go in order of
 //                       expiry. A pin whose session's next round is already
 //                       queued is never released: it is about to be used.
+//   6. knee_quanta    — MARS's MLFQ quanta (2048 … 256 tokens) assume a
+//                       step's cost grows with its tokens. On a model whose
+//                       steps are weight-bound up to a large size (an MoE
+//                       streaming its experts: ~1,350 tokens for
+//                       Qwen3-30B-A3B on H100) small chunks cost a full step
+//                       each and stretch every prefill. The quanta are scaled
+//                       by saturating_tokens / smallest quantum (never below
+//                       MARS's), so the smallest one is a compute-bound step.
 // With every switch off, tandem behaves as mars (the ablation baseline).
 //
 // Judgement calls, to be tuned by the simulator (issue 4): the horizon h
 // (1 s), the decode-growth estimate (256 tokens per running session), the
-// pause and resume pressures (1.0 and 0.9), the critical cpu.weight (400),
+// pause and resume pressures (0.9 and 0.8, tuned in tandem-sim from 1.0 and
+// 0.9: docs/results.md), the critical cpu.weight (400),
 // the initial pin at a tool call (2 s), the locality bonus (10 % of the pool),
 // the residency budget (1,024 sessions a tick: a full rotation through 50K
 // acting sessions takes about 10 s of 200 ms ticks).
@@ -66,6 +75,7 @@ struct TandemParams {
   bool cpu_weights = true;
   bool global_queue = true;
   bool growth_check = true;
+  bool knee_quanta = true;
   double horizon_s = 1.0;
   bool offload = true;
   PriceParams price;
@@ -73,8 +83,8 @@ struct TandemParams {
   std::uint32_t cpu_weight_critical = 400;
   std::uint32_t cpu_weight_default = 100;
   std::uint32_t growth_decode_tokens = 256;
-  double pause_pressure = 1.0;
-  double resume_pressure = 0.9;
+  double pause_pressure = 0.9;
+  double resume_pressure = 0.8;
   double initial_pin_s = 2.0;
   double locality_bonus = 0.1;
   std::uint32_t residency_budget = 1024;
@@ -86,6 +96,7 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"cpu_weights", 1, 0, 1, "addition 3: higher cpu.weight for sessions whose KV is kept"},
     {"global_queue", 1, 0, 1, "addition 4: restore paused sessions onto the engine with most room"},
     {"growth_check", 1, 0, 1, "addition 5: capacity check counts the growth of running decodes; pause on overflow"},
+    {"knee_quanta", 1, 0, 1, "addition 6: scale the MLFQ quanta so the smallest is a compute-bound step"},
     {"horizon_s", 1.0, 0.01, 600, "h: how far ahead a residency decision looks (seconds)"},
     {"offload", 1, 0, 1, "allow offloading KV to host memory"},
     {"idle_pressure", 0.7, 0, 1, "pool pressure (allocated + queued) below which KV is free"},
@@ -96,8 +107,9 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"cpu_weight_critical", 400, 1, 10000, "cpu.weight of sessions whose KV is kept"},
     {"cpu_weight_default", 100, 1, 10000, "cpu.weight of every other session"},
     {"growth_decode_tokens", 256, 0, 1 << 20, "tokens each running session is expected to still generate"},
-    {"pause_pressure", 1.0, 0.1, 2, "projected pressure above which acting sessions are paused"},
-    {"resume_pressure", 0.9, 0.05, 2, "projected pressure below which paused sessions are restored"},
+    {"pause_pressure", 0.9, 0.1, 2,
+     "projected pressure above which acting sessions are paused (tuned in tandem-sim: docs/results.md)"},
+    {"resume_pressure", 0.8, 0.05, 2, "projected pressure below which paused sessions are restored"},
     {"initial_pin_s", 2.0, 0, 600, "pin at a tool call until the control half decides (seconds)"},
     {"locality_bonus", 0.1, 0, 1, "restore bonus, as a fraction of the pool, for the engine that held the session"},
     {"residency_budget", 1024, 1, 1 << 24,

@@ -21,7 +21,8 @@ Engine::Engine(EngineId id, const Preset& preset, EngineLimits limits, sched::St
       scheduler_(scheduler),
       host_(host),
       counters_(counters),
-      free_uncached_(preset.gpu_blocks) {
+      free_uncached_(preset.gpu_blocks),
+      saturating_tokens_(preset.step.saturating_tokens()) {
   params_.block_size = preset.block_size;
   params_.total_blocks = preset.gpu_blocks;
   params_.max_seqs = limits.max_seqs;
@@ -319,6 +320,7 @@ std::optional<Time> Engine::start_step(Time now) {
     in.block_size = block_size_;
     in.free_blocks = free_blocks();
     in.max_model_len = params_.max_model_len;
+    in.saturating_tokens = saturating_tokens_;
     in.requests = step_requests_;
     in.pinned = pins_;
     plan_.clear();

@@ -195,6 +195,7 @@ class Engine {
   Time link_free_{};
 
   std::uint32_t free_uncached_ = 0;
+  std::uint32_t saturating_tokens_ = 0;  // from the step model, handed to every plan
   std::uint32_t cached_total_ = 0;
   std::uint32_t pinned_blocks_ = 0;
   std::uint32_t offloading_blocks_ = 0;

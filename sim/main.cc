@@ -54,7 +54,8 @@ output
 )";
 
 // tandem's switches (sched/tandem.h), one ablation run each.
-constexpr std::string_view kAdditions[] = {"residency", "cost_eviction", "cpu_weights", "global_queue", "growth_check"};
+constexpr std::string_view kAdditions[] = {"residency",    "cost_eviction", "cpu_weights",
+                                           "global_queue", "growth_check",  "knee_quanta"};
 
 struct Options {
   std::string trace;

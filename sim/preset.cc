@@ -102,6 +102,24 @@ double StepTimeModel::step_us(const StepShape& s) const {
          a_dec_us_per_token * static_cast<double>(s.decode_context) + a_seq_us * s.seqs;
 }
 
+std::uint32_t StepTimeModel::saturating_tokens() const {
+  if (!(b_us_per_token > 0)) return 0;
+  // b·N grows linearly and the weight term is non-decreasing and bounded: bisect.
+  std::uint32_t lo = 1;
+  std::uint32_t hi = 1u << 24;
+  auto compute_bound = [&](std::uint32_t n) { return b_us_per_token * n >= linear_us(n) - 1e-9; };
+  if (!compute_bound(hi)) return hi;
+  while (lo < hi) {
+    const std::uint32_t mid = lo + (hi - lo) / 2;
+    if (compute_bound(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
 std::span<const Preset> presets() { return kPresets; }
 
 base::Result<Preset> find_preset(std::string_view name) {

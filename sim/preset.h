@@ -44,6 +44,9 @@ struct StepTimeModel {
   double linear_us(std::uint64_t tokens) const;
   // Microseconds of one step; 0 for an empty step.
   double step_us(const StepShape& s) const;
+  // The fewest tokens whose compute term b·N reaches the weight term: the
+  // smallest compute-bound step (0 when b is 0).
+  std::uint32_t saturating_tokens() const;
 };
 
 struct Preset {

@@ -21,7 +21,7 @@ constexpr ToolKind kGrep = 12;
 
 TandemParams all_off() {
   TandemParams t;
-  t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = false;
+  t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.knee_quanta = false;
   return t;
 }
 
@@ -119,7 +119,9 @@ TEST(Tandem, LongToolUnderPressureIsOffloadedOnce) {
   Node node(1000, 0);  // full pool: price 3.2e-4 per block-second
   node.teach(kPytest, seconds(60));
   node.acting(1, 8000, kPytest, at(0));
-  TandemControl c({}, {});
+  TandemParams p;
+  p.growth_check = false;  // isolate residency (the full pool would also trip the growth check)
+  TandemControl c({}, p);
   auto first = tick(c, node.model, at(100));
   EXPECT_TRUE(has(first, ActionKind::kOffload, 1));
   EXPECT_FALSE(has(first, ActionKind::kPin, 1));
@@ -217,6 +219,8 @@ TEST(Tandem, GrowthCheckPausesTheCheapestToLose) {
   node.stats(39, at(1));
   TandemParams p;
   p.residency = false;  // isolate the growth check
+  p.pause_pressure = 1.0;
+  p.resume_pressure = 0.9;
   TandemControl c({}, p);
   auto a = tick(c, node.model, at(1000));
   EXPECT_TRUE(has(a, ActionKind::kPause, 1)) << "excess 9 blocks; pytest's 100 blocks cover it";

@@ -47,6 +47,17 @@ TEST(StepTime, QwenExpertTermMatchesCalibration) {
   EXPECT_NEAR(m.linear_us(10000), std::max(870 + 48.0 * 128 * 9437184 / 2.8e6, 16.0 * 10000), 1e-6);
 }
 
+TEST(StepTime, SaturatingTokensIsWhereComputeOvertakesWeights) {
+  // Llama: T_w / b = 5500 / 20 = 275 tokens.
+  EXPECT_EQ(preset("h100-llama3-8b").step.saturating_tokens(), 275u);
+  // Qwen: every expert is touched long before; (870 + 48·128·9.44 MB / 2.8 TB/s) / 16 ≈ 1,349.
+  const StepTimeModel& q = preset("h100-qwen3-30b-a3b").step;
+  const std::uint32_t n = q.saturating_tokens();
+  EXPECT_NEAR(n, (870 + 48.0 * 128 * 9437184 / 2.8e6) / 16, 1.0);
+  EXPECT_GE(16.0 * n, q.linear_us(n) - 1e-9);
+  EXPECT_LT(16.0 * (n - 1), q.linear_us(n - 1));
+}
+
 TEST(StepTime, EmptyStepTakesNoTime) { EXPECT_EQ(preset("h100-llama3-8b").step.step_us({}), 0.0); }
 
 TEST(StepTime, H200IsFasterOnMemoryBoundStepsOnly) {
