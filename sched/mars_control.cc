@@ -103,7 +103,7 @@ MarsControl::MarsControl(const MarsControlParams& params) : p_(params) {
 
 void MarsControl::update_cpu(const CpuView& cpu) {
   const std::uint32_t n = cpu.tool_cores;
-  if (n == 0) {
+  if (n == 0 || ignore_cpu_) {
     // Judgement (§2.1 uses max(1, N) with N always known): with the tool cores
     // unknown there is no backlog ratio to speak of, so the CPU side neither
     // caps the window nor signals overload; KV pressure alone drives AIMD.

@@ -105,6 +105,10 @@ class MarsControl final : public ControlPolicy {
 
   std::string_view name() const override { return "mars"; }
   void tick(const NodeModel& model, Time now, Actions& out) override;
+  // Stops the CPU side from capping or shrinking the window: admission
+  // follows KV pressure alone. MARS itself never calls this; `tandem` does
+  // (tandem.h, addition 7).
+  void ignore_cpu() { ignore_cpu_ = true; }
 
   // Read-only state, for tests and `tandemctl`.
   const MarsControlParams& params() const { return p_; }
@@ -136,6 +140,7 @@ class MarsControl final : public ControlPolicy {
   void pack(const NodeModel& model, Time now, Actions& out);
 
   MarsControlParams p_;
+  bool ignore_cpu_ = false;
   Duration interval_{};
   Duration needle_wait_{};
   Duration tail_quiet_{};

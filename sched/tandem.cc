@@ -25,6 +25,7 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.global_queue = p.flag("global_queue");
   t.growth_check = p.flag("growth_check");
   t.knee_quanta = p.flag("knee_quanta");
+  t.kv_admission = p.flag("kv_admission");
   t.horizon_s = p.get("horizon_s");
   t.offload = p.flag("offload");
   t.price.idle_pressure = p.get("idle_pressure");

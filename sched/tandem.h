@@ -44,6 +44,16 @@
 //                       each and stretch every prefill. The quanta are scaled
 //                       by saturating_tokens / smallest quantum (never below
 //                       MARS's), so the smallest one is a compute-bound step.
+//   7. kv_admission   — MARS also gates admission on the host CPU: a
+//                       static cap of ~2.5 sessions per tool core and a
+//                       multiplicative decrease while running tools outnumber
+//                       the cores, whatever those tools do (most agent tools —
+//                       Read, Grep, Edit — barely use a core). In the
+//                       simulator every form of CPU-gated admission we tried
+//                       (tool counts, PSI at 60/90/95/99 %) only lengthened
+//                       sessions: holding a session back does not shorten the
+//                       tools already running. tandem admits on KV pressure
+//                       alone and handles CPU contention with cpu.weight.
 // With every switch off, tandem behaves as mars (the ablation baseline).
 //
 // Judgement calls, to be tuned by the simulator (issue 4): the horizon h
@@ -76,6 +86,7 @@ struct TandemParams {
   bool global_queue = true;
   bool growth_check = true;
   bool knee_quanta = true;
+  bool kv_admission = true;
   double horizon_s = 1.0;
   bool offload = true;
   PriceParams price;
@@ -97,6 +108,7 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"global_queue", 1, 0, 1, "addition 4: restore paused sessions onto the engine with most room"},
     {"growth_check", 1, 0, 1, "addition 5: capacity check counts the growth of running decodes; pause on overflow"},
     {"knee_quanta", 1, 0, 1, "addition 6: scale the MLFQ quanta so the smallest is a compute-bound step"},
+    {"kv_admission", 1, 0, 1, "addition 7: admission follows KV pressure alone, not MARS's CPU gate"},
     {"horizon_s", 1.0, 0.01, 600, "h: how far ahead a residency decision looks (seconds)"},
     {"offload", 1, 0, 1, "allow offloading KV to host memory"},
     {"idle_pressure", 0.7, 0, 1, "pool pressure (allocated + queued) below which KV is free"},
@@ -122,7 +134,9 @@ TandemParams tandem_params(const PolicyParams& p);
 // Thread-safety: one thread.
 class TandemControl final : public ControlPolicy {
  public:
-  TandemControl(const MarsControlParams& mars, const TandemParams& params) : mars_(mars), p_(params) {}
+  TandemControl(const MarsControlParams& mars, const TandemParams& params) : mars_(mars), p_(params) {
+    if (p_.kv_admission) mars_.ignore_cpu();
+  }
 
   std::string_view name() const override { return "tandem"; }
   void on_event(const Event& event, const NodeModel& model, Time now) override;

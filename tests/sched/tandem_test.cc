@@ -21,7 +21,7 @@ constexpr ToolKind kGrep = 12;
 
 TandemParams all_off() {
   TandemParams t;
-  t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.knee_quanta = false;
+  t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.knee_quanta = t.kv_admission = false;
   return t;
 }
 
@@ -399,6 +399,26 @@ TEST(TandemStep, AllAdditionsOffPlansAsMars) {
     ASSERT_EQ(a.run, b.run) << step;
     ASSERT_EQ(a.preempt, b.preempt) << step;
   }
+}
+
+TEST(Tandem, AdmissionIgnoresTheCpuGateThatMarsApplies) {
+  // One tool core and 12 running tools: MARS's CPU side caps the window at
+  // max(W_min = 4, ceil(1 · 2.5)) and cuts it while overloaded; tandem admits on KV alone.
+  Node node;
+  node.model.set_cpu(CpuView{1, 0, -1, {}});
+  for (SessionId s = 1; s <= 12; ++s) node.acting(s, 1600, kGrep, at(0));
+  TandemControl ours({}, {});
+  TandemParams off;
+  off.kv_admission = false;
+  TandemControl mars_like({}, off);
+  for (int i = 1; i <= 10; ++i) {
+    (void)tick(ours, node.model, at(i * 200));
+    (void)tick(mars_like, node.model, at(i * 200));
+  }
+  EXPECT_TRUE(mars_like.mars().cpu_overloaded());
+  EXPECT_EQ(mars_like.mars().w_adm(), 4u);
+  EXPECT_FALSE(ours.mars().cpu_overloaded());
+  EXPECT_EQ(ours.mars().w_adm(), 30u);
 }
 
 TEST(Tandem, RegistryBuildsItAndAblationFlagsParse) {
