@@ -116,6 +116,7 @@ Metrics compute_metrics(std::span<const SessionRecord> sessions, const RunCounte
   m.goodput_a3 = ratio(static_cast<double>(met[2]), makespan);
   m.throughput_sps = ratio(static_cast<double>(n), makespan);
   m.rounds_per_min = ratio(static_cast<double>(rounds), makespan) * 60.0;
+  m.tokens_per_s = ratio(static_cast<double>(counters.computed_tokens), makespan);
 
   m.ttft_mean_s = mean(ttft);
   m.ttft_p99_s = percentile(ttft, 99.0);
@@ -135,8 +136,8 @@ Metrics compute_metrics(std::span<const SessionRecord> sessions, const RunCounte
 
   for (double* v :
        {&m.e2e_mean_s, &m.e2e_p50_s, &m.e2e_p90_s, &m.e2e_p99_s, &m.slowdown_mean, &m.goodput_a1, &m.goodput_a2,
-        &m.goodput_a3, &m.throughput_sps, &m.rounds_per_min, &m.ttft_mean_s, &m.ttft_p99_s, &m.kv_hit_rate,
-        &m.pinned_block_seconds, &m.gpu_busy, &m.tool_cpu_util, &m.tool_stretch_mean, &m.makespan_s}) {
+        &m.goodput_a3, &m.throughput_sps, &m.rounds_per_min, &m.tokens_per_s, &m.ttft_mean_s, &m.ttft_p99_s,
+        &m.kv_hit_rate, &m.pinned_block_seconds, &m.gpu_busy, &m.tool_cpu_util, &m.tool_stretch_mean, &m.makespan_s}) {
     *v = finite_or_zero(*v);
   }
   return m;

@@ -6,7 +6,8 @@
 //   slowdown       E2E / T_ideal, T_ideal = the same session alone on the node
 //   goodput_aN     sessions with E2E ≤ N · T_ideal (MARS's dynamic SLO), per
 //                  second of makespan (first arrival → last finish)
-//   throughput     completed sessions per second of makespan; rounds per minute
+//   throughput     completed sessions per second of makespan; rounds per
+//                  minute; computed tokens (new + recomputed) per second
 //   TTFT           per round: the round's submission (session arrival or tool
 //                  end) → its first output token, admission wait included
 //   kv_hit_rate    prompt tokens served from cache (GPU prefix cache or a host
@@ -59,6 +60,7 @@ struct Metrics {
   double goodput_a1 = 0, goodput_a2 = 0, goodput_a3 = 0;  // sessions / s
   double throughput_sps = 0;
   double rounds_per_min = 0;
+  double tokens_per_s = 0;  // tokens the engines computed (new + recomputed) per second of makespan
   double ttft_mean_s = 0, ttft_p99_s = 0;
   double kv_hit_rate = 0;
   std::uint64_t recomputed_tokens = 0;

@@ -117,6 +117,7 @@ std::vector<std::pair<std::string_view, Number>> metric_fields(const Metrics& m)
       {"goodput_a3", m.goodput_a3},
       {"throughput_sps", m.throughput_sps},
       {"rounds_per_min", m.rounds_per_min},
+      {"tokens_per_s", m.tokens_per_s},
       {"ttft_mean_s", m.ttft_mean_s},
       {"ttft_p99_s", m.ttft_p99_s},
       {"kv_hit_rate", m.kv_hit_rate},

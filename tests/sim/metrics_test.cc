@@ -15,15 +15,10 @@ constexpr double kEps = 1e-12;
 
 // Every double field, for the "finite everywhere" and "all zero" checks.
 std::vector<double> doubles_of(const Metrics& m) {
-  return {m.e2e_mean_s,        m.e2e_p50_s,
-          m.e2e_p90_s,         m.e2e_p99_s,
-          m.slowdown_mean,     m.goodput_a1,
-          m.goodput_a2,        m.goodput_a3,
-          m.throughput_sps,    m.rounds_per_min,
-          m.ttft_mean_s,       m.ttft_p99_s,
-          m.kv_hit_rate,       m.pinned_block_seconds,
-          m.gpu_busy,          m.tool_cpu_util,
-          m.tool_stretch_mean, m.makespan_s};
+  return {m.e2e_mean_s,   m.e2e_p50_s,     m.e2e_p90_s,         m.e2e_p99_s,      m.slowdown_mean,
+          m.goodput_a1,   m.goodput_a2,    m.goodput_a3,        m.throughput_sps, m.rounds_per_min,
+          m.tokens_per_s, m.ttft_mean_s,   m.ttft_p99_s,        m.kv_hit_rate,    m.pinned_block_seconds,
+          m.gpu_busy,     m.tool_cpu_util, m.tool_stretch_mean, m.makespan_s};
 }
 
 TEST(Percentile, EmptyIsZero) {
@@ -82,6 +77,7 @@ RunCounters some_counters() {
   c.reused_tokens = 250;
   c.new_tokens = 700;
   c.recomputed_tokens = 77;
+  c.computed_tokens = 777;
   c.preemptions = 5;
   c.pinned_block_seconds = 123.5;
   c.gpu_busy_s = 46.0;
@@ -115,6 +111,7 @@ TEST(ComputeMetrics, EveryFieldByHand) {
   EXPECT_NEAR(m.goodput_a3, 3.0 / 46.0, kEps);
   EXPECT_NEAR(m.throughput_sps, 4.0 / 46.0, kEps);
   EXPECT_NEAR(m.rounds_per_min, 10.0 / 46.0 * 60.0, kEps);
+  EXPECT_NEAR(m.tokens_per_s, 777.0 / 46.0, kEps);
   // TTFTs sorted: .25 .25 .5 .5 .5 1 1.5 2 3 4 (sum 13.5); p99 at rank 8.91.
   EXPECT_NEAR(m.ttft_mean_s, 1.35, kEps);
   EXPECT_NEAR(m.ttft_p99_s, 3.91, kEps);

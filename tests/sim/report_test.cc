@@ -205,7 +205,7 @@ TEST_F(ReportFiles, JsonRoundTrip) {
       "goodput_a1",    "goodput_a2",        "goodput_a3",        "throughput_sps", "ttft_mean_s",
       "ttft_p99_s",    "kv_hit_rate",       "recomputed_tokens", "preemptions",    "pinned_block_seconds",
       "gpu_busy",      "tool_stretch_mean", "rounds_per_min",    "tool_cpu_util",  "makespan_s",
-      "capped_rounds", "completed"};
+      "capped_rounds", "completed",         "tokens_per_s"};
   for (std::size_t i = 0; i < rep.runs.size(); ++i) {
     const auto& jr = doc["runs"][i];
     const sim::Run& run = rep.runs[i];
@@ -277,13 +277,13 @@ TEST_F(ReportFiles, CsvHasAHeaderAndOneRowPerRun) {
   EXPECT_NE(lines[0].find(",tool_stretch_mean,"), std::string::npos);
   EXPECT_NE(lines[0].find(",completed,"), std::string::npos);
   EXPECT_TRUE(lines[0].ends_with(",wall_s"));
-  // 6 identity columns, 22 metrics, wall_s.
-  EXPECT_EQ(std::count(lines[0].begin(), lines[0].end(), ','), 28);
+  // 6 identity columns, 23 metrics, wall_s.
+  EXPECT_EQ(std::count(lines[0].begin(), lines[0].end(), ','), 29);
   const std::string quoted = "\"mix, \"\"quoted\"\"\"";
   for (std::size_t i = 1; i < lines.size(); ++i) {
     EXPECT_TRUE(lines[i].starts_with("h100-llama8b," + quoted + ",")) << lines[i];
     // The quoted field holds one comma of its own.
-    EXPECT_EQ(std::count(lines[i].begin(), lines[i].end(), ','), 29) << lines[i];
+    EXPECT_EQ(std::count(lines[i].begin(), lines[i].end(), ','), 30) << lines[i];
   }
   EXPECT_TRUE(lines[6].starts_with("h100-llama8b," + quoted + ",tandem,-residency,1,20,2000,")) << lines[6];
   EXPECT_NE(lines[1].find(",1234567,3,4500.25,"), std::string::npos) << lines[1];
