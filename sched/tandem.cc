@@ -196,6 +196,10 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
   }
   std::map<EngineId, double> pressure;
   for (const auto& [eid, e] : model.engines()) pressure[eid] = projected_pressure(e, running[eid]);
+  // Pausing frees memory for someone: an engine where nothing waits (no
+  // queued round, no demand still to allocate) is left alone however full.
+  std::map<EngineId, bool> contended;
+  for (const auto& [eid, e] : model.engines()) contended[eid] = e.kv.waiting_seqs > 0 || e.queued_blocks > 0;
 
   // Overflow: pause the acting sessions that are cheapest to lose (lowest
   // keep value per block), freeing their KV, until the projection fits. At
@@ -203,7 +207,7 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
   // rotation, so an overflow at 100K sessions costs a bounded tick; the
   // victims are the cheapest of that sample, and the next tick continues.
   bool overflow = false;
-  for (const auto& [eid, e] : model.engines()) overflow = overflow || pressure[eid] > p_.pause_pressure;
+  for (const auto& [eid, e] : model.engines()) overflow = overflow || (contended[eid] && pressure[eid] > p_.pause_pressure);
   if (overflow) {
     struct Victim {
       double value_per_block;
@@ -217,7 +221,7 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
     const std::size_t n = std::min<std::size_t>(p_.residency_budget, acting.size());
     for (std::size_t j = 0; j < n; ++j) {
       const Session* s = acting[(growth_cursor_ + j) % acting.size()];
-      if (s->blocks_held == 0 || pressure[s->engine] <= p_.pause_pressure) continue;
+      if (s->blocks_held == 0 || !contended[s->engine] || pressure[s->engine] <= p_.pause_pressure) continue;
       Time since = s->tool != 0 ? s->tool_started : s->last_round_end;
       double p = model.tools().p_return_within(s->tool, now - since, horizon);
       double value = p * p_.cost.recompute_s(s->context_tokens);

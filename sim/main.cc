@@ -381,7 +381,18 @@ int run(const Options& o) {
   };
   write(o.json, write_json);
   write(o.csv, write_csv);
-  write(o.plot, write_plot);
+  if (!o.plot.empty()) {
+    // The plot shows the policies; ablation variants (in the table, JSON and
+    // CSV) would crowd its legend.
+    Report plotted = report;
+    std::erase_if(plotted.runs, [](const Run& r) { return !r.variant.empty(); });
+    if (auto r = write_plot(plotted.runs.empty() ? report : plotted, o.plot); !r) {
+      std::cerr << "tandem-sim: " << r.error().context() << "\n";
+      rc = 1;
+    } else {
+      std::cout << "wrote " << o.plot << "\n";
+    }
+  }
   return rc;
 }
 

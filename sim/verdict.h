@@ -4,7 +4,7 @@
 // first rate where the best other policy's mean slowdown exceeds 3 — its
 // mean E2E is at least 1.5× lower than that policy's. Ablation variants are
 // not competitors. A run that failed (a policy that livelocked) counts as
-// infinitely slow with no goodput.
+// infinitely slow with no goodput. Values within 0.1 % count as equal.
 #pragma once
 
 #include <optional>

@@ -31,8 +31,8 @@ printf '{"id":"a","rounds":[{"input_tokens":10,"output_tokens":5,"tool":null}]}\
 expect_error "bad.jsonl:2" --trace "$dir/bad.jsonl" --preset h100-llama3-8b --rate 1
 expect_error "$dir/missing.jsonl" --trace "$dir/missing.jsonl" --preset h100-llama3-8b --rate 1
 
-# A small run of every policy on the real trace, with the ablation.
-"$sim" --trace "$trace" --preset h100-llama3-8b --rate 0.05 --sessions 12 --policies all --ablate --quiet \
+# A small run of every policy on the trace, with the ablation.
+"$sim" --trace "$trace" --preset h100-llama3-8b --rate 0.2 --sessions 12 --policies all --ablate --quiet \
   --json "$dir/r.json" --csv "$dir/r.csv" >"$dir/table" || fail "small run failed: $(cat "$dir/table")"
 grep -q "tandem-growth_check" "$dir/table" || fail "the table lacks the ablation rows"
 python3 - "$dir/r.json" <<'PY'
