@@ -99,6 +99,22 @@ MarsControl::MarsControl(const MarsControlParams& params) : p_(params) {
   w_cpu_ = p_.window_max;
   w_kv_ = p_.window_max;
   w_adm_ = p_.window_init;
+  base_ = p_;
+}
+
+void MarsControl::scale_window(std::uint32_t engines) {
+  engines = std::max<std::uint32_t>(1, engines);
+  if (engines == window_scale_) return;
+  const double ratio = static_cast<double>(engines) / window_scale_;
+  window_scale_ = engines;
+  p_.window_max = base_.window_max * engines;
+  p_.window_min = base_.window_min * engines;
+  p_.window_init = base_.window_init * engines;
+  auto scaled = [&](std::uint32_t w) { return clamp_window(std::round(w * ratio), p_.window_min, p_.window_max); };
+  w_aimd_ = scaled(w_aimd_);
+  w_cpu_ = scaled(w_cpu_);
+  w_kv_ = scaled(w_kv_);
+  w_adm_ = scaled(w_adm_);
 }
 
 void MarsControl::update_cpu(const CpuView& cpu) {

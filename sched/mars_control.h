@@ -105,6 +105,11 @@ class MarsControl final : public ControlPolicy {
 
   std::string_view name() const override { return "mars"; }
   void tick(const NodeModel& model, Time now, Actions& out) override;
+  // Sets the window ceiling and floor to `engines` times the configured ones
+  // (MARS's window of 30 is for its one engine). The AIMD state is scaled
+  // with them. MARS itself never calls this; `tandem` does with its engine
+  // count (tandem.h, addition 8). `engines` ≥ 1.
+  void scale_window(std::uint32_t engines);
   // Stops the CPU side from capping or shrinking the window: admission
   // follows KV pressure alone. MARS itself never calls this; `tandem` does
   // (tandem.h, addition 7).
@@ -141,6 +146,8 @@ class MarsControl final : public ControlPolicy {
 
   MarsControlParams p_;
   bool ignore_cpu_ = false;
+  MarsControlParams base_;  // the configured windows, before scale_window()
+  std::uint32_t window_scale_ = 1;
   Duration interval_{};
   Duration needle_wait_{};
   Duration tail_quiet_{};

@@ -26,6 +26,7 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.growth_check = p.flag("growth_check");
   t.knee_quanta = p.flag("knee_quanta");
   t.kv_admission = p.flag("kv_admission");
+  t.engine_window = p.flag("engine_window");
   t.horizon_s = p.get("horizon_s");
   t.offload = p.flag("offload");
   t.price.idle_pressure = p.get("idle_pressure");
@@ -65,6 +66,7 @@ void TandemControl::on_event(const Event& event, const NodeModel& /*model*/, Tim
 }
 
 void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
+  if (p_.engine_window) mars_.scale_window(static_cast<std::uint32_t>(model.engines().size()));
   mars_.tick(model, now, out);  // admission: AIMD + PackQueue, unchanged
   const Duration horizon = from_seconds(p_.horizon_s);
   const Duration interval = last_tick_ ? now - *last_tick_ : horizon;
@@ -207,7 +209,8 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
   // rotation, so an overflow at 100K sessions costs a bounded tick; the
   // victims are the cheapest of that sample, and the next tick continues.
   bool overflow = false;
-  for (const auto& [eid, e] : model.engines()) overflow = overflow || (contended[eid] && pressure[eid] > p_.pause_pressure);
+  for (const auto& [eid, e] : model.engines())
+    overflow = overflow || (contended[eid] && pressure[eid] > p_.pause_pressure);
   if (overflow) {
     struct Victim {
       double value_per_block;

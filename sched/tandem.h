@@ -54,6 +54,11 @@
 //                       sessions: holding a session back does not shorten the
 //                       tools already running. tandem admits on KV pressure
 //                       alone and handles CPU contention with cpu.weight.
+//   8. engine_window  — MARS's admission window (30 sessions) is sized for
+//                       its one engine; on a node of N engines tandem's
+//                       ceiling, floor and start are N times MARS's, so
+//                       short sessions that barely use KV are not queued
+//                       behind a cap the GPUs do not need.
 // With every switch off, tandem behaves as mars (the ablation baseline).
 //
 // Judgement calls, to be tuned by the simulator (issue 4): the horizon h
@@ -87,6 +92,7 @@ struct TandemParams {
   bool growth_check = true;
   bool knee_quanta = true;
   bool kv_admission = true;
+  bool engine_window = true;
   double horizon_s = 1.0;
   bool offload = true;
   PriceParams price;
@@ -109,6 +115,7 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"growth_check", 1, 0, 1, "addition 5: capacity check counts the growth of running decodes; pause on overflow"},
     {"knee_quanta", 1, 0, 1, "addition 6: scale the MLFQ quanta so the smallest is a compute-bound step"},
     {"kv_admission", 1, 0, 1, "addition 7: admission follows KV pressure alone, not MARS's CPU gate"},
+    {"engine_window", 1, 0, 1, "addition 8: the admission window scales with the node's engine count"},
     {"horizon_s", 1.0, 0.01, 600, "h: how far ahead a residency decision looks (seconds)"},
     {"offload", 1, 0, 1, "allow offloading KV to host memory"},
     {"idle_pressure", 0.7, 0, 1, "pool pressure (allocated + queued) below which KV is free"},

@@ -54,8 +54,8 @@ output
 )";
 
 // tandem's switches (sched/tandem.h), one ablation run each.
-constexpr std::string_view kAdditions[] = {"residency",    "cost_eviction", "cpu_weights", "global_queue",
-                                           "growth_check", "knee_quanta",   "kv_admission"};
+constexpr std::string_view kAdditions[] = {"residency",    "cost_eviction", "cpu_weights",  "global_queue",
+                                           "growth_check", "knee_quanta",   "kv_admission", "engine_window"};
 
 struct Options {
   std::string trace;

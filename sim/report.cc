@@ -526,6 +526,12 @@ base::Result<void> write_json(const Report& report, const std::string& path) {
     r["wall_s"] = run.wall_s;
     doc["runs"].push_back(std::move(r));
   }
+  if (!report.failed.empty()) {
+    doc["failed"] = nlohmann::ordered_json::array();
+    for (const FailedRun& f : report.failed) {
+      doc["failed"].push_back({{"policy", f.policy}, {"variant", f.variant}, {"rate", f.rate}, {"reason", f.reason}});
+    }
+  }
   // replace: a policy name with invalid UTF-8 must not throw out of here.
   std::string text = doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   text += '\n';

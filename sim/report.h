@@ -46,7 +46,9 @@ void print_table(std::ostream& os, const Report& report);
 // {"preset","workload","runs":[{"policy","rate","sessions","metrics":{...}}]}
 // with exactly the metric keys of issue 4 ("e2e_mean_s", …,
 // "tool_stretch_mean") plus "variant", "rounds_per_min", "tokens_per_s", "tool_cpu_util",
-// "makespan_s", "capped_rounds" and "completed". Errors name the path.
+// "makespan_s", "capped_rounds" and "completed"; runs that did not finish
+// are listed under "failed" ({"policy","variant","rate","reason"}) when there
+// are any. Errors name the path.
 base::Result<void> write_json(const Report& report, const std::string& path);
 // One header line, then one line per run: preset, workload, policy, variant,
 // rate, sessions and every metric.

@@ -21,7 +21,8 @@ constexpr ToolKind kGrep = 12;
 
 TandemParams all_off() {
   TandemParams t;
-  t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.knee_quanta = t.kv_admission = false;
+  t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.knee_quanta = t.kv_admission =
+      t.engine_window = false;
   return t;
 }
 
@@ -419,6 +420,22 @@ TEST(Tandem, AdmissionIgnoresTheCpuGateThatMarsApplies) {
   EXPECT_EQ(mars_like.mars().w_adm(), 4u);
   EXPECT_FALSE(ours.mars().cpu_overloaded());
   EXPECT_EQ(ours.mars().w_adm(), 30u);
+}
+
+TEST(Tandem, TheAdmissionWindowScalesWithTheEngines) {
+  Node node;
+  EngineParams p;
+  p.total_blocks = 1000;
+  ASSERT_TRUE(node.model.observe(EngineJoined{kE + 1, p}, at(0)));
+  node.stats(1000, at(0), kE + 1);
+  TandemControl ours({}, {});
+  TandemParams off;
+  off.engine_window = false;
+  TandemControl mars_like({}, off);
+  (void)tick(ours, node.model, at(200));
+  (void)tick(mars_like, node.model, at(200));
+  EXPECT_EQ(ours.mars().window(), 60u) << "MARS's 30 per engine, two engines";
+  EXPECT_EQ(mars_like.mars().window(), 30u);
 }
 
 TEST(Tandem, RegistryBuildsItAndAblationFlagsParse) {
