@@ -130,7 +130,8 @@ void ContinuumStepScheduler::on_session_end(SessionId session, Time /*now*/) { s
 void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   ++generation_;
   const auto n_req = static_cast<std::uint32_t>(in.requests.size());
-  std::unordered_set<SessionId> waiting_sessions;
+  queued_.build(in);
+  const QueuedSessions& waiting_sessions = queued_;
   for (std::uint32_t i = 0; i < n_req; ++i) {
     const StepRequest& r = in.requests[i];
     Session& s = sessions_[r.session];
@@ -138,7 +139,6 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
     if (inserted) s.k_at_arrival.push_back(s.rounds_done);
     it->second = generation_;
     s.first_arrival = std::min(s.first_arrival, r.arrival);
-    if (r.phase != RequestPhase::kRunning) waiting_sessions.insert(r.session);
   }
   std::erase_if(seen_, [&](const auto& kv) { return kv.second != generation_; });
   std::erase_if(preempted_at_, [&](const auto& kv) { return !seen_.contains(kv.first); });

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <unordered_set>
 #include <vector>
 
 namespace tandem::sched {
@@ -69,10 +68,8 @@ void InferceptStepScheduler::on_session_end(SessionId session, Time /*now*/) { l
 void InferceptStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   max_model_len_ = in.max_model_len;
   KvLedger kv(in);
-  std::unordered_set<SessionId> waiting_sessions;
-  for (const StepRequest& r : in.requests) {
-    if (r.phase != RequestPhase::kRunning) waiting_sessions.insert(r.session);
-  }
+  queued_.build(in);
+  const QueuedSessions& waiting_sessions = queued_;
   std::vector<bool> pin_alive(in.pinned.size(), true);
   auto unpin = [&](std::size_t k) {
     pin_alive[k] = false;

@@ -92,6 +92,7 @@ class InferceptStepScheduler final : public StepScheduler {
   double mean_s(ToolKind kind) const;
 
  private:
+  QueuedSessions queued_;  // scratch of plan(), kept to reuse its storage
   struct Kind {
     double sum = 0;
     std::uint64_t count = 0;

@@ -16,6 +16,7 @@
 // syscall, and the same inputs give the same outputs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -155,6 +156,24 @@ class StepScheduler {
   virtual KeepPlan on_round_end(const RoundEndInfo& /*info*/, Time /*now*/) { return {}; }
   virtual void on_tool_end(SessionId /*session*/, ToolKind /*kind*/, Duration /*wall*/, Time /*now*/) {}
   virtual void on_session_end(SessionId /*session*/, Time /*now*/) {}
+};
+
+// The sessions that have a queued (not running) request in a step's input,
+// for "is this pin's session about to resume?". Kept by a scheduler across
+// steps so building it allocates nothing once warm. Thread-safety: a value type.
+class QueuedSessions {
+ public:
+  void build(const StepInput& in) {
+    ids_.clear();
+    for (const StepRequest& r : in.requests) {
+      if (r.phase != RequestPhase::kRunning) ids_.push_back(r.session);
+    }
+    std::sort(ids_.begin(), ids_.end());
+  }
+  bool contains(SessionId s) const { return std::binary_search(ids_.begin(), ids_.end(), s); }
+
+ private:
+  std::vector<SessionId> ids_;
 };
 
 // KV bookkeeping while a step is planned: what each decision allocates or

@@ -289,10 +289,14 @@ std::optional<Time> Engine::complete_offloads(Time now) {
 
 // ---- steps ----------------------------------------------------------------------
 
-std::uint32_t Engine::hit_tokens(const Req& q, std::uint32_t* from_host) const {
+std::uint32_t Engine::hit_tokens(const Req& q, std::uint32_t* from_host, std::uint32_t* pinned) const {
   std::uint32_t gpu = 0;
   if (auto it = kv_.find(q.r.session); it != kv_.end()) {
     gpu = (it->second.pinned_blocks != 0 ? it->second.pinned_blocks : it->second.cached_blocks) * block_size_;
+    // A pinned prefix is referenced: hitting it takes nothing from the free pool.
+    if (pinned != nullptr) *pinned = it->second.pinned_blocks;
+  } else if (pinned != nullptr) {
+    *pinned = 0;
   }
   const std::uint32_t host = q.work.content != nullptr ? q.work.content->host_tokens : 0;
   const std::uint32_t hit = std::min(std::max(gpu, host), q.target);
@@ -308,11 +312,8 @@ std::optional<Time> Engine::start_step(Time now) {
     step_requests_.reserve(running_.size() + waiting_.size());
     for (const Req& q : running_) step_requests_.push_back(q.r);
     for (const Req& q : waiting_) {
-      sched::StepRequest r = q.r;
-      r.cached_tokens = hit_tokens(q, nullptr);
-      // A pinned prefix is referenced: hitting it takes nothing from the free pool.
-      r.blocks_held = kv_[q.r.session].pinned_blocks;
-      step_requests_.push_back(r);
+      sched::StepRequest& r = step_requests_.emplace_back(q.r);
+      r.cached_tokens = hit_tokens(q, nullptr, &r.blocks_held);
     }
     sched::StepInput in;
     in.token_budget = params_.token_budget;
@@ -330,8 +331,8 @@ std::optional<Time> Engine::start_step(Time now) {
       if (auto p = find_pin(s); p != pins_.end()) remove_pin(p, now);
     }
     const std::size_t n_run = running_.size();
-    std::vector<bool> preempted(n_run, false);
-    std::vector<Req> front;  // preempted, most recent first
+    std::vector<bool>& preempted = preempted_;
+    preempted.assign(n_run, false);
     for (std::uint32_t i : plan_.preempt) {
       if (i >= n_run || preempted[i]) {
         violation("plan preempts request " + std::to_string(i) + ", which is not running");
@@ -351,8 +352,10 @@ std::optional<Time> Engine::start_step(Time now) {
 
     StepShape shape;
     double reload_us = 0.0;
-    std::vector<bool> scheduled(step_requests_.size(), false);
-    std::vector<std::uint32_t> started;  // waiting indices in scheduling order
+    std::vector<bool>& scheduled = scheduled_;
+    scheduled.assign(step_requests_.size(), false);
+    std::vector<std::uint32_t>& started = started_;  // waiting indices in scheduling order
+    started.clear();
     for (const sched::ScheduledChunk& chunk : plan_.run) {
       const std::uint32_t idx = chunk.request;
       if (idx >= step_requests_.size() || scheduled[idx] || (idx < n_run && preempted[idx]) || chunk.tokens == 0) {
@@ -428,26 +431,29 @@ std::optional<Time> Engine::start_step(Time now) {
 
     // New queues: running (in order) + newly started; preempted go to the
     // front of the waiting queue, the most recently preempted first (vLLM).
-    std::vector<Req> next_running;
-    next_running.reserve(running_.size() + started.size());
-    std::deque<Req> next_waiting;
-    for (std::size_t i = 0; i < n_run; ++i) {
-      if (preempted[i]) {
-        next_waiting.push_front(std::move(running_[i]));
-      } else {
-        next_running.push_back(std::move(running_[i]));
+    // Most steps (decode) start and preempt nothing: the queues stay.
+    if (!started.empty() || !plan_.preempt.empty()) {
+      std::vector<Req> next_running;
+      next_running.reserve(running_.size() + started.size());
+      std::deque<Req> next_waiting;
+      for (std::size_t i = 0; i < n_run; ++i) {
+        if (preempted[i]) {
+          next_waiting.push_front(std::move(running_[i]));
+        } else {
+          next_running.push_back(std::move(running_[i]));
+        }
       }
+      moved_.assign(waiting_.size(), false);
+      for (std::uint32_t w : started) {
+        next_running.push_back(std::move(waiting_[w]));
+        moved_[w] = true;
+      }
+      for (std::size_t w = 0; w < waiting_.size(); ++w) {
+        if (!moved_[w]) next_waiting.push_back(std::move(waiting_[w]));
+      }
+      running_ = std::move(next_running);
+      waiting_ = std::move(next_waiting);
     }
-    std::vector<bool> moved(waiting_.size(), false);
-    for (std::uint32_t w : started) {
-      next_running.push_back(std::move(waiting_[w]));
-      moved[w] = true;
-    }
-    for (std::size_t w = 0; w < waiting_.size(); ++w) {
-      if (!moved[w]) next_waiting.push_back(std::move(waiting_[w]));
-    }
-    running_ = std::move(next_running);
-    waiting_ = std::move(next_waiting);
 
     if (shape.seqs > 0) {
       const double us = preset_.step.step_us(shape) + reload_us;
@@ -468,6 +474,7 @@ std::optional<Time> Engine::start_step(Time now) {
 void Engine::finish_step(Time now) {
   if (!in_step_) return;
   in_step_ = false;
+  check_conservation();
   std::uint64_t running_tokens = 0;
   for (const Req& q : running_) running_tokens += q.r.computed_tokens;
   for (std::size_t i = 0; i < running_.size();) {

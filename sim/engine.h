@@ -158,8 +158,9 @@ class Engine {
     return static_cast<std::uint32_t>((tokens + block_size_ - 1) / block_size_);
   }
   std::uint32_t free_blocks() const { return free_uncached_ + cached_total_; }
-  // Prefix hit available to a queued request now (tokens) and the part of it from host memory.
-  std::uint32_t hit_tokens(const Req& q, std::uint32_t* from_host) const;
+  // Prefix hit available to a queued request now (tokens), the part of it
+  // from host memory, and the blocks of its pin (0: none).
+  std::uint32_t hit_tokens(const Req& q, std::uint32_t* from_host, std::uint32_t* pinned = nullptr) const;
   void cache_put(SessionId s, std::uint32_t full_blocks, Time now);  // to the LRU tail
   std::uint32_t cache_take(SessionId s);                             // off the LRU; returns its blocks
   void cache_cut(SessionId s, std::uint32_t keep_blocks);            // keep only a prefix
@@ -205,6 +206,8 @@ class Engine {
   bool in_step_ = false;
   Time step_start_{};
   std::vector<sched::StepRequest> step_requests_;
+  std::vector<bool> preempted_, scheduled_, moved_;  // per-step scratch, kept to reuse their storage
+  std::vector<std::uint32_t> started_;
   sched::StepPlan plan_;
   std::uint64_t steps_ = 0;
   std::uint32_t last_step_tokens_ = 0;
