@@ -42,9 +42,10 @@ bool NodeModel::observe(const Event& event, Time now) {
             it->second.queued_blocks += need;
             queued_[e.session] = {e.engine, need};
           }
-        } else if constexpr (std::is_same_v<E, RoundFirstToken>) {
-          unqueue(e.session);  // its prefill is allocated: now it is in the pool's usage
-        } else if constexpr (std::is_same_v<E, RoundEnded> || std::is_same_v<E, SessionClosed>) {
+        } else if constexpr (std::is_same_v<E, RoundFirstToken> || std::is_same_v<E, RoundEnded> ||
+                             std::is_same_v<E, SessionClosed>) {
+          // At its first token a round's prefill is allocated (now in the
+          // pool's usage); a round that ends or closes first leaves too.
           unqueue(e.session);
         } else if constexpr (std::is_same_v<E, ToolStarted>) {
           ++cpu_.active_tools;

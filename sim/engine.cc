@@ -198,7 +198,7 @@ void Engine::submit(const RoundWork& work, Time now) {
     e.pinned_blocks = keep;
     if (keep == 0) take_pin(pin, now);
   }
-  waiting_.push_back(std::move(q));
+  waiting_.push_back(q);
 }
 
 std::uint32_t Engine::prefix_hit(SessionId session, std::uint32_t shared_prefix, const SessionContent& content) const {
@@ -438,18 +438,18 @@ std::optional<Time> Engine::start_step(Time now) {
       std::deque<Req> next_waiting;
       for (std::size_t i = 0; i < n_run; ++i) {
         if (preempted[i]) {
-          next_waiting.push_front(std::move(running_[i]));
+          next_waiting.push_front(running_[i]);
         } else {
-          next_running.push_back(std::move(running_[i]));
+          next_running.push_back(running_[i]);
         }
       }
       moved_.assign(waiting_.size(), false);
       for (std::uint32_t w : started) {
-        next_running.push_back(std::move(waiting_[w]));
+        next_running.push_back(waiting_[w]);
         moved_[w] = true;
       }
       for (std::size_t w = 0; w < waiting_.size(); ++w) {
-        if (!moved_[w]) next_waiting.push_back(std::move(waiting_[w]));
+        if (!moved_[w]) next_waiting.push_back(waiting_[w]);
       }
       running_ = std::move(next_running);
       waiting_ = std::move(next_waiting);
@@ -493,7 +493,7 @@ void Engine::finish_step(Time now) {
       continue;
     }
     // The round is done: what happens to its KV while the tool runs.
-    Req done = std::move(q);
+    const Req done = q;
     running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
     running_tokens -= done.r.computed_tokens;
     const SessionId s = done.r.session;

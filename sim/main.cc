@@ -153,7 +153,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       if (!n || (*n == 0 && a != "--seed")) {
         return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a positive integer");
       }
-      if (a == "--sessions") o.sessions = *n;
+      if (a == "--sessions") o.sessions = n;
       if (a == "--engines") {
         if (*n > 64) return usage_error("--engines: at most 64");
         o.engines = static_cast<std::uint32_t>(*n);
@@ -245,6 +245,7 @@ int run(const Options& o) {
     auto it = o.params.find(p);
     return it == o.params.end() ? std::map<std::string, double>{} : it->second;
   };
+  variants.reserve(policies.size() + std::size(kAdditions));
   for (const std::string& p : policies) variants.push_back({0, p, "", params_of(p)});
   if (o.ablate) {
     for (std::string_view add : kAdditions) {
@@ -349,6 +350,7 @@ int run(const Options& o) {
   unsigned n_threads = o.jobs != 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
   n_threads = std::min<unsigned>(n_threads, static_cast<unsigned>(jobs.size()));
   std::vector<std::thread> threads;
+  threads.reserve(n_threads);
   for (unsigned t = 0; t < n_threads; ++t) threads.emplace_back(worker);
   for (std::thread& t : threads) t.join();
 
