@@ -363,24 +363,23 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   };
   auto by_key = [&](const PinnedKv* a, const PinnedKv* b) { return key(a) < key(b); };
   std::vector<StepRequest> requests;  // a copy, only when a queued request loses its pin
-  if (demand > free_blocks) {
-    std::sort(live.begin(), live.end(), by_key);
-    for (const PinnedKv* p : live) {
-      if (demand <= free_blocks) break;
+  // Releases pins of `group`, cheapest first, until the step's demand fits.
+  auto release_until_fit = [&](std::vector<const PinnedKv*>& group, bool queued_pins) {
+    std::sort(group.begin(), group.end(), by_key);
+    for (const PinnedKv* p : group) {
+      if (demand <= free_blocks) return;
       out.unpin.push_back(p->session);
       free_blocks += p->blocks;
       pins_.erase(p->session);
-    }
-    std::sort(reserved.begin(), reserved.end(), by_key);
-    for (const PinnedKv* p : reserved) {
-      if (demand <= free_blocks) break;
-      out.unpin.push_back(p->session);
-      free_blocks += p->blocks;
-      pins_.erase(p->session);
+      if (!queued_pins) continue;
       // Its request now draws its prefix hit from the free pool, as vLLM counts a hit on unreferenced blocks.
       if (requests.empty()) requests.assign(in.requests.begin(), in.requests.end());
       requests[queued.at(p->session)].blocks_held = 0;
     }
+  };
+  if (demand > free_blocks) {
+    release_until_fit(live, false);
+    release_until_fit(reserved, true);
   }
 
   StepInput adjusted = in;

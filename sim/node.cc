@@ -5,8 +5,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <deque>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -442,14 +440,7 @@ std::vector<double> ideal_times(const Workload& workload, const SimConfig& confi
       const RoundSpec& r = s.rounds[i];
       const std::uint32_t prompt = r.input_tokens;
       const std::uint32_t output = std::max<std::uint32_t>(1, r.output_tokens);
-      std::uint32_t shared = 0;
-      if (i > 0) {
-        const RoundSpec& prev = s.rounds[i - 1];
-        shared = prompt >= prev.input_tokens
-                     ? std::min(prompt, prev.input_tokens + std::max<std::uint32_t>(1, prev.output_tokens))
-                     : 0;
-      }
-      const std::uint32_t keep = std::min(cached_blocks, shared / bs);
+      const std::uint32_t keep = std::min(cached_blocks, shared_prefix(s, i) / bs);
       std::uint32_t start = std::min(keep * bs, prompt);
       if (start >= prompt) start = prompt - 1;
       while (start < prompt) {

@@ -373,6 +373,40 @@ TEST(TandemStep, APinWhoseNextRoundIsQueuedIsNeverReleased) {
   EXPECT_TRUE(out.unpin.empty());
 }
 
+TEST(TandemStep, QueuedPinsGoLastWhenNothingElseCanFit) {
+  // The head of the queue (session 1) needs 100 blocks and none are free;
+  // the only pin belongs to session 5, whose next round waits behind it.
+  // Nothing else can free memory, so that pin is released (a deadlock
+  // otherwise) and its request loses the blocks it counted as its own.
+  TandemStepScheduler s({}, {});
+  StepRequest head;
+  head.id = 1;
+  head.session = 1;
+  head.prompt_tokens = 1600;
+  head.arrival = at(1);
+  StepRequest next;
+  next.id = 9;
+  next.session = 5;
+  next.prompt_tokens = 1700;
+  next.cached_tokens = 1600;
+  next.blocks_held = 100;
+  next.arrival = at(2);
+  std::vector<StepRequest> reqs = {head, next};
+  std::vector<PinnedKv> pins = {{5, 100, at(0), at(60000)}};
+  StepInput in;
+  in.free_blocks = 0;
+  in.requests = reqs;
+  in.pinned = pins;
+  StepPlan out;
+  s.plan(in, at(10), out);
+  EXPECT_EQ(out.unpin, (std::vector<SessionId>{5}));
+  ASSERT_FALSE(out.run.empty());
+  EXPECT_EQ(out.run[0].request, 0u) << "the head runs on the released blocks";
+  std::uint32_t blocks = 0;
+  for (const ScheduledChunk& c : out.run) blocks += (c.tokens + 15) / 16;
+  EXPECT_LE(blocks, 100u) << "the released blocks are counted once";
+}
+
 TEST(TandemStep, AllAdditionsOffPlansAsMars) {
   std::mt19937_64 rng(9);
   MarsStepScheduler mars(MarsStepParams{});
