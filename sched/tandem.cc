@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <tuple>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
 namespace tandem::sched {
@@ -322,18 +321,18 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   // A pin whose session's next round is already queued is that request's
   // prefix (it counts the blocks as its own): it never expires, and it is
   // released only when the step cannot fit otherwise, after every other pin.
-  std::unordered_map<SessionId, std::uint32_t> queued;  // session → its queued request
-  SessionId head = 0;                                   // what vLLM would try first
-  for (std::uint32_t i = 0; i < in.requests.size(); ++i) {
-    const StepRequest& r = in.requests[i];
-    if (r.phase == RequestPhase::kRunning) continue;
-    queued.emplace(r.session, i);
-    if (head == 0) head = r.session;
+  SessionId head = 0;  // what vLLM would try first
+  for (const StepRequest& r : in.requests) {
+    if (r.phase != RequestPhase::kRunning) {
+      head = r.session;
+      break;
+    }
   }
+  if (!in.pinned.empty()) queued_.build(in);
   std::vector<const PinnedKv*> live;
   std::vector<const PinnedKv*> reserved;  // pins of queued sessions other than the head's
   for (const PinnedKv& pin : in.pinned) {
-    if (queued.contains(pin.session)) {
+    if (queued_.contains(pin.session)) {
       if (pin.session != head) reserved.push_back(&pin);
     } else if (now >= pin.until) {  // expired
       out.unpin.push_back(pin.session);
@@ -374,7 +373,9 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
       if (!queued_pins) continue;
       // Its request now draws its prefix hit from the free pool, as vLLM counts a hit on unreferenced blocks.
       if (requests.empty()) requests.assign(in.requests.begin(), in.requests.end());
-      requests[queued.at(p->session)].blocks_held = 0;
+      for (StepRequest& r : requests) {
+        if (r.session == p->session && r.phase != RequestPhase::kRunning) r.blocks_held = 0;
+      }
     }
   };
   if (demand > free_blocks) {

@@ -201,6 +201,7 @@ class TandemStepScheduler final : public StepScheduler {
 
   MarsStepScheduler mars_;
   TandemParams p_;
+  QueuedSessions queued_;  // scratch of plan(), kept to reuse its storage
   ToolDurationModel tools_;
   std::map<SessionId, PinInfo> pins_;
 };
