@@ -40,12 +40,14 @@ bool NodeModel::observe(const Event& event, Time now) {
             const std::uint64_t hit = e.cached_tokens / bs;
             const std::uint64_t need = e.projected_blocks > hit ? e.projected_blocks - hit : 0;
             it->second.queued_blocks += need;
-            queued_[e.session] = {e.engine, need};
+            queued_[e.session] = {e.engine, e.round, need};
           }
-        } else if constexpr (std::is_same_v<E, RoundFirstToken> || std::is_same_v<E, RoundEnded> ||
-                             std::is_same_v<E, SessionClosed>) {
+        } else if constexpr (std::is_same_v<E, RoundFirstToken> || std::is_same_v<E, RoundEnded>) {
           // At its first token a round's prefill is allocated (now in the
-          // pool's usage); a round that ends or closes first leaves too.
+          // pool's usage); a round that ends first leaves too. A late event
+          // of an older round changes nothing.
+          if (auto q = queued_.find(e.session); q != queued_.end() && q->second.round == e.round) unqueue(e.session);
+        } else if constexpr (std::is_same_v<E, SessionClosed>) {
           unqueue(e.session);
         } else if constexpr (std::is_same_v<E, ToolStarted>) {
           ++cpu_.active_tools;

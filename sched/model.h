@@ -84,6 +84,7 @@ class NodeModel {
   std::map<ToolKind, ToolKindStats> tool_stats_;
   struct QueuedRound {
     EngineId engine = kNoEngine;
+    std::uint32_t round = 0;
     std::uint64_t blocks = 0;
   };
   std::map<SessionId, QueuedRound> queued_;  // rounds counted in an engine's queued_blocks

@@ -31,6 +31,8 @@ TEST(NodeModel, EngineMirrorAndQueuedDemand) {
   // A prefix hit is not demand; a round's prefill leaves the queue at its first token.
   ASSERT_TRUE(m.observe(RoundSubmitted{10, 1, 1, 2000, 1600, 130}, at(4)));
   EXPECT_EQ(m.engine(1)->queued_blocks, 80u);
+  ASSERT_TRUE(m.observe(RoundFirstToken{10, 1, 0, {}, {}}, at(4)));
+  EXPECT_EQ(m.engine(1)->queued_blocks, 80u) << "a late first token of round 0 does not unqueue round 1";
   ASSERT_TRUE(m.observe(RoundFirstToken{10, 1, 1, {}, {}}, at(4)));
   EXPECT_EQ(m.engine(1)->queued_blocks, 50u);
   ASSERT_TRUE(m.observe(SessionClosed{11}, at(5)));
