@@ -418,7 +418,8 @@ base::Result<void> write_plot_inputs(const Report& report, const ScratchDir& dir
     p += "plot ";
     for (std::size_t l = 0; l < d.labels.size(); ++l) {
       if (l > 0) p += ", \\\n     ";
-      p += fmt::format("'series{}.dat' using 1:{} with linespoints lw 2 pt 7 ps 1.3 title {}", l, column,
+      // linecolor by label index: one colour per label in every panel.
+      p += fmt::format("'series{}.dat' using 1:{} with linespoints lw 2 pt 7 ps 1.3 lc {} title {}", l, column, l + 1,
                        gp_quote(d.labels[l]));
     }
     p += "\n";
@@ -454,7 +455,7 @@ base::Result<void> write_plot_inputs(const Report& report, const ScratchDir& dir
       if (!has_cdf[l]) continue;
       if (!first) s += ", \\\n     ";
       first = false;
-      s += fmt::format("'cdf{}.dat' using 1:2 with steps lw 2 title {}", l, gp_quote(d.labels[l]));
+      s += fmt::format("'cdf{}.dat' using 1:2 with steps lw 2 lc {} title {}", l, l + 1, gp_quote(d.labels[l]));
     }
     s += "\n";
   }
