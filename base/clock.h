@@ -18,6 +18,11 @@ using Time = std::chrono::time_point<std::chrono::steady_clock, Duration>;
 // Nanoseconds since the clock's origin, as carried in wire records.
 constexpr std::int64_t to_ns(Time t) { return t.time_since_epoch().count(); }
 constexpr Time from_ns(std::int64_t ns) { return Time(Duration(ns)); }
+// Seconds as a double, and back (truncated to whole nanoseconds).
+constexpr double to_seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+constexpr Duration from_seconds(double s) {
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
+}
 
 // Thread-safety: implementations say.
 class Clock {

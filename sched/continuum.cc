@@ -11,10 +11,6 @@
 namespace tandem::sched {
 namespace {
 
-double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-
-Duration from_seconds(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
-
 void insert_sorted(std::vector<double>& v, double x) { v.insert(std::upper_bound(v.begin(), v.end(), x), x); }
 
 }  // namespace
@@ -111,11 +107,11 @@ KeepPlan ContinuumStepScheduler::on_round_end(const RoundEndInfo& info, Time now
   }
   const double ttl = ttl_for(info.tool, info.context_tokens);
   if (ttl <= params_.min_pin_s) return {};
-  return {KeepDecision::kPin, now + from_seconds(ttl)};
+  return {KeepDecision::kPin, now + base::from_seconds(ttl)};
 }
 
 void ContinuumStepScheduler::on_tool_end(SessionId /*session*/, ToolKind kind, Duration wall, Time /*now*/) {
-  const double s = std::max(0.0, seconds(wall));
+  const double s = std::max(0.0, base::to_seconds(wall));
   Kind& k = kinds_[kind];
   k.sum += s;
   ++k.count;
@@ -259,7 +255,7 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
     }
     ++seats;
     if (auto it = preempted_at_.find(r.id); it != preempted_at_.end()) {
-      delays_.push_back(seconds(now - it->second));
+      delays_.push_back(base::to_seconds(now - it->second));
       while (delays_.size() > params_.delay_window) delays_.pop_front();
       preempted_at_.erase(it);
     }

@@ -9,12 +9,6 @@
 #include <vector>
 
 namespace tandem::sched {
-namespace {
-
-double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-Duration from_seconds(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
-
-}  // namespace
 
 TandemParams tandem_params(const PolicyParams& p) {
   TandemParams t;
@@ -67,7 +61,7 @@ void TandemControl::on_event(const Event& event, const NodeModel& /*model*/, Tim
 void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
   if (p_.engine_window) mars_.scale_window(static_cast<std::uint32_t>(model.engines().size()));
   mars_.tick(model, now, out);  // admission: AIMD + PackQueue, unchanged
-  const Duration horizon = from_seconds(p_.horizon_s);
+  const Duration horizon = base::from_seconds(p_.horizon_s);
   const Duration interval = last_tick_ ? now - *last_tick_ : horizon;
   last_tick_ = now;
   const SessionTable& table = model.sessions();
@@ -110,7 +104,7 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
 }
 
 void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now, Duration rotation, Actions& out) {
-  const Duration horizon = from_seconds(p_.horizon_s);
+  const Duration horizon = base::from_seconds(p_.horizon_s);
   Residence residence = Residence::kKeep;
   ResidencyDecision d;
   if (p_.residency && s.blocks_held > 0) {
@@ -189,7 +183,7 @@ double TandemControl::projected_pressure(const EngineView& e, std::uint64_t runn
 }
 
 void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out) {
-  const Duration horizon = from_seconds(p_.horizon_s);
+  const Duration horizon = base::from_seconds(p_.horizon_s);
   // Running rounds per engine, from the REASONING sessions only.
   std::map<EngineId, std::uint64_t> running;
   for (const Session* s : model.sessions().in_state(SessionState::kReasoning)) {
@@ -295,7 +289,7 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
 KeepPlan TandemStepScheduler::on_round_end(const RoundEndInfo& info, Time now) {
   if (!p_.residency || !info.tool_follows) return {KeepDecision::kRelease, {}};  // MARS: release
   pins_[info.session] = PinInfo{info.tool, info.context_tokens, now};
-  return {KeepDecision::kPin, now + from_seconds(p_.initial_pin_s)};
+  return {KeepDecision::kPin, now + base::from_seconds(p_.initial_pin_s)};
 }
 
 void TandemStepScheduler::on_tool_end(SessionId /*session*/, ToolKind kind, Duration wall, Time /*now*/) {
@@ -312,7 +306,7 @@ double TandemStepScheduler::release_cost_per_block(const PinnedKv& pin, Time now
   ToolKind tool = it != pins_.end() ? it->second.tool : 0;
   Time since = it != pins_.end() ? it->second.since : pin.pinned_at;
   std::uint32_t context = it != pins_.end() ? it->second.context_tokens : pin.blocks * 16;
-  double p = tools_.p_return_within(tool, now - since, from_seconds(p_.horizon_s));
+  double p = tools_.p_return_within(tool, now - since, base::from_seconds(p_.horizon_s));
   return p * p_.cost.recompute_s(context) / std::max<std::uint32_t>(1, pin.blocks);
 }
 
@@ -357,7 +351,7 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   }
 
   auto key = [&](const PinnedKv* p) {
-    double order = p_.cost_eviction ? release_cost_per_block(*p, now) : seconds(p->until.time_since_epoch());
+    double order = p_.cost_eviction ? release_cost_per_block(*p, now) : base::to_seconds(p->until.time_since_epoch());
     return std::tuple(order, p->session);
   };
   auto by_key = [&](const PinnedKv* a, const PinnedKv* b) { return key(a) < key(b); };

@@ -9,10 +9,6 @@
 namespace tandem::sched {
 namespace {
 
-double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-
-Duration from_seconds(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
-
 bool admitted(const Session& s) { return s.state == SessionState::kReasoning || s.state == SessionState::kActing; }
 
 // A call held by the policy: a new program's first round, or a paused
@@ -25,12 +21,12 @@ bool holds_call(const Session& s) {
 
 ThunderAgentParams thunderagent_params(const PolicyParams& p) {
   ThunderAgentParams t;
-  t.check_interval = from_seconds(p.get("check_interval_s"));
+  t.check_interval = base::from_seconds(p.get("check_interval_s"));
   t.buffer_tokens = p.get("buffer_tokens");
   t.acting_weight = p.get("acting_weight");
   t.decay = static_cast<ThunderDecay>(std::clamp(static_cast<int>(std::lround(p.get("decay_mode"))), 0, 2));
   t.decay_half_life_s = p.get("decay_half_life_s");
-  t.resume_timeout = from_seconds(p.get("resume_timeout_s"));
+  t.resume_timeout = base::from_seconds(p.get("resume_timeout_s"));
   t.lambda_max = p.get("lambda_max");
   t.lambda_min = p.get("lambda_min");
   t.released_pause_loop = p.flag("released_pause_loop");
@@ -61,7 +57,7 @@ ThunderAgentControl::Program ThunderAgentControl::program_of(const Session& s) c
 double ThunderAgentControl::weight(const Program& prog, bool decayed, Time now) const {
   if (!prog.acting) return prog.tokens;
   if (!decayed) return p_.acting_weight * prog.tokens;
-  const double t = std::max(0.0, seconds(now - prog.acting_since));
+  const double t = std::max(0.0, base::to_seconds(now - prog.acting_since));
   return prog.tokens * std::exp2(-t / p_.decay_half_life_s);
 }
 

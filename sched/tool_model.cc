@@ -5,14 +5,9 @@
 #include <cmath>
 
 namespace tandem::sched {
-namespace {
-
-double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-
-}  // namespace
 
 void ToolDurationModel::observe(ToolKind kind, Duration wall) {
-  double s = std::max(0.0, seconds(wall));
+  double s = std::max(0.0, base::to_seconds(wall));
   History& h = kinds_[kind];
   h.recent.push_back(s);
   h.sorted.insert(std::upper_bound(h.sorted.begin(), h.sorted.end(), s), s);
@@ -35,7 +30,7 @@ double ToolDurationModel::empirical_cdf(const History& h, double x_s) const {
 }
 
 double ToolDurationModel::cdf(ToolKind kind, Duration x) const {
-  double xs = seconds(x);
+  double xs = base::to_seconds(x);
   auto it = kinds_.find(kind);
   double n = it == kinds_.end() ? 0.0 : static_cast<double>(it->second.sorted.size());
   double k0 = params_.prior_weight;

@@ -22,9 +22,7 @@ using sched::SessionState;
 // Virtual time starts at 1 s: sched/ reads Time{} as "never".
 constexpr Time kEpoch = Time(std::chrono::seconds(1));
 
-Duration from_s(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
-double to_s(Time t) { return std::chrono::duration<double>(t - kEpoch).count(); }
-double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+double to_s(Time t) { return base::to_seconds(t - kEpoch); }
 
 struct SimSession {
   const SessionSpec* spec = nullptr;
@@ -126,7 +124,7 @@ base::Result<SimResult> Node::run() {
     s.spec = &workload_.sessions[i];
     s.index = i;
     s.id = base::session_id(s.spec->name + "#" + std::to_string(i));
-    s.arrival = kEpoch + from_s(s.spec->arrival_s);
+    s.arrival = kEpoch + base::from_seconds(s.spec->arrival_s);
     if (s.spec->rounds.empty()) return base::make_error(EINVAL, "session '" + s.spec->name + "' has no rounds");
     if (!by_id_.emplace(s.id, i).second) {
       return base::make_error(EINVAL, "two sessions hash to the same id: '" + s.spec->name + "'");
@@ -139,8 +137,8 @@ base::Result<SimResult> Node::run() {
   Time next_tick = kEpoch;
   Time now = kEpoch;
   last_progress_ = now;
-  const Duration period = from_s(config_.tick_s);
-  const Duration stall = from_s(config_.stall_s);
+  const Duration period = base::from_seconds(config_.tick_s);
+  const Duration stall = base::from_seconds(config_.stall_s);
   while (completed_ < sessions_.size()) {
     // The next instant anything happens.
     Time t = next_tick;
@@ -281,7 +279,7 @@ void Node::submit(SimSession& s, Time now) {
 
 void Node::first_token(EngineId engine, const RoundWork& work, Time now) {
   SimSession& s = session(work.session);
-  s.ttft.push_back(seconds(now - work.submitted));
+  s.ttft.push_back(base::to_seconds(now - work.submitted));
   emit(sched::RoundFirstToken{work.session, engine, work.round, Duration{}, now - work.submitted}, now);
 }
 
@@ -327,7 +325,7 @@ void Node::tool_done(SimSession& s, Time now, std::int32_t exit_code) {
   for (auto& st : steps_) st->on_tool_end(s.id, kind, wall, now);
   ++result_.counters.tool_calls;
   if (r.tool_seconds > 0) {
-    result_.counters.tool_stretch_sum += seconds(wall) / r.tool_seconds;
+    result_.counters.tool_stretch_sum += base::to_seconds(wall) / r.tool_seconds;
     ++result_.counters.tool_stretch_calls;
   }
   ++s.round;
