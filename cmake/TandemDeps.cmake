@@ -8,6 +8,14 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)   # libxxhash-dev
 find_package(nlohmann_json 3 REQUIRED)   # nlohmann-json3-dev (the simulator's traces and reports)
 find_program(TANDEM_GNUPLOT gnuplot)   # gnuplot-nox: tandem-sim --plot (found at run time too)
 
+# The daemon and the client library.
+pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)   # liburing-dev
+pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)   # libsystemd-dev (sd_notify)
+find_package(spdlog REQUIRED)   # libspdlog-dev
+find_package(tomlplusplus 3 REQUIRED)   # libtomlplusplus-dev (tandemd.toml)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)   # libcpp-httplib-dev (tandem-engine-emu)
+find_package(Python3 COMPONENTS Interpreter)   # python3: the libtandem binding's tests
+
 find_package(FlatBuffers REQUIRED)   # libflatbuffers-dev
 find_program(TANDEM_FLATC flatc REQUIRED)   # flatbuffers-compiler
 

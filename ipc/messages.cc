@@ -205,7 +205,8 @@ std::vector<std::uint8_t> build_hello(wire::Role role, std::string_view name, st
   flatbuffers::Offset<wire::EngineParams> engine_offset;
   if (engine) {
     engine_offset = wire::CreateEngineParams(fbb, engine->gpu_index, engine->block_size, engine->total_blocks,
-                                             engine->max_seqs, engine->token_budget);
+                                             engine->max_seqs, engine->token_budget, engine->saturating_tokens,
+                                             engine->max_model_len);
   }
   auto hello = wire::CreateHello(fbb, kProtocolVersion, role, name_offset, pid, engine_offset);
   return finish(fbb, wire::Payload::Hello, hello.Union());
@@ -237,6 +238,33 @@ std::vector<std::uint8_t> build_resync_request(std::string_view reason) {
   auto text = make_string(fbb, reason);
   auto request = wire::CreateResyncRequest(fbb, text);
   return finish(fbb, wire::Payload::ResyncRequest, request.Union());
+}
+
+std::vector<std::uint8_t> build_resync(std::span<const SessionSnapshotInfo> sessions, bool more) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<wire::SessionSnapshot>> items;
+  items.reserve(sessions.size());
+  for (const SessionSnapshotInfo& s : sessions) {
+    auto name = make_string(fbb, s.name);
+    items.push_back(wire::CreateSessionSnapshot(fbb, s.session, name, s.state, s.residency, s.round, s.blocks_held,
+                                                s.in_tool, s.tool_kind));
+  }
+  auto vec = fbb.CreateVector(items);
+  auto resync = wire::CreateResync(fbb, vec, more);
+  return finish(fbb, wire::Payload::Resync, resync.Union());
+}
+
+std::vector<std::uint8_t> build_policy_config(std::uint64_t epoch, std::string_view name,
+                                              std::span<const std::string> keys, std::span<const double> values) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto name_offset = make_string(fbb, name);
+  std::vector<flatbuffers::Offset<flatbuffers::String>> key_offsets;
+  key_offsets.reserve(keys.size());
+  for (const std::string& k : keys) key_offsets.push_back(make_string(fbb, k));
+  auto keys_offset = fbb.CreateVector(key_offsets);
+  auto values_offset = fbb.CreateVector(values.data(), values.size());
+  auto config = wire::CreatePolicyConfig(fbb, epoch, name_offset, keys_offset, values_offset);
+  return finish(fbb, wire::Payload::PolicyConfig, config.Union());
 }
 
 std::vector<std::uint8_t> build_ctl_request(std::string_view command, std::span<const std::string> args, bool json) {

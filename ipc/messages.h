@@ -80,6 +80,8 @@ struct EngineInfo {
   std::uint32_t total_blocks = 0;  // KV blocks in the engine's pool
   std::uint32_t max_seqs = 0;      // max running sequences per step
   std::uint32_t token_budget = 0;  // max tokens per step
+  std::uint32_t saturating_tokens = 0;  // step size from which a step is compute-bound, 0 = unknown
+  std::uint32_t max_model_len = 0;      // 0 = unknown
 };
 
 // What the daemon tells a client in Welcome (protocol version is implied).
@@ -98,6 +100,27 @@ std::vector<std::uint8_t> build_welcome(const WelcomeInfo& info);
 std::vector<std::uint8_t> build_error(std::int32_t code, std::string_view message);
 std::vector<std::uint8_t> build_session_name(std::uint64_t session, std::string_view name);
 std::vector<std::uint8_t> build_resync_request(std::string_view reason);
+
+// One live session of a client, as it sends it in Resync; mirrors
+// wire::SessionSnapshot. `state` and `residency` are sched::SessionState and
+// sched::Residency values (ipc/ does not depend on sched/).
+struct SessionSnapshotInfo {
+  std::uint64_t session = 0;
+  std::string name;
+  std::uint8_t state = 0;
+  std::uint8_t residency = 0;
+  std::uint32_t round = 0;
+  std::uint32_t blocks_held = 0;
+  bool in_tool = false;
+  std::uint64_t tool_kind = 0;
+};
+// Sessions that fit in one datagram with their names (the caller splits a
+// larger snapshot and sets `more` on all but the last message).
+inline constexpr std::size_t kResyncBatch = 256;
+std::vector<std::uint8_t> build_resync(std::span<const SessionSnapshotInfo> sessions, bool more);
+// `keys` and `values` are parallel.
+std::vector<std::uint8_t> build_policy_config(std::uint64_t epoch, std::string_view name,
+                                              std::span<const std::string> keys, std::span<const double> values);
 std::vector<std::uint8_t> build_ctl_request(std::string_view command, std::span<const std::string> args, bool json);
 // `status` is 0 or a positive errno value.
 std::vector<std::uint8_t> build_ctl_response(std::int32_t status, std::string_view body);

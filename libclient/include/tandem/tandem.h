@@ -1,0 +1,322 @@
+/* libtandem: the client library inference engines and agent runtimes link to
+ * talk to tandemd (DESIGN.md §3, §7).
+ *
+ * Conventions
+ *   - Opaque handles. Every function that can fail returns 0 or a negative
+ *     errno value (-EINVAL, -ENOTCONN, ...); tandem_last_error() gives a
+ *     message naming the problem for the last failed call on a handle.
+ *   - Option structs start with `sz`, the caller's sizeof(struct): a struct
+ *     from an older header is read up to its size, newer fields default.
+ *   - Session ids are xxh64 of the session name (tandem_session_id()); every
+ *     process that knows the name derives the same id. 0 is never a session.
+ *   - Times are CLOCK_MONOTONIC nanoseconds.
+ *
+ * Fail-open. No call blocks on the daemon beyond tandem_poll()'s timeout:
+ * connecting and the handshake are non-blocking and advance inside calls.
+ * While the daemon is unreachable (not started, restarting, killed) every
+ * call that reports to it succeeds and is dropped, and sessions are runnable
+ * under a local cap (tandem_options.fallback_cap). The library reconnects
+ * with exponential backoff and, once welcomed, resyncs: it sends the
+ * daemon a snapshot of its live sessions, so a restarted daemon rebuilds its
+ * session table. An engine never stalls on the daemon.
+ *
+ * Thread-safety: a handle is used by one thread at a time (the engine's
+ * scheduling loop, the runner's event loop); different handles are
+ * independent. tandem_session_id() is thread-safe.
+ */
+#ifndef TANDEM_TANDEM_H
+#define TANDEM_TANDEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TANDEM_BUILDING_LIBRARY)
+#define TANDEM_API __attribute__((visibility("default")))
+#else
+#define TANDEM_API
+#endif
+
+/* Bumps on any incompatible change to this header. */
+#define TANDEM_API_VERSION 1
+
+typedef struct tandem_client tandem_client;
+
+/* ---- connecting ------------------------------------------------------- */
+
+typedef struct tandem_options {
+  uint32_t sz;              /* sizeof(tandem_options) */
+  const char* runtime_dir;  /* NULL: $TANDEM_RUNTIME_DIR, else "/run/tandem" */
+  const char* name;         /* shown in tandemctl; NULL: "<role>-<pid>" */
+  /* Sessions runnable at once while the daemon is away. 0: 64. */
+  uint32_t fallback_cap;
+  /* First reconnect delay and its cap, milliseconds. 0: 50 and 2000. */
+  uint32_t reconnect_min_ms;
+  uint32_t reconnect_max_ms;
+} tandem_options;
+
+typedef struct tandem_engine_params {
+  uint32_t sz;                /* sizeof(tandem_engine_params) */
+  int32_t gpu_index;          /* -1: none / unknown */
+  uint32_t block_size;        /* tokens per KV block, > 0 */
+  uint32_t total_blocks;      /* KV blocks in the pool, > 0 */
+  uint32_t max_seqs;          /* running sequences per step, > 0 */
+  uint32_t token_budget;      /* tokens per step, > 0 */
+  uint32_t saturating_tokens; /* step size from which a step is compute-bound; 0 = unknown */
+  uint32_t max_model_len;     /* longest context; 0 = unknown */
+} tandem_engine_params;
+
+/* Opens a handle for an inference engine / an agent runtime. The handle is
+ * usable at once, connected or not (fail-open); the first connection attempt
+ * happens inside this call. Errors: -EINVAL (bad options or params; nothing
+ * is created), -ENOMEM. */
+TANDEM_API int tandem_engine_open(const tandem_options* options, const tandem_engine_params* params,
+                                  tandem_client** out);
+TANDEM_API int tandem_runner_open(const tandem_options* options, tandem_client** out);
+/* Closes the connection and frees the handle (NULL is ignored). The daemon
+ * sees the client leave; a runner's sessions end with it. */
+TANDEM_API void tandem_close(tandem_client* client);
+
+/* 1 if welcomed by the daemon now, 0 if running fail-open. */
+TANDEM_API int tandem_connected(const tandem_client* client);
+/* The daemon's id for this client (engines: the id directives name in
+ * RESTORE), 0 while never connected. */
+TANDEM_API uint32_t tandem_client_id(const tandem_client* client);
+/* Message for the last failed call on `client`, "" if none. Valid until the
+ * next call on the handle. */
+TANDEM_API const char* tandem_last_error(const tandem_client* client);
+
+/* Counters, for logs and tests. */
+typedef struct tandem_client_stats {
+  uint32_t sz;
+  uint64_t connects;           /* successful handshakes */
+  uint64_t disconnects;        /* connections lost */
+  uint64_t records_sent;       /* ring records handed to the daemon */
+  uint64_t records_dropped;    /* dropped: ring and overflow full (resync flagged) or not connected */
+  uint64_t directives;         /* directives received */
+  uint64_t resyncs;            /* snapshots sent */
+} tandem_client_stats;
+TANDEM_API int tandem_get_stats(const tandem_client* client, tandem_client_stats* out);
+
+/* ---- sessions --------------------------------------------------------- */
+
+/* The session id for `name` (xxh64; never 0). */
+TANDEM_API uint64_t tandem_session_id(const char* name);
+/* The tool-kind id for a tool name (xxh64; never 0). */
+TANDEM_API uint64_t tandem_tool_kind(const char* name);
+/* Tells the daemon the name behind `session` (shown by tandemctl); sent once
+ * per session and again after a reconnect. Either role. */
+TANDEM_API int tandem_session_name(tandem_client* client, uint64_t session, const char* name);
+
+/* ---- runner API ------------------------------------------------------- */
+
+typedef struct tandem_session_hints {
+  uint32_t sz;
+  uint8_t priority_class;   /* 0 (default) .. 3 (background) */
+  uint32_t expected_rounds; /* 0 = unknown */
+} tandem_session_hints;
+
+enum tandem_close_reason { TANDEM_CLOSE_NORMAL = 0, TANDEM_CLOSE_ERROR = 1, TANDEM_CLOSE_CANCELLED = 2 };
+
+/* Opens session `name` (hints may be NULL) and stores its id. Errors:
+ * -EINVAL (empty name, bad hints), -EEXIST (already open on this handle),
+ * -EPERM (not a runner handle), -ENOSPC (local session limit). */
+TANDEM_API int tandem_session_open(tandem_client* client, const char* name, const tandem_session_hints* hints,
+                                   uint64_t* session_out);
+TANDEM_API int tandem_session_close(tandem_client* client, uint64_t session, int reason);
+/* A tool call of `session` began / ended. `call` is unique within the
+ * session; `pid` is the tool's process (0 if none). */
+TANDEM_API int tandem_tool_begin(tandem_client* client, uint64_t session, const char* tool_name, uint32_t call,
+                                 int32_t pid);
+typedef struct tandem_tool_usage {
+  uint32_t sz;
+  uint64_t wall_ns;
+  uint64_t cpu_ns;
+  uint64_t peak_memory_bytes;
+} tandem_tool_usage;
+/* `exit_code` as from waitpid: >= 0 exit status, < 0 minus the signal.
+ * `usage` may be NULL (wall time is then measured from tandem_tool_begin). */
+TANDEM_API int tandem_tool_end(tandem_client* client, uint64_t session, const char* tool_name, uint32_t call,
+                               int32_t exit_code, const tandem_tool_usage* usage);
+
+/* ---- engine API ------------------------------------------------------- */
+
+typedef struct tandem_round {
+  uint32_t sz;
+  uint32_t round;             /* 0-based index within the session */
+  uint32_t prompt_tokens;     /* whole context of the call */
+  uint32_t cached_tokens;     /* prefix already in the KV cache, <= prompt_tokens */
+  uint32_t projected_blocks;  /* KV blocks the round will hold at its end */
+  uint32_t max_output_tokens; /* 0 = engine default */
+} tandem_round;
+
+/* A round of `session` entered the engine's queue. Until the daemon admits
+ * it, tandem_session_runnable() says 0 (fail-open: 1 within the local cap).
+ * Errors: -EPERM (not an engine handle), -EINVAL (bad fields), -EBUSY (a
+ * round of this session is already in flight). */
+TANDEM_API int tandem_round_submit(tandem_client* client, uint64_t session, const tandem_round* round);
+TANDEM_API int tandem_round_first_token(tandem_client* client, uint64_t session, uint32_t round,
+                                        uint64_t queue_delay_ns, uint64_t prefill_ns);
+/* The round finished: it generated `output_tokens`, the session holds
+ * `blocks_held` KV blocks now, and a tool call follows if `tool_follows`. */
+TANDEM_API int tandem_round_end(tandem_client* client, uint64_t session, uint32_t round, uint32_t output_tokens,
+                                uint32_t blocks_held, int tool_follows);
+
+typedef struct tandem_kv_stats {
+  uint32_t sz;
+  uint32_t blocks_total;
+  uint32_t blocks_free; /* includes free-but-cached blocks */
+  uint32_t blocks_pinned;
+  uint32_t blocks_offloaded;
+  uint32_t running_seqs;
+  uint32_t waiting_seqs;
+  uint32_t step_tokens;
+  uint32_t step_time_us;
+} tandem_kv_stats;
+TANDEM_API int tandem_kv_stats_report(tandem_client* client, const tandem_kv_stats* stats);
+
+enum tandem_kv_event_kind {
+  TANDEM_KV_EVICTED = 1,
+  TANDEM_KV_RESTORED = 2,
+  TANDEM_KV_OFFLOADED = 3,
+  TANDEM_KV_DROPPED = 4,
+};
+TANDEM_API int tandem_kv_event(tandem_client* client, uint64_t session, int kind, uint32_t blocks, uint32_t round);
+
+/* ---- directives ------------------------------------------------------- */
+
+enum tandem_directive_type {
+  TANDEM_DIR_ADMIT = 32,    /* the session's rounds may run */
+  TANDEM_DIR_PAUSE = 33,    /* hold the session's next round */
+  TANDEM_DIR_RESTORE = 34,  /* run it again, on engine `value` (a client id) */
+  TANDEM_DIR_PRIORITY = 35, /* MLFQ level `value`, 0 = highest */
+  TANDEM_DIR_PIN = 36,      /* hold its KV until `value` (CLOCK_MONOTONIC ns) */
+  TANDEM_DIR_UNPIN = 37,
+  TANDEM_DIR_DROP = 38,     /* free its KV now */
+  TANDEM_DIR_OFFLOAD = 39,  /* copy its KV to host memory */
+  TANDEM_DIR_PREFETCH = 40, /* bring an offloaded KV back */
+};
+
+typedef struct tandem_directive {
+  uint32_t type; /* tandem_directive_type */
+  uint32_t reserved;
+  uint64_t session;
+  int64_t value;
+} tandem_directive;
+
+/* Drives the connection (reconnect, handshake, resync, overflow flush) and
+ * returns up to `max` directives received since the last call (0 if none).
+ * Waits up to `timeout_ms` for one when none is queued (0: never waits;
+ * bounded by the call, never by the daemon). The library has already applied
+ * each directive to tandem_session_runnable()/tandem_session_priority().
+ * Call it at least once per engine step. */
+TANDEM_API int tandem_poll(tandem_client* client, tandem_directive* out, int max, int timeout_ms);
+
+/* 1 if the engine may schedule the session's queued round now, 0 if the
+ * daemon holds it (not yet admitted, or paused). Sessions this handle never
+ * submitted are runnable. */
+TANDEM_API int tandem_session_runnable(tandem_client* client, uint64_t session);
+/* The session's MLFQ level from the last PRIORITY directive (0 if none). */
+TANDEM_API int tandem_session_priority(tandem_client* client, uint64_t session);
+
+/* ---- in-process step scheduling --------------------------------------- */
+
+/* The policy's step half (sched::StepScheduler), run inside the engine so it
+ * can delegate per-step ordering. The policy and its parameters come from the
+ * daemon (PolicyConfig); before the first connection, and while running
+ * fail-open, the last one received is used (initially "fcfs": vLLM V1). */
+
+enum tandem_request_phase { TANDEM_REQ_WAITING = 0, TANDEM_REQ_RUNNING = 1, TANDEM_REQ_PREEMPTED = 2 };
+
+typedef struct tandem_step_request {
+  uint64_t id;
+  uint64_t session;
+  uint32_t round;
+  uint32_t phase; /* tandem_request_phase */
+  uint32_t prompt_tokens;
+  uint32_t max_output_tokens;
+  uint32_t computed_tokens;
+  uint32_t output_tokens;
+  uint32_t cached_tokens;
+  uint32_t blocks_held;
+  int64_t arrival_ns;
+  int64_t last_scheduled_ns; /* 0 if never */
+  uint8_t priority;          /* MLFQ level; tandem_session_priority() */
+  uint8_t last_round;        /* 1 if no tool follows this round */
+  uint8_t reserved[6];
+} tandem_step_request;
+
+typedef struct tandem_pinned_kv {
+  uint64_t session;
+  uint32_t blocks;
+  uint32_t reserved;
+  int64_t pinned_at_ns;
+  int64_t until_ns;
+} tandem_pinned_kv;
+
+typedef struct tandem_step_input {
+  uint32_t sz;
+  uint32_t token_budget;
+  uint32_t max_seqs;
+  uint32_t block_size;
+  uint32_t free_blocks; /* includes free-but-cached blocks; excludes pinned */
+  uint32_t max_model_len;
+  uint32_t saturating_tokens;
+  /* Running requests in running order, then waiting and preempted ones in
+   * arrival order; plan indices refer to this array. */
+  const tandem_step_request* requests;
+  uint32_t n_requests;
+  const tandem_pinned_kv* pinned;
+  uint32_t n_pinned;
+  int64_t now_ns;
+} tandem_step_input;
+
+typedef struct tandem_chunk {
+  uint32_t request; /* index into tandem_step_input.requests */
+  uint32_t tokens;
+} tandem_chunk;
+
+/* Caller-owned output arrays; each needs room for n_requests entries
+ * (unpin: n_pinned). The call fills the counts. */
+typedef struct tandem_step_plan {
+  uint32_t sz;
+  tandem_chunk* run;
+  uint32_t n_run;
+  uint32_t* preempt;
+  uint32_t n_preempt;
+  uint64_t* unpin;
+  uint32_t n_unpin;
+} tandem_step_plan;
+
+/* Plans one step. Errors: -EPERM (not an engine), -EINVAL (bad input: NULL
+ * arrays with non-zero counts, a phase out of range, ...). */
+TANDEM_API int tandem_engine_plan_step(tandem_client* client, const tandem_step_input* input, tandem_step_plan* plan);
+
+enum tandem_keep_decision { TANDEM_KEEP_RELEASE = 0, TANDEM_KEEP_PIN = 1, TANDEM_KEEP_OFFLOAD = 2, TANDEM_KEEP_DROP = 3 };
+
+typedef struct tandem_round_end_info {
+  uint32_t sz;
+  uint64_t session;
+  uint8_t tool_follows;
+  uint64_t tool_kind;
+  uint32_t context_tokens;
+  uint32_t blocks;
+  uint32_t other_running_tokens;
+  int64_t now_ns;
+} tandem_round_end_info;
+
+/* What to do with a finished round's KV while its tool runs; for PIN,
+ * `*until_ns` is the deadline. */
+TANDEM_API int tandem_engine_keep_decision(tandem_client* client, const tandem_round_end_info* info, int* decision,
+                                           int64_t* until_ns);
+/* The name of the policy tandem_engine_plan_step() runs now. */
+TANDEM_API const char* tandem_engine_policy(const tandem_client* client);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TANDEM_TANDEM_H */
