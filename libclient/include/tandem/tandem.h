@@ -7,6 +7,7 @@
  *     message naming the problem for the last failed call on a handle.
  *   - Option structs start with `sz`, the caller's sizeof(struct): a struct
  *     from an older header is read up to its size, newer fields default.
+ *     Out-parameters come last, are named ret_*, and are untouched on failure.
  *   - Session ids are xxh64 of the session name (tandem_session_id()); every
  *     process that knows the name derives the same id. 0 is never a session.
  *   - Times are CLOCK_MONOTONIC nanoseconds.
@@ -48,7 +49,7 @@ typedef struct tandem_client tandem_client;
 /* ---- connecting ------------------------------------------------------- */
 
 typedef struct tandem_options {
-  uint32_t sz;              /* sizeof(tandem_options) */
+  size_t sz;              /* sizeof(tandem_options) */
   const char* runtime_dir;  /* NULL: $TANDEM_RUNTIME_DIR, else "/run/tandem" */
   const char* name;         /* shown in tandemctl; NULL: "<role>-<pid>" */
   /* Sessions runnable at once while the daemon is away. 0: 64. */
@@ -59,7 +60,7 @@ typedef struct tandem_options {
 } tandem_options;
 
 typedef struct tandem_engine_params {
-  uint32_t sz;                /* sizeof(tandem_engine_params) */
+  size_t sz;                /* sizeof(tandem_engine_params) */
   int32_t gpu_index;          /* -1: none / unknown */
   uint32_t block_size;        /* tokens per KV block, > 0 */
   uint32_t total_blocks;      /* KV blocks in the pool, > 0 */
@@ -74,8 +75,8 @@ typedef struct tandem_engine_params {
  * happens inside this call. Errors: -EINVAL (bad options or params; nothing
  * is created), -ENOMEM. */
 TANDEM_API int tandem_engine_open(const tandem_options* options, const tandem_engine_params* params,
-                                  tandem_client** out);
-TANDEM_API int tandem_runner_open(const tandem_options* options, tandem_client** out);
+                                  tandem_client** ret_client);
+TANDEM_API int tandem_runner_open(const tandem_options* options, tandem_client** ret_client);
 /* Closes the connection and frees the handle (NULL is ignored). The daemon
  * sees the client leave; a runner's sessions end with it. */
 TANDEM_API void tandem_close(tandem_client* client);
@@ -91,7 +92,7 @@ TANDEM_API const char* tandem_last_error(const tandem_client* client);
 
 /* Counters, for logs and tests. */
 typedef struct tandem_client_stats {
-  uint32_t sz;
+  size_t sz; /* sizeof the struct */
   uint64_t connects;           /* successful handshakes */
   uint64_t disconnects;        /* connections lost */
   uint64_t records_sent;       /* ring records handed to the daemon */
@@ -99,7 +100,7 @@ typedef struct tandem_client_stats {
   uint64_t directives;         /* directives received */
   uint64_t resyncs;            /* snapshots sent */
 } tandem_client_stats;
-TANDEM_API int tandem_get_stats(const tandem_client* client, tandem_client_stats* out);
+TANDEM_API int tandem_get_stats(const tandem_client* client, tandem_client_stats* ret_stats);
 
 /* ---- sessions --------------------------------------------------------- */
 
@@ -114,25 +115,25 @@ TANDEM_API int tandem_session_name(tandem_client* client, uint64_t session, cons
 /* ---- runner API ------------------------------------------------------- */
 
 typedef struct tandem_session_hints {
-  uint32_t sz;
+  size_t sz; /* sizeof the struct */
   uint8_t priority_class;   /* 0 (default) .. 3 (background) */
   uint32_t expected_rounds; /* 0 = unknown */
 } tandem_session_hints;
 
 enum tandem_close_reason { TANDEM_CLOSE_NORMAL = 0, TANDEM_CLOSE_ERROR = 1, TANDEM_CLOSE_CANCELLED = 2 };
 
-/* Opens session `name` (hints may be NULL) and stores its id. Errors:
+/* Opens session `name` (hints may be NULL) and stores its id in *ret_session. Errors:
  * -EINVAL (empty name, bad hints), -EEXIST (already open on this handle),
  * -EPERM (not a runner handle), -ENOSPC (local session limit). */
 TANDEM_API int tandem_session_open(tandem_client* client, const char* name, const tandem_session_hints* hints,
-                                   uint64_t* session_out);
+                                   uint64_t* ret_session);
 TANDEM_API int tandem_session_close(tandem_client* client, uint64_t session, int reason);
 /* A tool call of `session` began / ended. `call` is unique within the
  * session; `pid` is the tool's process (0 if none). */
 TANDEM_API int tandem_tool_begin(tandem_client* client, uint64_t session, const char* tool_name, uint32_t call,
                                  int32_t pid);
 typedef struct tandem_tool_usage {
-  uint32_t sz;
+  size_t sz; /* sizeof the struct */
   uint64_t wall_ns;
   uint64_t cpu_ns;
   uint64_t peak_memory_bytes;
@@ -145,7 +146,7 @@ TANDEM_API int tandem_tool_end(tandem_client* client, uint64_t session, const ch
 /* ---- engine API ------------------------------------------------------- */
 
 typedef struct tandem_round {
-  uint32_t sz;
+  size_t sz; /* sizeof the struct */
   uint32_t round;             /* 0-based index within the session */
   uint32_t prompt_tokens;     /* whole context of the call */
   uint32_t cached_tokens;     /* prefix already in the KV cache, <= prompt_tokens */
@@ -166,7 +167,7 @@ TANDEM_API int tandem_round_end(tandem_client* client, uint64_t session, uint32_
                                 uint32_t blocks_held, int tool_follows);
 
 typedef struct tandem_kv_stats {
-  uint32_t sz;
+  size_t sz; /* sizeof the struct */
   uint32_t blocks_total;
   uint32_t blocks_free; /* includes free-but-cached blocks */
   uint32_t blocks_pinned;
@@ -208,12 +209,13 @@ typedef struct tandem_directive {
 } tandem_directive;
 
 /* Drives the connection (reconnect, handshake, resync, overflow flush) and
- * returns up to `max` directives received since the last call (0 if none).
+ * stores up to `max` directives received since the last call in
+ * ret_directives (may be NULL when max is 0) and returns how many.
  * Waits up to `timeout_ms` for one when none is queued (0: never waits;
  * bounded by the call, never by the daemon). The library has already applied
  * each directive to tandem_session_runnable()/tandem_session_priority().
  * Call it at least once per engine step. */
-TANDEM_API int tandem_poll(tandem_client* client, tandem_directive* out, int max, int timeout_ms);
+TANDEM_API int tandem_poll(tandem_client* client, int timeout_ms, int max, tandem_directive* ret_directives);
 
 /* 1 if the engine may schedule the session's queued round now, 0 if the
  * daemon holds it (not yet admitted, or paused). Sessions this handle never
@@ -258,7 +260,7 @@ typedef struct tandem_pinned_kv {
 } tandem_pinned_kv;
 
 typedef struct tandem_step_input {
-  uint32_t sz;
+  size_t sz; /* sizeof the struct */
   uint32_t token_budget;
   uint32_t max_seqs;
   uint32_t block_size;
@@ -279,10 +281,10 @@ typedef struct tandem_chunk {
   uint32_t tokens;
 } tandem_chunk;
 
-/* Caller-owned output arrays; each needs room for n_requests entries
- * (unpin: n_pinned). The call fills the counts. */
+/* Caller-owned output arrays; run and preempt need room for n_requests
+ * entries, unpin for n_pinned. The call fills the counts. */
 typedef struct tandem_step_plan {
-  uint32_t sz;
+  size_t sz; /* sizeof the struct */
   tandem_chunk* run;
   uint32_t n_run;
   uint32_t* preempt;
@@ -293,12 +295,12 @@ typedef struct tandem_step_plan {
 
 /* Plans one step. Errors: -EPERM (not an engine), -EINVAL (bad input: NULL
  * arrays with non-zero counts, a phase out of range, ...). */
-TANDEM_API int tandem_engine_plan_step(tandem_client* client, const tandem_step_input* input, tandem_step_plan* plan);
+TANDEM_API int tandem_engine_plan_step(tandem_client* client, const tandem_step_input* input, tandem_step_plan* ret_plan);
 
 enum tandem_keep_decision { TANDEM_KEEP_RELEASE = 0, TANDEM_KEEP_PIN = 1, TANDEM_KEEP_OFFLOAD = 2, TANDEM_KEEP_DROP = 3 };
 
 typedef struct tandem_round_end_info {
-  uint32_t sz;
+  size_t sz; /* sizeof the struct */
   uint64_t session;
   uint8_t tool_follows;
   uint64_t tool_kind;
@@ -308,10 +310,10 @@ typedef struct tandem_round_end_info {
   int64_t now_ns;
 } tandem_round_end_info;
 
-/* What to do with a finished round's KV while its tool runs; for PIN,
- * `*until_ns` is the deadline. */
-TANDEM_API int tandem_engine_keep_decision(tandem_client* client, const tandem_round_end_info* info, int* decision,
-                                           int64_t* until_ns);
+/* What to do with a finished round's KV while its tool runs
+ * (tandem_keep_decision); for PIN, `*ret_until_ns` is the deadline. */
+TANDEM_API int tandem_engine_keep_decision(tandem_client* client, const tandem_round_end_info* info, int* ret_decision,
+                                           int64_t* ret_until_ns);
 /* The name of the policy tandem_engine_plan_step() runs now. */
 TANDEM_API const char* tandem_engine_policy(const tandem_client* client);
 

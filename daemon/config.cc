@@ -1,0 +1,1 @@
+// daemon/config: written by the config work of issue 5.
