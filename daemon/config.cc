@@ -1,1 +1,529 @@
-// daemon/config: written by the config work of issue 5.
+// tandemd.toml → Config → CompiledConfig.
+//
+// The parser walks the TOML tree table by table; each table has an explicit
+// list of the keys it takes, so an unknown one is reported with the known
+// ones. Type and range errors are found while walking (a value must be range
+// checked before it is narrowed to its field); checks that only need the
+// struct (paths, names, powers of two, the policy and its parameters) live in
+// validate(), which also guards a Config built in code. The first error wins.
+#include "daemon/config.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <ranges>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "base/unique_fd.h"
+
+namespace tandem::daemon {
+namespace {
+
+constexpr std::string_view kRoleNames[kRoleCount] = {"engine", "runner", "ctl_read", "ctl_admin"};
+constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error"};
+
+constexpr std::int64_t kMinTickMs = 1;
+constexpr std::int64_t kMaxTickMs = 10'000;
+constexpr std::size_t kMaxFileBytes = std::size_t{1} << 20;
+// (uid_t)-1 means "no id" to chown(2) and friends; it is never a real id.
+constexpr std::int64_t kMaxId = std::int64_t{std::numeric_limits<std::uint32_t>::max()} - 1;
+
+// A uint32 field, its TOML key and its range.
+template <class S>
+struct UintKey {
+  std::string_view name;
+  std::uint32_t S::*field;
+  std::int64_t min;
+  std::int64_t max;
+  bool power_of_two;
+};
+
+constexpr UintKey<Limits> kLimitKeys[] = {
+    {"max_clients", &Limits::max_clients, 1, 65536, false},
+    {"sessions_per_client", &Limits::sessions_per_client, 1, 1 << 20, false},
+    {"records_per_s", &Limits::records_per_s, 1, 100'000'000, false},
+    {"messages_per_s", &Limits::messages_per_s, 1, 1'000'000, false},
+    {"pump_batch", &Limits::pump_batch, 1, 65536, false},
+};
+
+constexpr UintKey<Config> kIpcKeys[] = {
+    {"event_slots", &Config::event_slots, 64, 1 << 20, true},
+    {"directive_slots", &Config::directive_slots, 64, 1 << 20, true},
+};
+
+constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles", "limits", "ipc"};
+constexpr std::string_view kPolicyKeys[] = {"name", "tick_ms", "params"};
+constexpr std::string_view kGrantKeys[] = {"uids", "gids", "anyone"};
+
+template <class Range>
+std::string join(const Range& names) {
+  std::string out;
+  for (const auto& n : names) out += fmt::format("{}{}", out.empty() ? "" : ", ", n);
+  return out;
+}
+
+template <class S, std::size_t N>
+std::string join_keys(const UintKey<S> (&keys)[N]) {
+  std::string out;
+  for (const auto& k : keys) out += fmt::format("{}{}", out.empty() ? "" : ", ", k.name);
+  return out;
+}
+
+std::string known_policies() {
+  std::string out;
+  for (const sched::PolicyEntry& e : sched::policy_registry()) {
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", e.name);
+  }
+  return out;
+}
+
+std::string_view type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::none:
+      return "nothing";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+  }
+  return "an unknown type";
+}
+
+std::string dotted(std::string_view parent, std::string_view key) {
+  return parent.empty() ? std::string(key) : fmt::format("{}.{}", parent, key);
+}
+
+std::string range_problem(std::int64_t min, std::int64_t max, std::int64_t got) {
+  return fmt::format("must be between {} and {}, got {}", min, max, got);
+}
+
+// "1000" is an id; "alice" is a name.
+std::optional<std::int64_t> as_decimal(std::string_view s) {
+  if (s.empty() || s.size() > 10) return std::nullopt;
+  std::int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// getpwnam_r / getgrnam_r with a buffer that grows on ERANGE. Returns 0 and
+// sets `found` (false for an unknown name), or an errno value.
+template <class Entry, class IdT>
+int lookup(int (*fn)(const char*, Entry*, char*, std::size_t, Entry**), IdT Entry::*id_field, const std::string& name,
+           bool& found, IdT& id) {
+  long hint = sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::size_t size = hint > 0 ? static_cast<std::size_t>(hint) : 1024;
+  for (;;) {
+    std::vector<char> buf(size);
+    Entry entry{};
+    Entry* result = nullptr;
+    int rc = fn(name.c_str(), &entry, buf.data(), buf.size(), &result);
+    if (rc == ERANGE && size < (std::size_t{1} << 24)) {
+      size *= 2;
+      continue;
+    }
+    // Several libcs report "no such entry" as ENOENT, ESRCH, EBADF or EPERM
+    // rather than rc 0 with a null result (getpwnam_r(3)).
+    if (rc == 0 || rc == ENOENT || rc == ESRCH || rc == EBADF || rc == EPERM) {
+      found = rc == 0 && result != nullptr;
+      if (found) id = result->*id_field;
+      return 0;
+    }
+    return rc;
+  }
+}
+
+// Walks the TOML tree into a Config. Methods return false after recording
+// the first error. Thread-safety: single use, one thread.
+class Parser {
+ public:
+  explicit Parser(std::string_view source) : source_(source) {}
+
+  base::Result<Config> run(std::string_view text) {
+    toml::table root;
+    try {
+      root = toml::parse(text, source_);
+    } catch (const toml::parse_error& e) {
+      return base::make_error(EINVAL, fmt::format("{}: line {}, column {}: TOML syntax error: {}", source_,
+                                                  e.source().begin.line, e.source().begin.column, e.description()));
+    }
+    Config config;
+    config.source = std::string(source_);
+    if (!top(root, config)) return base::propagate(std::move(*error_));
+    if (auto ok = validate(config); !ok) return base::propagate(std::move(ok.error()));
+    return config;
+  }
+
+ private:
+  bool fail(std::string_view key, std::string_view problem, int code = EINVAL) {
+    if (!error_) error_.emplace(code, fmt::format("{}: {}: {}", source_, key, problem));
+    return false;
+  }
+
+  bool wrong_type(std::string_view key, const toml::node& n, std::string_view expected) {
+    return fail(key, fmt::format("expected {}, got {}", expected, type_name(n)));
+  }
+
+  bool unknown(std::string_view key, const toml::node& n, std::string_view known) {
+    return fail(key, fmt::format("unknown {} (known: {})", n.is_table() ? "table" : "key", known));
+  }
+
+  const toml::table* table(const toml::node& n, std::string_view key) {
+    const toml::table* t = n.as_table();
+    if (t == nullptr) wrong_type(key, n, "a table");
+    return t;
+  }
+
+  bool string(const toml::node& n, std::string_view key, std::string& out) {
+    const auto* v = n.as_string();
+    if (v == nullptr) return wrong_type(key, n, "a string");
+    out = v->get();
+    return true;
+  }
+
+  bool boolean(const toml::node& n, std::string_view key, bool& out) {
+    const auto* v = n.as_boolean();
+    if (v == nullptr) return wrong_type(key, n, "a boolean");
+    out = v->get();
+    return true;
+  }
+
+  bool integer(const toml::node& n, std::string_view key, std::int64_t min, std::int64_t max, std::int64_t& out) {
+    const auto* v = n.as_integer();
+    if (v == nullptr) return wrong_type(key, n, "an integer");
+    if (v->get() < min || v->get() > max) return fail(key, range_problem(min, max, v->get()));
+    out = v->get();
+    return true;
+  }
+
+  template <class S, std::size_t N>
+  bool uint_table(const toml::node& n, std::string_view path, const UintKey<S> (&keys)[N], S& out) {
+    const toml::table* t = table(n, path);
+    if (t == nullptr) return false;
+    for (auto&& [k, v] : *t) {
+      std::string key = dotted(path, k.str());
+      const auto* spec = std::ranges::find(keys, k.str(), &UintKey<S>::name);
+      if (spec == std::end(keys)) return unknown(key, v, join_keys(keys));
+      std::int64_t value = 0;
+      if (!integer(v, key, spec->min, spec->max, value)) return false;
+      out.*(spec->field) = static_cast<std::uint32_t>(value);
+    }
+    return true;
+  }
+
+  bool top(const toml::table& root, Config& c) {
+    for (auto&& [k, v] : root) {
+      std::string_view key = k.str();
+      bool ok = true;
+      if (key == "runtime_dir") {
+        ok = string(v, key, c.runtime_dir);
+      } else if (key == "log_level") {
+        ok = string(v, key, c.log_level);
+      } else if (key == "policy") {
+        ok = policy(v, c);
+      } else if (key == "roles") {
+        ok = roles(v, c);
+      } else if (key == "limits") {
+        ok = uint_table(v, key, kLimitKeys, c.limits);
+      } else if (key == "ipc") {
+        ok = uint_table(v, key, kIpcKeys, c);
+      } else {
+        ok = unknown(key, v, join(kTopKeys));
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool policy(const toml::node& n, Config& c) {
+    const toml::table* t = table(n, "policy");
+    if (t == nullptr) return false;
+    for (auto&& [k, v] : *t) {
+      std::string key = dotted("policy", k.str());
+      bool ok = true;
+      if (k.str() == "name") {
+        ok = string(v, key, c.policy);
+      } else if (k.str() == "tick_ms") {
+        std::int64_t ms = 0;
+        ok = integer(v, key, kMinTickMs, kMaxTickMs, ms);
+        if (ok) c.tick = std::chrono::milliseconds(ms);
+      } else if (k.str() == "params") {
+        ok = params(v, key, c.policy_params);
+      } else {
+        ok = unknown(key, v, join(kPolicyKeys));
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  // Values only; which names and ranges are allowed depends on the policy,
+  // which validate() checks once the whole [policy] table is read.
+  bool params(const toml::node& n, std::string_view path, std::map<std::string, double>& out) {
+    const toml::table* t = table(n, path);
+    if (t == nullptr) return false;
+    for (auto&& [k, v] : *t) {
+      std::string key = dotted(path, k.str());
+      double value = 0;
+      if (const auto* i = v.as_integer()) {
+        value = static_cast<double>(i->get());
+      } else if (const auto* f = v.as_floating_point()) {
+        value = f->get();
+      } else if (const auto* b = v.as_boolean()) {
+        value = b->get() ? 1.0 : 0.0;  // switches are 0/1 parameters
+      } else {
+        return wrong_type(key, v, "a number or a boolean");
+      }
+      out[std::string(k.str())] = value;
+    }
+    return true;
+  }
+
+  bool roles(const toml::node& n, Config& c) {
+    const toml::table* t = table(n, "roles");
+    if (t == nullptr) return false;
+    for (auto&& [k, v] : *t) {
+      std::string key = dotted("roles", k.str());
+      const auto* name = std::ranges::find(kRoleNames, k.str());
+      if (name == std::end(kRoleNames)) {
+        return fail(key, fmt::format("unknown role (known: {})", join(kRoleNames)));
+      }
+      if (!grant(v, key, c.roles[static_cast<std::size_t>(name - std::begin(kRoleNames))])) return false;
+    }
+    return true;
+  }
+
+  bool grant(const toml::node& n, std::string_view path, RoleGrant& out) {
+    const toml::table* t = table(n, path);
+    if (t == nullptr) return false;
+    for (auto&& [k, v] : *t) {
+      std::string key = dotted(path, k.str());
+      bool ok = true;
+      if (k.str() == "anyone") {
+        ok = boolean(v, key, out.anyone);
+      } else if (k.str() == "uids") {
+        ok = ids(v, key, /*users=*/true, out.uids);
+      } else if (k.str() == "gids") {
+        ok = ids(v, key, /*users=*/false, out.gids);
+      } else {
+        ok = unknown(key, v, join(kGrantKeys));
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  // uid_t and gid_t are both 32-bit unsigned on Linux; one routine serves both.
+  static_assert(std::is_same_v<uid_t, gid_t>);
+
+  bool ids(const toml::node& n, std::string_view path, bool users, std::vector<uid_t>& out) {
+    const toml::array* a = n.as_array();
+    if (a == nullptr) return wrong_type(path, n, "an array");
+    std::string_view what = users ? "user" : "group";
+    out.clear();
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      const toml::node& el = *a->get(i);
+      std::string key = fmt::format("{}[{}]", path, i);
+      std::int64_t id = 0;
+      if (el.is_integer()) {
+        if (!integer(el, key, 0, kMaxId, id)) return false;
+      } else if (const auto* str = el.as_string()) {
+        if (auto dec = as_decimal(str->get())) {
+          if (*dec > kMaxId) return fail(key, range_problem(0, kMaxId, *dec));
+          id = *dec;
+        } else if (!resolve(str->get(), users, key, id)) {
+          return false;
+        }
+      } else {
+        return wrong_type(key, el, fmt::format("a {} id or name", what));
+      }
+      out.push_back(static_cast<uid_t>(id));
+    }
+    return true;
+  }
+
+  bool resolve(const std::string& name, bool users, std::string_view key, std::int64_t& id) {
+    bool found = false;
+    int rc = 0;
+    if (users) {
+      uid_t uid = 0;
+      rc = lookup(getpwnam_r, &passwd::pw_uid, name, found, uid);
+      id = uid;
+    } else {
+      gid_t gid = 0;
+      rc = lookup(getgrnam_r, &group::gr_gid, name, found, gid);
+      id = gid;
+    }
+    std::string_view what = users ? "user" : "group";
+    if (rc != 0) return fail(key, fmt::format("cannot look up {} '{}': {}", what, name, std::strerror(rc)), rc);
+    if (!found) return fail(key, fmt::format("unknown {} '{}'", what, name));
+    return true;
+  }
+
+  std::string_view source_;
+  std::optional<base::Error> error_;
+};
+
+}  // namespace
+
+std::string_view to_string(Role role) {
+  auto i = static_cast<std::size_t>(role);
+  return i < kRoleCount ? kRoleNames[i] : "unknown";
+}
+
+base::Result<void> validate(const Config& c) {
+  auto fail = [&](std::string_view key, std::string_view problem) {
+    return base::make_error(EINVAL, fmt::format("{}: {}: {}", c.source, key, problem));
+  };
+  if (c.runtime_dir.empty() || c.runtime_dir.front() != '/') {
+    return fail("runtime_dir", fmt::format("must be an absolute path, got '{}'", c.runtime_dir));
+  }
+  if (std::ranges::find(kLogLevels, c.log_level) == std::end(kLogLevels)) {
+    return fail("log_level", fmt::format("must be one of {}, got '{}'", join(kLogLevels), c.log_level));
+  }
+
+  const sched::PolicyEntry* entry = sched::find_policy(c.policy);
+  if (entry == nullptr) {
+    return fail("policy.name", fmt::format("unknown policy '{}' (known: {})", c.policy, known_policies()));
+  }
+  for (const auto& [name, value] : c.policy_params) {
+    std::string key = dotted("policy.params", name);
+    auto spec = std::ranges::find(entry->params, std::string_view(name), &sched::ParamSpec::name);
+    if (spec == entry->params.end()) {
+      std::string takes = join(entry->params | std::views::transform(&sched::ParamSpec::name));
+      return fail(
+          key, fmt::format("not a parameter of policy '{}' (it takes: {})", c.policy, takes.empty() ? "none" : takes));
+    }
+    if (!(value >= spec->min && value <= spec->max)) {
+      return fail(key, fmt::format("must be between {} and {}, got {}", spec->min, spec->max, value));
+    }
+  }
+
+  if (c.tick < std::chrono::milliseconds(kMinTickMs) || c.tick > std::chrono::milliseconds(kMaxTickMs)) {
+    return fail("policy.tick_ms", fmt::format("must be between {} and {}, got {}", kMinTickMs, kMaxTickMs,
+                                              std::chrono::duration<double, std::milli>(c.tick).count()));
+  }
+  for (const auto& k : kIpcKeys) {
+    std::uint32_t v = c.*(k.field);
+    std::string key = dotted("ipc", k.name);
+    if (v < k.min || v > k.max) return fail(key, range_problem(k.min, k.max, v));
+    if (k.power_of_two && !std::has_single_bit(v)) {
+      return fail(key, fmt::format("must be a power of two, got {}", v));
+    }
+  }
+  for (const auto& k : kLimitKeys) {
+    std::uint32_t v = c.limits.*(k.field);
+    if (v < k.min || v > k.max) return fail(dotted("limits", k.name), range_problem(k.min, k.max, v));
+  }
+  for (std::size_t r = 0; r < kRoleCount; ++r) {
+    const RoleGrant& g = c.roles[r];
+    auto bad = [](std::uint32_t id) { return id > kMaxId; };
+    if (std::ranges::any_of(g.uids, bad))
+      return fail(fmt::format("roles.{}.uids", kRoleNames[r]), "(uid_t)-1 is not a user");
+    if (std::ranges::any_of(g.gids, bad))
+      return fail(fmt::format("roles.{}.gids", kRoleNames[r]), "(gid_t)-1 is not a group");
+  }
+  return {};
+}
+
+base::Result<Config> parse_config(std::string_view text, std::string_view source) { return Parser(source).run(text); }
+
+base::Result<Config> load_config(const std::string& path) {
+  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return base::errno_error(fmt::format("read config {}", path));
+  std::string text;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return base::errno_error(fmt::format("read config {}", path));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > kMaxFileBytes) {
+      return base::make_error(EFBIG, fmt::format("read config {}: larger than {} bytes", path, kMaxFileBytes));
+    }
+  }
+  return parse_config(text, path);
+}
+
+std::string describe(const Config& c) {
+  std::string out;
+  out += fmt::format("config       {}\n", c.source);
+  out += fmt::format("runtime_dir  {}\n", c.runtime_dir);
+  out += fmt::format("log_level    {}\n", c.log_level);
+  out +=
+      fmt::format("policy       {}, tick {} ms\n", c.policy, std::chrono::duration<double, std::milli>(c.tick).count());
+  if (c.policy_params.empty()) {
+    out += "params       all defaults\n";
+  } else {
+    std::string params;
+    for (const auto& [k, v] : c.policy_params) params += fmt::format("{}{} = {}", params.empty() ? "" : ", ", k, v);
+    out += fmt::format("params       {} (others default)\n", params);
+  }
+  out += fmt::format("ipc          event_slots {}, directive_slots {}\n", c.event_slots, c.directive_slots);
+  out += fmt::format(
+      "limits       max_clients {}, sessions_per_client {}, records_per_s {}, messages_per_s {}, pump_batch {}\n",
+      c.limits.max_clients, c.limits.sessions_per_client, c.limits.records_per_s, c.limits.messages_per_s,
+      c.limits.pump_batch);
+  for (std::size_t r = 0; r < kRoleCount; ++r) {
+    const RoleGrant& g = c.roles[r];
+    std::string who = "root, the daemon's user";
+    if (g.anyone) {
+      who = "anyone";
+    } else {
+      if (!g.uids.empty()) who += fmt::format(", uids {}", join(g.uids));
+      if (!g.gids.empty()) who += fmt::format(", gids {}", join(g.gids));
+    }
+    out += fmt::format("role {:<10}{}\n", kRoleNames[r], who);
+  }
+  return out;
+}
+
+base::Result<std::shared_ptr<const CompiledConfig>> CompiledConfig::compile(Config config) {
+  if (auto ok = validate(config); !ok) return base::propagate(std::move(ok.error()));
+  // Build the policy once: whatever the registry's factories accept is what
+  // the daemon will later instantiate from params().
+  auto inst = sched::make_policy(config.policy, config.policy_params);
+  if (!inst) return base::propagate(std::move(inst.error()), config.source);
+  const sched::PolicyEntry* entry = sched::find_policy(config.policy);
+  return std::shared_ptr<const CompiledConfig>(new CompiledConfig(std::move(config), std::move(inst->params), entry));
+}
+
+bool CompiledConfig::allowed(Role role, uid_t uid, gid_t gid, uid_t daemon_uid) const {
+  if (uid == 0 || uid == daemon_uid) return true;
+  auto i = static_cast<std::size_t>(role);
+  if (i >= kRoleCount) return false;
+  const RoleGrant& g = config_.roles[i];
+  return g.anyone || std::ranges::find(g.uids, uid) != g.uids.end() || std::ranges::find(g.gids, gid) != g.gids.end();
+}
+
+}  // namespace tandem::daemon

@@ -1,1 +1,126 @@
+// tandemd's configuration (DESIGN.md §8): /etc/tandem/tandemd.toml parsed
+// into plain structs, validated, then compiled into an immutable object the
+// daemon loop holds by shared_ptr.
+//
+// Parsing is pure apart from resolving user and group names (getpwnam_r /
+// getgrnam_r): parse_config() takes the text and a source name, and every
+// error says where ("<source>: <dotted.key>: <problem>", EINVAL). Unknown keys
+// and tables are errors so a typo cannot silently leave a default in force.
+// Keys a file leaves out keep their defaults. Reading the file is separate
+// (load_config). Nothing here throws: toml++ parse errors are caught and
+// turned into base::Error.
+//
+// A reload builds a whole new CompiledConfig and swaps the pointer only when
+// that succeeded, so a bad file changes nothing (DESIGN.md §7).
 #pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/result.h"
+#include "sched/registry.h"
+
+namespace tandem::daemon {
+
+// What a connecting peer asks to be. Indexes Config::roles.
+enum class Role : std::uint8_t { kEngine, kRunner, kCtlRead, kCtlAdmin };
+inline constexpr std::size_t kRoleCount = 4;
+
+// "engine", "runner", "ctl_read", "ctl_admin" (also the TOML table names).
+std::string_view to_string(Role role);
+
+// Who may take a role besides root and the daemon's own user.
+// Thread-safety: a value type.
+struct RoleGrant {
+  bool anyone = false;
+  std::vector<uid_t> uids;
+  std::vector<gid_t> gids;
+};
+
+// Per-client limits. Thread-safety: a value type.
+struct Limits {
+  std::uint32_t max_clients = 256;           // 1..65536
+  std::uint32_t sessions_per_client = 4096;  // 1..1<<20
+  std::uint32_t records_per_s = 200000;      // per client, token bucket, 1..1e8
+  std::uint32_t messages_per_s = 500;        // socket messages per client per second, 1..1e6
+  std::uint32_t pump_batch = 256;            // records drained per client per pump round, 1..65536
+};
+
+// The parsed file: plain data, defaults in the initializers.
+// Thread-safety: a value type.
+struct Config {
+  std::string runtime_dir = "/run/tandem";              // absolute path
+  std::string log_level = "info";                       // trace|debug|info|warn|error
+  std::string policy = "tandem";                        // a name in sched::policy_registry()
+  std::map<std::string, double> policy_params;          // validated against the registry
+  base::Duration tick = std::chrono::milliseconds(50);  // control tick, 1 ms .. 10 s
+  std::uint32_t event_slots = 4096;                     // power of two, 64..1<<20
+  std::uint32_t directive_slots = 1024;                 // power of two, 64..1<<20
+  std::array<RoleGrant, kRoleCount> roles = {           // indexed by Role: ctl_read is open to anyone
+      RoleGrant{}, RoleGrant{}, RoleGrant{.anyone = true, .uids = {}, .gids = {}}, RoleGrant{}};
+  Limits limits;
+  std::string source = "<defaults>";  // where it came from: "<defaults>" or a path
+
+  RoleGrant& role(Role r) { return roles[static_cast<std::size_t>(r)]; }
+  const RoleGrant& role(Role r) const { return roles[static_cast<std::size_t>(r)]; }
+};
+
+// Parses and validates TOML text. `source` names it in every error:
+// "tandemd.toml: limits.max_clients: must be between 1 and 65536, got 0".
+// Errors (all EINVAL): TOML syntax (with line and column), unknown key or
+// table, wrong type (naming the expected one), a value out of range, an
+// unknown policy (listing the known ones), an unknown or out-of-range policy
+// parameter, an unknown user or group name.
+base::Result<Config> parse_config(std::string_view text, std::string_view source);
+
+// Reads `path` (errors carry the path and errno: ENOENT, EACCES, EISDIR, EFBIG
+// for a file over 1 MiB), then parse_config(text, path).
+base::Result<Config> load_config(const std::string& path);
+
+// Checks a Config however it was built (parse_config already did this):
+// ranges, runtime_dir absolute, log level, policy and its parameters.
+base::Result<void> validate(const Config& config);
+
+// A short multi-line human summary: what `tandemd --check-config` prints.
+std::string describe(const Config& config);
+
+// The compiled, immutable form the daemon runs with: the config plus the
+// policy parameters validated by the registry (defaults filled in).
+// Thread-safety: immutable after compile(); share it freely.
+class CompiledConfig {
+ public:
+  // Validates `config` and builds the policy once to prove it is accepted.
+  static base::Result<std::shared_ptr<const CompiledConfig>> compile(Config config);
+
+  const Config& config() const { return config_; }
+  const sched::PolicyParams& params() const { return params_; }
+  // The registry entry of config().policy (static storage).
+  const sched::PolicyEntry& policy() const { return *policy_; }
+
+  // Whether a peer whose SO_PEERCRED credentials are uid/gid may take
+  // `role`. Root and the daemon's own user (`daemon_uid`, geteuid() in the
+  // daemon) always may; otherwise the grant's anyone, uids or gids decide.
+  // Only the peer's primary gid is known (SO_PEERCRED carries no
+  // supplementary groups).
+  bool allowed(Role role, uid_t uid, gid_t gid, uid_t daemon_uid) const;
+
+ private:
+  CompiledConfig(Config config, sched::PolicyParams params, const sched::PolicyEntry* policy)
+      : config_(std::move(config)), params_(std::move(params)), policy_(policy) {}
+
+  Config config_;
+  sched::PolicyParams params_;
+  const sched::PolicyEntry* policy_;
+};
+
+}  // namespace tandem::daemon

@@ -73,4 +73,17 @@ void NodeModel::unqueue(SessionId s) {
   queued_.erase(q);
 }
 
+std::vector<SessionId> NodeModel::engine_gone(EngineId engine, Time now) {
+  std::vector<SessionId> aborted;
+  for (const auto& [id, s] : sessions_.sessions()) {
+    if (s.engine == engine && s.round_in_flight) aborted.push_back(id);
+  }
+  for (SessionId id : aborted) {
+    unqueue(id);
+    sessions_.abort_round(id, now);
+  }
+  observe(EngineLeft{engine}, now);
+  return aborted;
+}
+
 }  // namespace tandem::sched

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <vector>
 
 #include "sched/session_table.h"
 #include "sched/tool_model.h"
@@ -66,6 +67,11 @@ class NodeModel {
     cpu_ = cpu;
     cpu_.active_tools = active;  // maintained from events, not sampled
   }
+
+  // Engine `engine` is gone: its view leaves (as EngineLeft does) and every
+  // round in flight on it is aborted (SessionTable::abort_round). Returns the
+  // sessions whose round was aborted.
+  std::vector<SessionId> engine_gone(EngineId engine, Time now);
 
   SessionTable& sessions() { return sessions_; }
   const SessionTable& sessions() const { return sessions_; }

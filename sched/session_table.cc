@@ -96,6 +96,17 @@ bool SessionTable::transition(SessionId id, SessionState to, Time now, EngineId 
   return true;
 }
 
+bool SessionTable::abort_round(SessionId id, Time now) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second.state == SessionState::kDone || !it->second.round_in_flight) return false;
+  Session& s = it->second;
+  s.round_in_flight = false;
+  s.blocks_held = 0;
+  s.residency = Residency::kDropped;
+  s.last_round_end = now;
+  return true;
+}
+
 std::size_t SessionTable::reap_done() {
   std::size_t n = 0;
   for (auto it = sessions_.begin(); it != sessions_.end();) {

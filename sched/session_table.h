@@ -61,6 +61,12 @@ class SessionTable {
   // and changes nothing if it is illegal or the session is unknown.
   bool transition(SessionId id, SessionState to, Time now, EngineId engine = kNoEngine);
 
+  // The engine running the session's round went away (it died or
+  // disconnected): the round is lost and its KV with it. The session keeps
+  // its state, so its runner can submit the round again elsewhere. Returns
+  // false if the session is unknown, done, or has no round in flight.
+  bool abort_round(SessionId id, Time now);
+
   // Removes sessions in DONE; call once the policies have seen them.
   std::size_t reap_done();
 

@@ -32,8 +32,9 @@ Engine::Engine(EngineId id, const Preset& preset, EngineLimits limits, sched::St
 
 // ---- the block pool -----------------------------------------------------------
 
-void Engine::cache_put(SessionId s, std::uint32_t full_blocks, Time /*now*/) {
+void Engine::cache_put(SessionId s, std::uint32_t full_blocks, Time /*now*/, KvPlace from) {
   if (full_blocks == 0) return;
+  moved(s, from, KvPlace::kCached, full_blocks);
   SessKv& e = kv_[s];
   if (e.lru_key != 0) lru_.erase(e.lru_key);
   e.cached_blocks += full_blocks;
@@ -42,11 +43,12 @@ void Engine::cache_put(SessionId s, std::uint32_t full_blocks, Time /*now*/) {
   cached_total_ += full_blocks;
 }
 
-std::uint32_t Engine::cache_take(SessionId s) {
+std::uint32_t Engine::cache_take(SessionId s, KvPlace to) {
   auto it = kv_.find(s);
   if (it == kv_.end() || it->second.cached_blocks == 0) return 0;
   SessKv& e = it->second;
   const std::uint32_t b = e.cached_blocks;
+  moved(s, KvPlace::kCached, to, b);
   lru_.erase(e.lru_key);
   e.lru_key = 0;
   e.cached_blocks = 0;
@@ -59,6 +61,7 @@ void Engine::cache_cut(SessionId s, std::uint32_t keep_blocks) {
   if (it == kv_.end() || it->second.cached_blocks <= keep_blocks) return;
   SessKv& e = it->second;
   const std::uint32_t gone = e.cached_blocks - keep_blocks;
+  moved(s, KvPlace::kCached, KvPlace::kFree, gone);
   e.cached_blocks = keep_blocks;
   cached_total_ -= gone;
   free_uncached_ += gone;
@@ -68,8 +71,9 @@ void Engine::cache_cut(SessionId s, std::uint32_t keep_blocks) {
   }
 }
 
-bool Engine::allocate(std::uint32_t blocks, Time now) {
+bool Engine::allocate(SessionId s, std::uint32_t blocks, Time now) {
   if (blocks > free_blocks()) return false;
+  const std::uint32_t wanted = blocks;
   const std::uint32_t plain = std::min(blocks, free_uncached_);
   free_uncached_ -= plain;
   blocks -= plain;
@@ -79,6 +83,7 @@ bool Engine::allocate(std::uint32_t blocks, Time now) {
     const SessionId victim = it->second;
     SessKv& e = kv_[victim];
     const std::uint32_t take = std::min(blocks, e.cached_blocks);
+    moved(victim, KvPlace::kCached, KvPlace::kFree, take);
     e.cached_blocks -= take;
     cached_total_ -= take;
     blocks -= take;
@@ -88,12 +93,14 @@ bool Engine::allocate(std::uint32_t blocks, Time now) {
       if (!e.active) host_.kv_changed(id_, victim, sched::KvChange::kEvicted, 0, now);
     }
   }
+  moved(s, KvPlace::kFree, KvPlace::kHeld, wanted);
   return true;
 }
 
 void Engine::release_to_cache(SessionId s, std::uint32_t kv_tokens, std::uint32_t blocks, Time now) {
   const std::uint32_t full = std::min(blocks, kv_tokens / block_size_);
-  cache_put(s, full, now);
+  cache_put(s, full, now, KvPlace::kHeld);
+  moved(s, KvPlace::kHeld, KvPlace::kFree, blocks - full);
   free_uncached_ += blocks - full;
 }
 
@@ -103,13 +110,14 @@ std::vector<sched::PinnedKv>::iterator Engine::find_pin(SessionId s) {
 
 void Engine::remove_pin(std::vector<sched::PinnedKv>::iterator it, Time now) {
   const SessionId s = it->session;
-  const std::uint32_t blocks = take_pin(it, now);
-  cache_put(s, blocks, now);
+  const std::uint32_t blocks = take_pin(it, now, KvPlace::kCached);
+  cache_put(s, blocks, now, KvPlace::kCached);
 }
 
-std::uint32_t Engine::take_pin(std::vector<sched::PinnedKv>::iterator it, Time now) {
+std::uint32_t Engine::take_pin(std::vector<sched::PinnedKv>::iterator it, Time now, KvPlace to) {
   account_pinned(now);
   const std::uint32_t blocks = it->blocks;
+  moved(it->session, KvPlace::kPinned, to, blocks);
   pinned_blocks_ -= blocks;
   kv_[it->session].pinned_blocks = 0;
   pins_.erase(it);
@@ -183,7 +191,7 @@ void Engine::submit(const RoundWork& work, Time now) {
   for (std::size_t i = 0; i < offloading_.size(); ++i) {
     if (offloading_[i].session != work.session) continue;
     offloading_blocks_ -= offloading_[i].blocks;
-    cache_put(work.session, offloading_[i].blocks, now);
+    cache_put(work.session, offloading_[i].blocks, now, KvPlace::kOffloading);
     offloading_[i] = offloading_.back();
     offloading_.pop_back();
     cache_cut(work.session, keep);
@@ -192,11 +200,12 @@ void Engine::submit(const RoundWork& work, Time now) {
   // A pin beyond the shared prefix holds stale KV: that part is freed.
   if (auto pin = find_pin(work.session); pin != pins_.end() && pin->blocks > keep) {
     account_pinned(now);
+    moved(work.session, KvPlace::kPinned, KvPlace::kFree, pin->blocks - keep);
     free_uncached_ += pin->blocks - keep;
     pinned_blocks_ -= pin->blocks - keep;
     pin->blocks = keep;
     e.pinned_blocks = keep;
-    if (keep == 0) take_pin(pin, now);
+    if (keep == 0) take_pin(pin, now, KvPlace::kFree);
   }
   waiting_.push_back(q);
 }
@@ -225,22 +234,22 @@ void Engine::pin(SessionId session, Time until, Time now) {
     return;
   }
   if (active(session)) return;
-  add_pin(session, cache_take(session), now, until);
+  add_pin(session, cache_take(session, KvPlace::kPinned), now, until);
 }
 
 void Engine::unpin(SessionId session, Time now) {
   if (auto p = find_pin(session); p != pins_.end()) remove_pin(p, now);
 }
 
-std::uint32_t Engine::take_idle_kv(SessionId s, Time now) {
+std::uint32_t Engine::take_idle_kv(SessionId s, Time now, KvPlace to) {
   if (active(s)) return 0;
   std::uint32_t blocks = 0;
-  if (auto p = find_pin(s); p != pins_.end()) blocks = take_pin(p, now);
-  return blocks + cache_take(s);
+  if (auto p = find_pin(s); p != pins_.end()) blocks = take_pin(p, now, to);
+  return blocks + cache_take(s, to);
 }
 
 void Engine::drop(SessionId session, Time now) {
-  const std::uint32_t blocks = take_idle_kv(session, now);
+  const std::uint32_t blocks = take_idle_kv(session, now, KvPlace::kFree);
   if (blocks == 0) return;
   free_uncached_ += blocks;
   host_.kv_changed(id_, session, sched::KvChange::kDropped, blocks, now);
@@ -249,12 +258,14 @@ void Engine::drop(SessionId session, Time now) {
 void Engine::offload(SessionId session, Time now) {
   auto it = kv_.find(session);
   if (it == kv_.end() || it->second.content == nullptr) return;
-  const std::uint32_t blocks = take_idle_kv(session, now);
+  // The observer sees the blocks go to the copy; with a copy already in host
+  // memory they come straight back to the cache.
+  const std::uint32_t blocks = take_idle_kv(session, now, KvPlace::kOffloading);
   if (blocks == 0) return;
   const std::uint32_t tokens = blocks * block_size_;
   if (it->second.content->host_tokens >= tokens) {
     // A copy is already in host memory: freeing the GPU blocks is enough.
-    cache_put(session, blocks, now);
+    cache_put(session, blocks, now, KvPlace::kOffloading);
   } else {
     const Time start = std::max(now, link_free_);
     const Time done = start + from_us(preset_.swap_fixed_us + preset_.swap_us_per_token * tokens);
@@ -280,7 +291,7 @@ std::optional<Time> Engine::complete_offloads(Time now) {
       it->second.content->host_tokens = std::max(it->second.content->host_tokens, o.tokens);
     }
     // The GPU copy stays reusable until the cache evicts it.
-    cache_put(o.session, o.blocks, now);
+    cache_put(o.session, o.blocks, now, KvPlace::kOffloading);
     offloading_[i] = offloading_.back();
     offloading_.pop_back();
   }
@@ -372,9 +383,9 @@ std::optional<Time> Engine::start_step(Time now) {
         // Its own prefix comes off the pin or out of the cache.
         std::uint32_t own = 0;
         if (auto pin = find_pin(q.r.session); pin != pins_.end()) {
-          own = take_pin(pin, now);
+          own = take_pin(pin, now, KvPlace::kHeld);
         } else {
-          own = cache_take(q.r.session);
+          own = cache_take(q.r.session, KvPlace::kHeld);
         }
         q.r.blocks_held = own;
         from_host = start > own * block_size_ ? start - own * block_size_ : 0;
@@ -388,7 +399,7 @@ std::optional<Time> Engine::start_step(Time now) {
       }
       const std::uint32_t need_total = blocks_for(static_cast<std::uint64_t>(start) + tokens);
       const std::uint32_t need = need_total > q.r.blocks_held ? need_total - q.r.blocks_held : 0;
-      if (!allocate(need, now)) {
+      if (!allocate(q.r.session, need, now)) {
         violation("plan needs " + std::to_string(need) + " blocks with " + std::to_string(free_blocks()) + " free");
         if (q.r.phase != sched::RequestPhase::kRunning) {
           release_to_cache(q.r.session, q.r.blocks_held * block_size_, q.r.blocks_held, now);
@@ -398,6 +409,10 @@ std::optional<Time> Engine::start_step(Time now) {
       }
       q.r.blocks_held += need;
       scheduled[idx] = true;
+      if (observer_ != nullptr) {
+        if (from_host > 0) observer_->reloaded(q.r.session, start - from_host, from_host);
+        observer_->computed(q.r.session, start, tokens);
+      }
       if (!q.counted_reuse) {
         q.counted_reuse = true;
         counters_.prompt_tokens += q.work.prompt_tokens;
@@ -488,6 +503,7 @@ void Engine::finish_step(Time now) {
       q.first_token_sent = true;
       host_.first_token(id_, q.work, now);
     }
+    host_.token(id_, q.work, q.r.output_tokens, now);
     if (q.r.output_tokens < q.work.output_tokens) {
       ++i;
       continue;
@@ -515,6 +531,8 @@ void Engine::finish_step(Time now) {
         release_to_cache(s, kv_tokens, blocks, now);
         break;
       case sched::KeepDecision::kPin:
+        moved(s, KvPlace::kHeld, KvPlace::kPinned, full);
+        moved(s, KvPlace::kHeld, KvPlace::kFree, blocks - full);
         free_uncached_ += blocks - full;
         add_pin(s, full, now, keep.until);
         break;
@@ -523,6 +541,7 @@ void Engine::finish_step(Time now) {
         offload(s, now);
         break;
       case sched::KeepDecision::kDrop:
+        moved(s, KvPlace::kHeld, KvPlace::kFree, blocks);
         free_uncached_ += blocks;
         break;
     }

@@ -77,6 +77,38 @@ class EngineHost {
                           Time now) = 0;
   virtual void kv_changed(EngineId engine, SessionId session, sched::KvChange change, std::uint32_t blocks,
                           Time now) = 0;
+  // The round produced a token in the step that ended at `now`;
+  // `output_tokens` counts its tokens so far (for streaming hosts, e.g.
+  // tandem-engine-emu). The simulator does not need it.
+  virtual void token(EngineId /*engine*/, const RoundWork& /*work*/, std::uint32_t /*output_tokens*/, Time /*now*/) {}
+};
+
+// Where a KV block is, in the engine's accounting.
+enum class KvPlace : std::uint8_t {
+  kFree,        // free, not reusable (not per session)
+  kHeld,        // allocated to the session's queued or running request
+  kPinned,      // held between rounds by a pin
+  kCached,      // free but reusable as the session's prefix
+  kOffloading,  // being copied to host memory
+};
+
+// Optional observer of the engine's block accounting, for a host that backs
+// the counts with real memory (testbed/kv_pool.h). The engine reports every
+// move of blocks between places as it happens; it never reads anything back,
+// so an observer cannot change what the engine does. Blocks moving to kFree
+// leave from the tail of the session's KV (the partial block, or the end of
+// a cached prefix); other moves take the front (the prefix) in order.
+// Thread-safety: called on the engine's thread.
+class KvObserver {
+ public:
+  virtual ~KvObserver() = default;
+  virtual void moved(SessionId session, KvPlace from, KvPlace to, std::uint32_t blocks) = 0;
+  // A step computes tokens [first_token, first_token + tokens) of the
+  // session's held KV (written when the step starts; blocks are allocated).
+  virtual void computed(SessionId session, std::uint32_t first_token, std::uint32_t tokens) = 0;
+  // A step reloads tokens [first_token, first_token + tokens) from the
+  // session's host copy into its held KV.
+  virtual void reloaded(SessionId session, std::uint32_t first_token, std::uint32_t tokens) = 0;
 };
 
 struct EngineLimits {
@@ -126,6 +158,10 @@ class Engine {
   std::uint64_t violations() const { return violations_; }
   const std::string& first_violation() const { return first_violation_; }
   std::uint32_t pinned_blocks() const { return pinned_blocks_; }
+  std::uint32_t cached_blocks() const { return cached_total_; }
+  std::uint32_t offloading_blocks() const { return offloading_blocks_; }
+  // Reports block moves to `observer` (nullptr: none) from now on.
+  void set_kv_observer(KvObserver* observer) { observer_ = observer; }
   // Records a violation if the pool does not add up.
   void check_conservation();
   // Brings the pinned block-seconds counter up to `now` (end of a run).
@@ -161,20 +197,24 @@ class Engine {
   // Prefix hit available to a queued request now (tokens), the part of it
   // from host memory, and the blocks of its pin (0: none).
   std::uint32_t hit_tokens(const Req& q, std::uint32_t* from_host, std::uint32_t* pinned = nullptr) const;
-  void cache_put(SessionId s, std::uint32_t full_blocks, Time now);  // to the LRU tail
-  std::uint32_t cache_take(SessionId s);                             // off the LRU; returns its blocks
-  void cache_cut(SessionId s, std::uint32_t keep_blocks);            // keep only a prefix
-  bool allocate(std::uint32_t blocks, Time now);                     // from free, evicting LRU
+  // To the LRU tail, from `from` (reported to the observer).
+  void cache_put(SessionId s, std::uint32_t full_blocks, Time now, KvPlace from);
+  std::uint32_t cache_take(SessionId s, KvPlace to);           // off the LRU; returns its blocks
+  void cache_cut(SessionId s, std::uint32_t keep_blocks);      // keep only a prefix
+  bool allocate(SessionId s, std::uint32_t blocks, Time now);  // for `s`, from free, evicting LRU
   // Frees a held allocation of `kv_tokens` tokens in `blocks` blocks: full
   // blocks to the cache, the partial one to the free pool.
   void release_to_cache(SessionId s, std::uint32_t kv_tokens, std::uint32_t blocks, Time now);
   std::vector<sched::PinnedKv>::iterator find_pin(SessionId s);
-  void remove_pin(std::vector<sched::PinnedKv>::iterator it, Time now);         // blocks to the cache
-  std::uint32_t take_pin(std::vector<sched::PinnedKv>::iterator it, Time now);  // returns its blocks
+  void remove_pin(std::vector<sched::PinnedKv>::iterator it, Time now);                     // blocks to the cache
+  std::uint32_t take_pin(std::vector<sched::PinnedKv>::iterator it, Time now, KvPlace to);  // returns its blocks
   void add_pin(SessionId s, std::uint32_t blocks, Time now, Time until);
   bool active(SessionId s) const;
   // Frees `blocks` of `s` that were pinned or cached: nothing kept.
-  std::uint32_t take_idle_kv(SessionId s, Time now);
+  std::uint32_t take_idle_kv(SessionId s, Time now, KvPlace to);
+  void moved(SessionId s, KvPlace from, KvPlace to, std::uint32_t blocks) {
+    if (observer_ != nullptr && blocks != 0 && from != to) observer_->moved(s, from, to, blocks);
+  }
   void violation(std::string what);
   void account_pinned(Time now);
 
@@ -185,6 +225,7 @@ class Engine {
   sched::StepScheduler& scheduler_;
   EngineHost& host_;
   RunCounters& counters_;
+  KvObserver* observer_ = nullptr;
 
   std::vector<Req> running_;  // running order
   std::deque<Req> waiting_;   // queue order; preempted requests at the front

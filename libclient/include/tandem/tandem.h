@@ -41,6 +41,13 @@ extern "C" {
 #define TANDEM_API
 #endif
 
+/* No function throws; C++ sees that in the type (CONVENTIONS.md). */
+#ifdef __cplusplus
+#define TANDEM_NOEXCEPT noexcept
+#else
+#define TANDEM_NOEXCEPT
+#endif
+
 /* Bumps on any incompatible change to this header. */
 #define TANDEM_API_VERSION 1
 
@@ -75,20 +82,20 @@ typedef struct tandem_engine_params {
  * happens inside this call. Errors: -EINVAL (bad options or params; nothing
  * is created), -ENOMEM. */
 TANDEM_API int tandem_engine_open(const tandem_options* options, const tandem_engine_params* params,
-                                  tandem_client** ret_client);
-TANDEM_API int tandem_runner_open(const tandem_options* options, tandem_client** ret_client);
+                                  tandem_client** ret_client) TANDEM_NOEXCEPT;
+TANDEM_API int tandem_runner_open(const tandem_options* options, tandem_client** ret_client) TANDEM_NOEXCEPT;
 /* Closes the connection and frees the handle (NULL is ignored). The daemon
  * sees the client leave; a runner's sessions end with it. */
-TANDEM_API void tandem_close(tandem_client* client);
+TANDEM_API void tandem_close(tandem_client* client) TANDEM_NOEXCEPT;
 
 /* 1 if welcomed by the daemon now, 0 if running fail-open. */
-TANDEM_API int tandem_connected(const tandem_client* client);
+TANDEM_API int tandem_connected(const tandem_client* client) TANDEM_NOEXCEPT;
 /* The daemon's id for this client (engines: the id directives name in
  * RESTORE), 0 while never connected. */
-TANDEM_API uint32_t tandem_client_id(const tandem_client* client);
+TANDEM_API uint32_t tandem_client_id(const tandem_client* client) TANDEM_NOEXCEPT;
 /* Message for the last failed call on `client`, "" if none. Valid until the
  * next call on the handle. */
-TANDEM_API const char* tandem_last_error(const tandem_client* client);
+TANDEM_API const char* tandem_last_error(const tandem_client* client) TANDEM_NOEXCEPT;
 
 /* Counters, for logs and tests. */
 typedef struct tandem_client_stats {
@@ -100,17 +107,17 @@ typedef struct tandem_client_stats {
   uint64_t directives;         /* directives received */
   uint64_t resyncs;            /* snapshots sent */
 } tandem_client_stats;
-TANDEM_API int tandem_get_stats(const tandem_client* client, tandem_client_stats* ret_stats);
+TANDEM_API int tandem_get_stats(const tandem_client* client, tandem_client_stats* ret_stats) TANDEM_NOEXCEPT;
 
 /* ---- sessions --------------------------------------------------------- */
 
 /* The session id for `name` (xxh64; never 0). */
-TANDEM_API uint64_t tandem_session_id(const char* name);
+TANDEM_API uint64_t tandem_session_id(const char* name) TANDEM_NOEXCEPT;
 /* The tool-kind id for a tool name (xxh64; never 0). */
-TANDEM_API uint64_t tandem_tool_kind(const char* name);
+TANDEM_API uint64_t tandem_tool_kind(const char* name) TANDEM_NOEXCEPT;
 /* Tells the daemon the name behind `session` (shown by tandemctl); sent once
  * per session and again after a reconnect. Either role. */
-TANDEM_API int tandem_session_name(tandem_client* client, uint64_t session, const char* name);
+TANDEM_API int tandem_session_name(tandem_client* client, uint64_t session, const char* name) TANDEM_NOEXCEPT;
 
 /* ---- runner API ------------------------------------------------------- */
 
@@ -126,12 +133,12 @@ enum tandem_close_reason { TANDEM_CLOSE_NORMAL = 0, TANDEM_CLOSE_ERROR = 1, TAND
  * -EINVAL (empty name, bad hints), -EEXIST (already open on this handle),
  * -EPERM (not a runner handle), -ENOSPC (local session limit). */
 TANDEM_API int tandem_session_open(tandem_client* client, const char* name, const tandem_session_hints* hints,
-                                   uint64_t* ret_session);
-TANDEM_API int tandem_session_close(tandem_client* client, uint64_t session, int reason);
+                                   uint64_t* ret_session) TANDEM_NOEXCEPT;
+TANDEM_API int tandem_session_close(tandem_client* client, uint64_t session, int reason) TANDEM_NOEXCEPT;
 /* A tool call of `session` began / ended. `call` is unique within the
  * session; `pid` is the tool's process (0 if none). */
 TANDEM_API int tandem_tool_begin(tandem_client* client, uint64_t session, const char* tool_name, uint32_t call,
-                                 int32_t pid);
+                                 int32_t pid) TANDEM_NOEXCEPT;
 typedef struct tandem_tool_usage {
   size_t sz; /* sizeof the struct */
   uint64_t wall_ns;
@@ -141,7 +148,7 @@ typedef struct tandem_tool_usage {
 /* `exit_code` as from waitpid: >= 0 exit status, < 0 minus the signal.
  * `usage` may be NULL (wall time is then measured from tandem_tool_begin). */
 TANDEM_API int tandem_tool_end(tandem_client* client, uint64_t session, const char* tool_name, uint32_t call,
-                               int32_t exit_code, const tandem_tool_usage* usage);
+                               int32_t exit_code, const tandem_tool_usage* usage) TANDEM_NOEXCEPT;
 
 /* ---- engine API ------------------------------------------------------- */
 
@@ -158,13 +165,14 @@ typedef struct tandem_round {
  * it, tandem_session_runnable() says 0 (fail-open: 1 within the local cap).
  * Errors: -EPERM (not an engine handle), -EINVAL (bad fields), -EBUSY (a
  * round of this session is already in flight). */
-TANDEM_API int tandem_round_submit(tandem_client* client, uint64_t session, const tandem_round* round);
+TANDEM_API int tandem_round_submit(tandem_client* client, uint64_t session,
+                                   const tandem_round* round) TANDEM_NOEXCEPT;
 TANDEM_API int tandem_round_first_token(tandem_client* client, uint64_t session, uint32_t round,
-                                        uint64_t queue_delay_ns, uint64_t prefill_ns);
+                                        uint64_t queue_delay_ns, uint64_t prefill_ns) TANDEM_NOEXCEPT;
 /* The round finished: it generated `output_tokens`, the session holds
  * `blocks_held` KV blocks now, and a tool call follows if `tool_follows`. */
 TANDEM_API int tandem_round_end(tandem_client* client, uint64_t session, uint32_t round, uint32_t output_tokens,
-                                uint32_t blocks_held, int tool_follows);
+                                uint32_t blocks_held, int tool_follows) TANDEM_NOEXCEPT;
 
 typedef struct tandem_kv_stats {
   size_t sz; /* sizeof the struct */
@@ -177,7 +185,7 @@ typedef struct tandem_kv_stats {
   uint32_t step_tokens;
   uint32_t step_time_us;
 } tandem_kv_stats;
-TANDEM_API int tandem_kv_stats_report(tandem_client* client, const tandem_kv_stats* stats);
+TANDEM_API int tandem_kv_stats_report(tandem_client* client, const tandem_kv_stats* stats) TANDEM_NOEXCEPT;
 
 enum tandem_kv_event_kind {
   TANDEM_KV_EVICTED = 1,
@@ -185,7 +193,8 @@ enum tandem_kv_event_kind {
   TANDEM_KV_OFFLOADED = 3,
   TANDEM_KV_DROPPED = 4,
 };
-TANDEM_API int tandem_kv_event(tandem_client* client, uint64_t session, int kind, uint32_t blocks, uint32_t round);
+TANDEM_API int tandem_kv_event(tandem_client* client, uint64_t session, int kind, uint32_t blocks,
+                               uint32_t round) TANDEM_NOEXCEPT;
 
 /* ---- directives ------------------------------------------------------- */
 
@@ -215,14 +224,15 @@ typedef struct tandem_directive {
  * bounded by the call, never by the daemon). The library has already applied
  * each directive to tandem_session_runnable()/tandem_session_priority().
  * Call it at least once per engine step. */
-TANDEM_API int tandem_poll(tandem_client* client, int timeout_ms, int max, tandem_directive* ret_directives);
+TANDEM_API int tandem_poll(tandem_client* client, int timeout_ms, int max,
+                           tandem_directive* ret_directives) TANDEM_NOEXCEPT;
 
 /* 1 if the engine may schedule the session's queued round now, 0 if the
  * daemon holds it (not yet admitted, or paused). Sessions this handle never
  * submitted are runnable. */
-TANDEM_API int tandem_session_runnable(tandem_client* client, uint64_t session);
+TANDEM_API int tandem_session_runnable(tandem_client* client, uint64_t session) TANDEM_NOEXCEPT;
 /* The session's MLFQ level from the last PRIORITY directive (0 if none). */
-TANDEM_API int tandem_session_priority(tandem_client* client, uint64_t session);
+TANDEM_API int tandem_session_priority(tandem_client* client, uint64_t session) TANDEM_NOEXCEPT;
 
 /* ---- in-process step scheduling --------------------------------------- */
 
@@ -295,7 +305,8 @@ typedef struct tandem_step_plan {
 
 /* Plans one step. Errors: -EPERM (not an engine), -EINVAL (bad input: NULL
  * arrays with non-zero counts, a phase out of range, ...). */
-TANDEM_API int tandem_engine_plan_step(tandem_client* client, const tandem_step_input* input, tandem_step_plan* ret_plan);
+TANDEM_API int tandem_engine_plan_step(tandem_client* client, const tandem_step_input* input,
+                                       tandem_step_plan* ret_plan) TANDEM_NOEXCEPT;
 
 enum tandem_keep_decision { TANDEM_KEEP_RELEASE = 0, TANDEM_KEEP_PIN = 1, TANDEM_KEEP_OFFLOAD = 2, TANDEM_KEEP_DROP = 3 };
 
@@ -313,9 +324,9 @@ typedef struct tandem_round_end_info {
 /* What to do with a finished round's KV while its tool runs
  * (tandem_keep_decision); for PIN, `*ret_until_ns` is the deadline. */
 TANDEM_API int tandem_engine_keep_decision(tandem_client* client, const tandem_round_end_info* info, int* ret_decision,
-                                           int64_t* ret_until_ns);
+                                           int64_t* ret_until_ns) TANDEM_NOEXCEPT;
 /* The name of the policy tandem_engine_plan_step() runs now. */
-TANDEM_API const char* tandem_engine_policy(const tandem_client* client);
+TANDEM_API const char* tandem_engine_policy(const tandem_client* client) TANDEM_NOEXCEPT;
 
 #ifdef __cplusplus
 }

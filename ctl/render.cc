@@ -1,0 +1,287 @@
+// tandemctl's renderers (render.h). Every lookup goes through cell()/number()
+// so that a missing key, a null or a wrong type is one "-", never an
+// exception: nlohmann's typed getters throw on a type mismatch, so they are
+// only called after the type has been checked.
+#include "ctl/render.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace tandem::ctl {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::array<std::string_view, 3> kCommands = {"status", "engines", "sessions"};
+
+// The keys `status` is documented to carry (docs/tandemctl.md), in display
+// order.
+constexpr std::array<std::string_view, 23> kStatusKeys = {
+    // the daemon
+    "version", "pid", "uptime_s", "runtime_dir", "policy.name", "policy.epoch",
+    // connected clients by role
+    "clients.engine", "clients.runner", "clients.ctl_read", "clients.ctl_admin",
+    // sessions by state
+    "sessions.total", "sessions.waiting", "sessions.reasoning", "sessions.acting", "sessions.paused",
+    // activity counters
+    "records.accepted", "records.rejected", "ticks", "directives",
+    // side effects applied, by kind
+    "effects.cpu_weight", "effects.cpu_quota", "effects.sm_partition", "effects.kill_tools"};
+
+// The member `key` of `object`, or nullptr (also when `object` is not an
+// object).
+const json* member(const json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::optional<double> number(const json& object, std::string_view key) {
+  const json* v = member(object, key);
+  if (v == nullptr || !v->is_number()) return std::nullopt;
+  return v->get<double>();
+}
+
+// At most three decimals, trailing zeros dropped: "12.5", "1.511", "3".
+// The daemon sends durations with nanosecond digits nobody reads.
+std::string format_float(double v) {
+  std::string s = fmt::format("{:.3f}", v);
+  if (s.find('.') == std::string::npos) return s;  // inf, nan
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s == "-0" ? "0" : s;
+}
+
+// A scalar as text; nullopt for null and containers.
+std::optional<std::string> scalar_text(const json& v) {
+  switch (v.type()) {
+    case json::value_t::string:
+      return clean(v.get_ref<const std::string&>());
+    case json::value_t::number_integer:
+      return fmt::format("{}", v.get<std::int64_t>());
+    case json::value_t::number_unsigned:
+      return fmt::format("{}", v.get<std::uint64_t>());
+    case json::value_t::number_float:
+      return format_float(v.get<double>());
+    case json::value_t::boolean:
+      return std::string(v.get<bool>() ? "yes" : "no");
+    default:
+      return std::nullopt;
+  }
+}
+
+// A JSON value as one line of text, whatever it holds; invalid UTF-8 is
+// replaced rather than thrown about.
+std::string compact(const json& v) { return clean(v.dump(-1, ' ', false, json::error_handler_t::replace)); }
+
+// Walks a dotted path ("policy.name") from `root`.
+const json* at_path(const json& root, std::string_view path) {
+  const json* v = &root;
+  while (v != nullptr) {
+    auto dot = path.find('.');
+    v = member(*v, path.substr(0, dot));
+    if (dot == std::string_view::npos) break;
+    path.remove_prefix(dot + 1);
+  }
+  return v;
+}
+
+// Every leaf under `v` as (dotted key, text), in the object's order
+// (nlohmann's default object is sorted by key).
+void flatten(const json& v, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  if (v.is_object()) {
+    for (const auto& [key, child] : v.items()) {
+      flatten(child, prefix.empty() ? clean(key) : prefix + "." + clean(key), out);
+    }
+    return;
+  }
+  if (v.is_array()) {
+    out.emplace_back(prefix, compact(v));
+    return;
+  }
+  out.emplace_back(prefix, scalar_text(v).value_or(std::string(kMissing)));
+}
+
+// A session id as 16 hex digits: the daemon sends "0x%016x"; a bare number
+// is accepted too.
+std::string session_id_cell(const json& session) {
+  const json* v = member(session, "id");
+  if (v == nullptr) return std::string(kMissing);
+  if (v->is_number_unsigned()) return fmt::format("{:016x}", v->get<std::uint64_t>());
+  if (!v->is_string()) return std::string(kMissing);
+  std::string_view s = v->get_ref<const std::string&>();
+  if (s.starts_with("0x") || s.starts_with("0X")) s.remove_prefix(2);
+  bool hex = !s.empty() && s.size() <= 16 && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  });
+  if (!hex) return clean(v->get_ref<const std::string&>());
+  std::string out(16 - s.size(), '0');
+  for (char c : s) out += static_cast<char>(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c);
+  return out;
+}
+
+std::string gpu_cell(const json& engine) {
+  auto gpu = number(engine, "gpu");
+  if (gpu && *gpu < 0) return std::string(kMissing);  // -1: no GPU / unknown
+  return cell(engine, "gpu");
+}
+
+std::string percent_cell(const json& object, std::string_view key) {
+  auto v = number(object, key);
+  return v ? fmt::format("{:.1f}", *v * 100.0) : std::string(kMissing);
+}
+
+// "tokens/ms" of the last engine step.
+std::string step_cell(const json& engine) {
+  auto us = number(engine, "step_time_us");
+  if (!member(engine, "step_tokens") && !us) return std::string(kMissing);
+  return fmt::format("{}/{}", cell(engine, "step_tokens"), us ? fmt::format("{:.1f}", *us / 1000.0) : kMissing);
+}
+
+base::Result<const json*> list(const json& reply, std::string_view key) {
+  const json* v = member(reply, key);
+  if (v == nullptr || !v->is_array()) {
+    return base::make_error(EBADMSG, fmt::format("{}: the daemon's reply has no \"{}\" list", key, key));
+  }
+  return v;
+}
+
+}  // namespace
+
+bool known_command(std::string_view command) {
+  return std::find(kCommands.begin(), kCommands.end(), command) != kCommands.end();
+}
+
+std::string clean(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = '?';
+  }
+  return out;
+}
+
+std::string cell(const json& object, std::string_view key) {
+  const json* v = member(object, key);
+  if (v == nullptr) return std::string(kMissing);
+  auto text = scalar_text(*v);
+  if (!text || text->empty()) return std::string(kMissing);
+  return *text;
+}
+
+std::string format_age(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return std::string(kMissing);
+  if (seconds < 59.95) return fmt::format("{:.1f}s", seconds);
+  if (seconds >= 1e12) return fmt::format("{:.0f}d", seconds / 86400);  // keeps the casts below in range
+  auto s = static_cast<std::int64_t>(std::llround(seconds));
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  if (s < 86400) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
+  return fmt::format("{}d{:02}h", s / 86400, s % 86400 / 3600);
+}
+
+std::string format_table(const Table& table) {
+  std::size_t n = table.header.size();
+  std::vector<std::size_t> width(n, 0);
+  auto cell_at = [&](const std::vector<std::string>& row, std::size_t i) -> std::string_view {
+    return i < row.size() ? std::string_view(row[i]) : kMissing;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    width[i] = table.header[i].size();
+    for (const auto& row : table.rows) width[i] = std::max(width[i], cell_at(row, i).size());
+  }
+  std::string out;
+  auto line = [&](const std::vector<std::string>& row) {
+    std::string text;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::string_view c = cell_at(row, i);
+      std::size_t pad = width[i] - c.size();
+      bool right = i < table.right_aligned.size() && table.right_aligned[i];
+      if (i > 0) text += "  ";
+      if (right) text.append(pad, ' ');
+      text += c;
+      if (!right) text.append(pad, ' ');
+    }
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out += text;
+    out += '\n';
+  };
+  line(table.header);
+  if (table.rows.empty()) out += "(none)\n";
+  for (const auto& row : table.rows) line(row);
+  return out;
+}
+
+base::Result<Table> engines_table(const json& reply) {
+  auto engines = list(reply, "engines");
+  if (!engines) return base::propagate(std::move(engines.error()));
+  Table t;
+  t.header = {"ID",   "NAME", "PID",  "GPU",    "KV%",          "FREE", "PINNED",
+              "OFFL", "RUN",  "WAIT", "QUEUED", "STEP(tok/ms)", "SESS"};
+  t.right_aligned = {true, false, true, true, true, true, true, true, true, true, true, true, true};
+  for (const json& e : **engines) {
+    t.rows.push_back({cell(e, "id"), cell(e, "name"), cell(e, "pid"), gpu_cell(e), percent_cell(e, "usage"),
+                      cell(e, "free_blocks"), cell(e, "pinned_blocks"), cell(e, "offloaded_blocks"), cell(e, "running"),
+                      cell(e, "waiting"), cell(e, "queued_blocks"), step_cell(e), cell(e, "sessions")});
+  }
+  return t;
+}
+
+base::Result<Table> sessions_table(const json& reply) {
+  auto sessions = list(reply, "sessions");
+  if (!sessions) return base::propagate(std::move(sessions.error()));
+  Table t;
+  t.header = {"ID", "NAME", "STATE", "KV", "BLOCKS", "ENGINE", "ROUND", "AGE", "TOOL", "CPU.W"};
+  t.right_aligned = {false, false, false, false, true, true, true, true, false, true};
+  for (const json& s : **sessions) {
+    auto age = number(s, "age_s");
+    t.rows.push_back({session_id_cell(s), cell(s, "name"), cell(s, "state"), cell(s, "residency"),
+                      cell(s, "blocks_held"), cell(s, "engine"), cell(s, "round"),
+                      age ? format_age(*age) : std::string(kMissing), cell(s, "in_tool"), cell(s, "cpu_weight")});
+  }
+  return t;
+}
+
+base::Result<std::string> render_status(const json& reply) {
+  if (!reply.is_object()) return base::make_error(EBADMSG, "status: the daemon's reply is not an object");
+  std::vector<std::pair<std::string, std::string>> lines;
+  for (std::string_view key : kStatusKeys) {
+    const json* v = at_path(reply, key);
+    std::string text(kMissing);
+    if (v != nullptr) text = v->is_structured() ? compact(*v) : scalar_text(*v).value_or(std::string(kMissing));
+    lines.emplace_back(std::string(key), text);
+  }
+  std::vector<std::pair<std::string, std::string>> all;
+  flatten(reply, "", all);
+  for (auto& [key, text] : all) {
+    bool documented = std::find(kStatusKeys.begin(), kStatusKeys.end(), key) != kStatusKeys.end();
+    if (!documented) lines.emplace_back(std::move(key), std::move(text));
+  }
+  std::size_t width = 0;
+  for (const auto& [key, text] : lines) width = std::max(width, key.size());
+  std::string out;
+  for (const auto& [key, text] : lines) out += fmt::format("{:<{}} {}\n", key + ":", width + 1, text);
+  return out;
+}
+
+base::Result<std::string> render(std::string_view command, std::string_view body, bool json_out) {
+  json reply = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_discarded()) {
+    return base::make_error(EBADMSG, fmt::format("{}: the daemon's reply is not valid JSON", clean(command)));
+  }
+  if (json_out) return reply.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  base::Result<Table> table = base::make_error(EINVAL, fmt::format("unknown command '{}'", clean(command)));
+  if (command == "status") return render_status(reply);
+  if (command == "engines") table = engines_table(reply);
+  if (command == "sessions") table = sessions_table(reply);
+  if (!table) return base::propagate(std::move(table.error()));
+  return format_table(*table);
+}
+
+}  // namespace tandem::ctl

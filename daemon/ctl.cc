@@ -1,0 +1,152 @@
+// The ctl server: tandemctl's requests, answered with JSON (docs/tandemctl.md
+// shows the shapes; tandemctl renders the tables).
+#include <cctype>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/server.h"
+
+namespace tandem::daemon {
+namespace {
+
+using nlohmann::json;
+
+json optional_int(std::int64_t v) { return v < 0 ? json(nullptr) : json(v); }
+
+// "reasoning" for REASONING: ctl's JSON keys and values are lower case.
+template <class E>
+std::string lower(E value) {
+  std::string s(sched::to_string(value));
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+constexpr std::string_view kVersion = "0.1.0";
+
+}  // namespace
+
+void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
+  if (c.role != Role::kCtlRead && c.role != Role::kCtlAdmin) {
+    send_message(c, ipc::build_ctl_response(EPERM, "ctl requests need the ctl_read or ctl_admin role"));
+    return;
+  }
+  const std::string_view command = req.command()->string_view();
+  const base::Time now = clock_.now();
+  if (command == "status") {
+    send_message(c, ipc::build_ctl_response(0, ctl_status(now)));
+  } else if (command == "engines") {
+    send_message(c, ipc::build_ctl_response(0, ctl_engines()));
+  } else if (command == "sessions") {
+    send_message(c, ipc::build_ctl_response(0, ctl_sessions(now)));
+  } else {
+    send_message(c, ipc::build_ctl_response(
+                        EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions)",
+                                            command.substr(0, 64))));
+  }
+}
+
+std::string Server::ctl_status(base::Time now) const {
+  const Config& cfg = config_->config();
+  json clients = {{"engine", 0}, {"runner", 0}, {"ctl_read", 0}, {"ctl_admin", 0}};
+  for (const auto& [id, c] : clients_) {
+    if (c.doomed || c.phase != Phase::kActive) continue;
+    clients[std::string(to_string(c.role))] = clients[std::string(to_string(c.role))].get<int>() + 1;
+  }
+  const auto& table = model_.sessions();
+  json j = {
+      {"version", kVersion},
+      {"pid", static_cast<std::int64_t>(::getpid())},
+      {"uptime_s", base::to_seconds(now - started_)},
+      {"runtime_dir", cfg.runtime_dir},
+      {"config", cfg.source},
+      {"policy", {{"name", cfg.policy}, {"epoch", policy_epoch_}}},
+      {"clients", clients},
+      {"sessions",
+       {{"total", table.size()},
+        {"waiting", table.count(sched::SessionState::kWaiting)},
+        {"reasoning", table.count(sched::SessionState::kReasoning)},
+        {"acting", table.count(sched::SessionState::kActing)},
+        {"paused", table.count(sched::SessionState::kPaused)}}},
+      {"records", {{"accepted", stats_.records_accepted}, {"rejected", stats_.records_rejected}}},
+      {"ticks", stats_.ticks},
+      {"actions", stats_.actions},
+      {"directives", stats_.directives},
+      {"directives_dropped", stats_.directives_dropped},
+      {"clients_refused", stats_.clients_refused},
+      {"clients_dropped", stats_.clients_dropped},
+      {"effects",
+       {{"cpu_weight", stats_.effects_cpu_weight},
+        {"cpu_quota", stats_.effects_cpu_quota},
+        {"sm_partition", stats_.effects_sm_partition},
+        {"kill_tools", stats_.effects_kill_tools}}},
+  };
+  return j.dump();
+}
+
+std::string Server::ctl_engines() const {
+  std::map<sched::EngineId, std::uint32_t> sessions;
+  for (const auto& [id, s] : model_.sessions().sessions()) {
+    if (s.state != sched::SessionState::kDone && s.engine != sched::kNoEngine) ++sessions[s.engine];
+  }
+  json list = json::array();
+  for (const auto& [id, c] : clients_) {
+    if (c.doomed || c.phase != Phase::kActive || c.role != Role::kEngine) continue;
+    const sched::EngineView* v = model_.engine(id);
+    const sched::KvPoolStats kv = v != nullptr ? v->kv : sched::KvPoolStats{};
+    list.push_back({
+        {"id", id},
+        {"name", c.name},
+        {"pid", c.pid},
+        {"gpu", c.gpu_index},
+        {"block_size", c.engine.block_size},
+        {"total_blocks", c.engine.total_blocks},
+        {"free_blocks", v != nullptr && v->has_stats ? json(kv.blocks_free) : json(nullptr)},
+        {"pinned_blocks", kv.blocks_pinned},
+        {"offloaded_blocks", kv.blocks_offloaded},
+        {"usage", v != nullptr ? v->usage() : 0.0},
+        {"running", kv.running_seqs},
+        {"waiting", kv.waiting_seqs},
+        {"queued_blocks", v != nullptr ? v->queued_blocks : 0},
+        {"step_tokens", kv.step_tokens},
+        {"step_time_us", std::chrono::duration_cast<std::chrono::microseconds>(kv.step_time).count()},
+        {"sessions", sessions[id]},
+        {"sm_partition", c.sm_partition_set ? json(c.sm_partition) : json(nullptr)},
+        {"records_accepted", c.accepted},
+        {"records_rejected", c.rejected},
+    });
+  }
+  return json{{"engines", list}}.dump();
+}
+
+std::string Server::ctl_sessions(base::Time now) const {
+  json list = json::array();
+  for (const auto& [id, s] : model_.sessions().sessions()) {
+    if (s.state == sched::SessionState::kDone) continue;
+    auto m = meta_.find(id);
+    const SessionMeta meta = m != meta_.end() ? m->second : SessionMeta{};
+    list.push_back({
+        {"id", fmt::format("{:#018x}", id)},
+        {"name", meta.name},
+        {"state", lower(s.state)},
+        {"residency", lower(s.residency)},
+        {"engine", s.engine == sched::kNoEngine ? json(nullptr) : json(s.engine)},
+        {"owner", meta.owner == 0 ? json(nullptr) : json(meta.owner)},
+        {"round", s.round},
+        {"rounds_done", s.rounds_done},
+        {"round_in_flight", s.round_in_flight},
+        {"blocks_held", s.blocks_held},
+        {"in_tool", s.tool != 0},
+        {"tool_kind", s.tool == 0 ? json(nullptr) : json(fmt::format("{:#018x}", s.tool))},
+        {"priority", meta.priority},
+        {"age_s", base::to_seconds(now - s.opened)},
+        {"in_state_s", base::to_seconds(now - s.state_since)},
+        {"cpu_weight", optional_int(meta.cpu_weight)},
+        {"cpu_quota_us", optional_int(meta.cpu_quota)},
+    });
+  }
+  return json{{"sessions", list}}.dump();
+}
+
+}  // namespace tandem::daemon

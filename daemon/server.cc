@@ -1,0 +1,1029 @@
+#include "daemon/server.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "base/ids.h"
+#include "daemon/events.h"
+
+namespace tandem::daemon {
+namespace {
+
+using base::Time;
+using sched::SessionState;
+
+constexpr unsigned kUringEntries = 1024;
+// A client must say Hello this soon after connecting.
+constexpr base::Duration kHelloTimeout = std::chrono::seconds(5);
+// Socket messages handled per client per wake-up before others get a turn.
+constexpr int kMessagesPerWake = 64;
+// Pump rounds per loop iteration: each gives every pending client one batch.
+constexpr int kPumpRounds = 4;
+// Bad records in one batch that mark a client as hostile.
+constexpr std::uint64_t kHostileRejects = 1024;
+// Directives kept for an engine whose ring is full.
+constexpr std::size_t kBacklogLimit = 65536;
+// Longest client or session name accepted.
+constexpr std::size_t kMaxName = 256;
+
+base::Result<base::UniqueFd> make_timer(base::Duration tick) {
+  base::UniqueFd fd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  if (!fd) return base::errno_error("timerfd_create");
+  itimerspec spec{};
+  const auto ns = tick.count();
+  spec.it_interval.tv_sec = ns / 1'000'000'000;
+  spec.it_interval.tv_nsec = ns % 1'000'000'000;
+  spec.it_value = spec.it_interval;
+  if (::timerfd_settime(fd.get(), 0, &spec, nullptr) != 0) return base::errno_error("timerfd_settime");
+  return fd;
+}
+
+std::optional<Role> role_from_wire(wire::Role r) {
+  switch (r) {
+    case wire::Role::Engine:
+      return Role::kEngine;
+    case wire::Role::Runner:
+      return Role::kRunner;
+    case wire::Role::CtlRead:
+      return Role::kCtlRead;
+    case wire::Role::CtlAdmin:
+      return Role::kCtlAdmin;
+    default:
+      return std::nullopt;
+  }
+}
+
+template <class T>
+ipc::Slot directive_slot(T record, sched::SessionId session, Time now) {
+  record.header.session = session;
+  record.header.timestamp_ns = base::to_ns(now);
+  return ipc::encode(record);
+}
+
+}  // namespace
+
+std::uint64_t TokenBucket::available(Time now) {
+  if (now > last_) {
+    tokens_ = std::min(rate_, tokens_ + rate_ * base::to_seconds(now - last_));
+    last_ = now;
+  }
+  return tokens_ >= 1.0 ? static_cast<std::uint64_t>(tokens_) : 0;
+}
+
+base::Result<std::unique_ptr<Server>> Server::create(std::shared_ptr<const CompiledConfig> config,
+                                                     HostEffects& effects, Notifier& notifier, ConfigLoader reload) {
+  std::unique_ptr<Server> s(new Server());
+  s->config_ = std::move(config);
+  s->effects_ = &effects;
+  s->notifier_ = &notifier;
+  s->reload_ = std::move(reload);
+  const Config& cfg = s->config_->config();
+
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.runtime_dir, ec);
+  if (ec) return base::make_error(ec.value(), fmt::format("runtime dir {}: {}", cfg.runtime_dir, ec.message()));
+
+  // One daemon per runtime dir: the lock is held for the process's life.
+  const std::string lock_path = cfg.runtime_dir + "/tandemd.lock";
+  s->lock_ = base::UniqueFd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!s->lock_) return base::errno_error(fmt::format("open {}", lock_path));
+  if (::flock(s->lock_.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return base::make_error(EADDRINUSE,
+                              fmt::format("another tandemd is running with runtime dir {} (it holds {})",
+                                          cfg.runtime_dir, lock_path));
+    }
+    return base::errno_error(fmt::format("flock {}", lock_path));
+  }
+
+  s->socket_path_ = cfg.runtime_dir + "/tandemd.sock";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (s->socket_path_.size() >= sizeof addr.sun_path) {
+    return base::make_error(ENAMETOOLONG, fmt::format("socket path {} is longer than {} bytes", s->socket_path_,
+                                                      sizeof addr.sun_path - 1));
+  }
+  std::memcpy(addr.sun_path, s->socket_path_.c_str(), s->socket_path_.size() + 1);
+  ::unlink(s->socket_path_.c_str());  // stale from a daemon that died; we hold the lock
+  s->listen_ = base::UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!s->listen_) return base::errno_error("socket");
+  if (::bind(s->listen_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    return base::errno_error(fmt::format("bind {}", s->socket_path_));
+  }
+  // Anyone may connect; what a peer may do is decided by its SO_PEERCRED
+  // against [roles] at Hello.
+  if (::chmod(s->socket_path_.c_str(), 0666) != 0) return base::errno_error(fmt::format("chmod {}", s->socket_path_));
+  if (::listen(s->listen_.get(), 128) != 0) return base::errno_error(fmt::format("listen {}", s->socket_path_));
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  s->signal_fd_ = base::UniqueFd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!s->signal_fd_) return base::errno_error("signalfd");
+
+  auto timer = make_timer(cfg.tick);
+  if (!timer) return base::propagate(std::move(timer.error()));
+  s->timer_fd_ = std::move(*timer);
+
+  auto uring = Uring::create(kUringEntries);
+  if (!uring) return base::propagate(std::move(uring.error()));
+  s->uring_ = std::move(*uring);
+
+  if (auto r = s->install_policy(*s->config_); !r) return base::propagate(std::move(r.error()));
+  s->started_ = s->clock_.now();
+  s->watchdog_usec_ = notifier.watchdog_usec();
+  return s;
+}
+
+Server::~Server() {
+  if (!socket_path_.empty() && listen_) ::unlink(socket_path_.c_str());
+}
+
+base::Result<void> Server::install_policy(const CompiledConfig& config) {
+  auto inst = sched::make_policy(config.config().policy, config.config().policy_params);
+  if (!inst) return base::propagate(std::move(inst.error()), "policy");
+  policy_ = std::move(*inst);
+  ++policy_epoch_;
+  return {};
+}
+
+Server::Client* Server::find_client(std::uint32_t id) {
+  auto it = clients_.find(id);
+  return it == clients_.end() || it->second.doomed ? nullptr : &it->second;
+}
+
+// ---- the loop ----------------------------------------------------------------
+
+base::Result<void> Server::run() {
+  uring_.accept(listen_.get(), Tag{Op::kAccept});
+  uring_.read(signal_fd_.get(), signal_buf_, sizeof(signalfd_siginfo), Tag{Op::kSignal});
+  uring_.read(timer_fd_.get(), &timer_buf_, sizeof timer_buf_, Tag{Op::kTimer});
+  notifier_->ready();
+  notifier_->status(fmt::format("serving {} with policy {}", socket_path_, config_->config().policy));
+  spdlog::info("listening on {} (policy {}, tick {} ms)", socket_path_, config_->config().policy,
+               std::chrono::duration_cast<std::chrono::milliseconds>(config_->config().tick).count());
+
+  const auto handler = [this](Tag tag, int res) { handle(tag, res); };
+  while (!stopping_) {
+    bool busy = std::any_of(clients_.begin(), clients_.end(), [](const auto& kv) { return kv.second.pending; });
+    auto n = uring_.wait(busy ? base::Duration::zero() : std::chrono::seconds(1), handler);
+    if (!n) return base::propagate(std::move(n.error()));
+    pump();
+    sweep();
+  }
+
+  notifier_->stopping();
+  spdlog::info("stopping: {} clients, {} sessions", clients_.size(), model_.sessions().size());
+  for (auto& [id, c] : clients_) c.doomed = true;
+  sweep();
+  return {};
+}
+
+void Server::handle(Tag tag, int res) {
+  switch (tag.op) {
+    case Op::kSignal:
+      if (res == static_cast<int>(sizeof(signalfd_siginfo))) on_signal();
+      uring_.read(signal_fd_.get(), signal_buf_, sizeof(signalfd_siginfo), Tag{Op::kSignal});
+      break;
+    case Op::kTimer:
+      on_timer();
+      uring_.read(timer_fd_.get(), &timer_buf_, sizeof timer_buf_, Tag{Op::kTimer});
+      break;
+    case Op::kAccept:
+      if (res >= 0) {
+        on_accept(res);
+      } else if (res != -EINTR && res != -EAGAIN && res != -ECONNABORTED) {
+        spdlog::warn("accept on {}: {}", socket_path_, std::strerror(-res));
+      }
+      if (!stopping_) uring_.accept(listen_.get(), Tag{Op::kAccept});
+      break;
+    case Op::kClientSock:
+      if (Client* c = find_client(tag.client)) {
+        c->sock_armed = false;
+        on_client_socket(*c);
+      }
+      break;
+    case Op::kClientPidfd:
+      if (Client* c = find_client(tag.client)) {
+        c->pidfd_armed = false;
+        if (res >= 0) doom(*c, "its process exited", false);
+      }
+      break;
+    case Op::kClientBell:
+      if (Client* c = find_client(tag.client)) {
+        c->bell_armed = false;
+        c->event_bell.disarm();
+        c->pending = true;
+      }
+      break;
+    case Op::kCancel:
+      break;
+  }
+}
+
+void Server::on_signal() {
+  signalfd_siginfo info;
+  std::memcpy(&info, signal_buf_, sizeof info);
+  switch (info.ssi_signo) {
+    case SIGHUP:
+      reload();
+      break;
+    case SIGTERM:
+    case SIGINT:
+      spdlog::info("{} received", info.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+      stopping_ = true;
+      break;
+    default:
+      break;
+  }
+}
+
+void Server::on_timer() {
+  const Time now = clock_.now();
+  if (watchdog_usec_ > 0 && now - last_watchdog_ >= std::chrono::microseconds(watchdog_usec_ / 2)) {
+    notifier_->watchdog();
+    last_watchdog_ = now;
+  }
+  for (auto& [id, c] : clients_) {
+    if (c.doomed) continue;
+    if (c.phase == Phase::kHello && now - c.connected_at > kHelloTimeout) {
+      doom(c, "sent no Hello within 5 s", true);
+      continue;
+    }
+    // Safety net: a lost wake-up (only a client's own doing) stalls it one
+    // tick at most; a throttled socket is read again.
+    if (c.has_channel) c.pending = true;
+    if (!c.sock_armed) arm_socket(c);
+  }
+  tick(now);
+}
+
+void Server::arm_socket(Client& c) {
+  uring_.poll_in(c.sock.get(), Tag{Op::kClientSock, c.id});
+  c.sock_armed = true;
+}
+
+void Server::on_accept(int fd) {
+  base::UniqueFd sock(fd);
+  const Limits& limits = config_->config().limits;
+  std::size_t live = 0;
+  for (const auto& [id, c] : clients_) live += c.doomed ? 0 : 1;
+  if (live >= limits.max_clients) {
+    ++stats_.clients_refused;
+    auto err = ipc::build_error(EAGAIN, fmt::format("too many clients: limits.max_clients = {}", limits.max_clients));
+    (void)ipc::send_message(sock.get(), err);
+    spdlog::warn("refused a connection: limits.max_clients = {} reached", limits.max_clients);
+    return;
+  }
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    spdlog::warn("SO_PEERCRED on a new connection: {}", std::strerror(errno));
+    return;
+  }
+  const Time now = clock_.now();
+  const std::uint32_t id = next_client_++;
+  Client& c = clients_[id];
+  c.id = id;
+  c.sock = std::move(sock);
+  c.pid = cred.pid;
+  c.uid = cred.uid;
+  c.gid = cred.gid;
+  c.connected_at = now;
+  c.message_budget = TokenBucket(limits.messages_per_s, now);
+  ++stats_.clients_accepted;
+  // A peer in another pid namespace shows pid 0: its socket's EOF is then
+  // the only death notice.
+  if (cred.pid > 0) {
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0));
+    if (pidfd >= 0) {
+      c.pidfd = base::UniqueFd(pidfd);
+      uring_.poll_in(c.pidfd.get(), Tag{Op::kClientPidfd, id});
+      c.pidfd_armed = true;
+    }
+  }
+  arm_socket(c);
+}
+
+void Server::on_client_socket(Client& c) {
+  const Time now = clock_.now();
+  for (int i = 0; i < kMessagesPerWake && !c.doomed; ++i) {
+    if (c.message_budget.available(now) == 0) {
+      // Over its message rate: leave the rest in the socket; the tick reads on.
+      if (!c.throttle_logged) {
+        spdlog::warn("client {} ({}): over limits.messages_per_s = {}; throttled", c.id, c.name,
+                     config_->config().limits.messages_per_s);
+        c.throttle_logged = true;
+      }
+      return;
+    }
+    auto m = ipc::recv_message(c.sock.get());
+    if (!m) {
+      const int code = m.error().code();
+      if (code == EAGAIN || code == EWOULDBLOCK) break;
+      if (code == ECONNRESET) {
+        doom(c, "closed the connection", false);
+      } else {
+        refuse(c, code, m.error().message());
+      }
+      return;
+    }
+    c.message_budget.take(1);
+    ++stats_.messages;
+    const wire::Message* msg = m->message();
+    if (c.phase == Phase::kHello) {
+      if (msg->payload_type() != wire::Payload::Hello) {
+        refuse(c, EPROTO,
+               fmt::format("the first message must be Hello, got {}", wire::EnumNamePayload(msg->payload_type())));
+        return;
+      }
+      on_hello(c, *msg->payload_as_Hello());
+    } else {
+      on_message(c, *msg);
+    }
+  }
+  if (!c.doomed) arm_socket(c);
+}
+
+void Server::send_message(Client& c, const std::vector<std::uint8_t>& bytes) {
+  auto r = ipc::send_message(c.sock.get(), bytes);
+  if (!r && r.error().code() != EPIPE && r.error().code() != ECONNRESET) {
+    spdlog::debug("client {}: send: {}", c.id, r.error().message());
+  }
+}
+
+void Server::refuse(Client& c, int code, const std::string& message) {
+  send_message(c, ipc::build_error(code, message));
+  if (c.phase == Phase::kHello) ++stats_.clients_refused;
+  doom(c, fmt::format("refused: {}", message), true);
+}
+
+void Server::doom(Client& c, std::string why, bool misbehaved) {
+  if (c.doomed) return;
+  c.doomed = true;
+  c.doom_reason = std::move(why);
+  c.misbehaved = misbehaved;
+}
+
+void Server::sweep() {
+  const Time now = clock_.now();
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    Client& c = it->second;
+    if (!c.doomed) {
+      ++it;
+      continue;
+    }
+    const std::string who =
+        c.phase == Phase::kActive ? fmt::format("client {} ({} \"{}\", pid {})", c.id, to_string(c.role), c.name, c.pid)
+                                  : fmt::format("connection {} (pid {}, uid {})", c.id, c.pid, c.uid);
+    if (c.misbehaved) {
+      ++stats_.clients_dropped;
+      spdlog::warn("{} dropped: {}", who, c.doom_reason);
+    } else if (!stopping_) {
+      spdlog::info("{} left: {}", who, c.doom_reason);
+    }
+    // An armed operation holds its file: cancel before the fds close.
+    if (c.sock_armed) uring_.cancel(Tag{Op::kClientSock, c.id});
+    if (c.pidfd_armed) uring_.cancel(Tag{Op::kClientPidfd, c.id});
+    if (c.bell_armed) uring_.cancel(Tag{Op::kClientBell, c.id});
+    if (c.phase == Phase::kActive) release_sessions(c, now);
+    it = clients_.erase(it);
+  }
+}
+
+void Server::release_sessions(Client& c, Time now) {
+  if (c.role == Role::kEngine) {
+    for (sched::SessionId s : model_.engine_gone(c.id, now)) (void)s;
+    policy_.control->on_event(sched::EngineLeft{c.id}, model_, now);
+  }
+  // Sessions that die with the client: a runner's own, and those an engine
+  // opened by submitting that no runner took over.
+  std::vector<sched::SessionId> closing;
+  for (const auto& [id, m] : meta_) {
+    if (m.owner == c.id || (m.owner == 0 && m.creator == c.id)) closing.push_back(id);
+  }
+  for (sched::SessionId id : closing) {
+    const sched::Session* s = model_.sessions().find(id);
+    if (s != nullptr && s->state != SessionState::kDone) {
+      if (c.role == Role::kRunner && s->tool != 0) {
+        effects_->kill_tools(id);
+        ++stats_.effects_kill_tools;
+      }
+      feed(sched::SessionClosed{id}, now);
+    }
+  }
+  for (const auto& [id, m] : meta_) {
+    if (m.creator == c.id) meta_[id].creator = 0;  // no one is charged for it any more
+  }
+}
+
+// ---- handshake and messages ---------------------------------------------------
+
+void Server::on_hello(Client& c, const wire::Hello& hello) {
+  const Config& cfg = config_->config();
+  if (hello.protocol_version() != ipc::kProtocolVersion) {
+    refuse(c, EPROTONOSUPPORT,
+           fmt::format("protocol version {} is not supported: tandemd speaks version {}", hello.protocol_version(),
+                       ipc::kProtocolVersion));
+    return;
+  }
+  auto role = role_from_wire(hello.role());
+  if (!role) {
+    refuse(c, EINVAL, fmt::format("unknown role {}", static_cast<unsigned>(hello.role())));
+    return;
+  }
+  const std::string_view name = hello.name()->string_view();
+  if (name.empty() || name.size() > kMaxName) {
+    refuse(c, EINVAL, fmt::format("client name must be 1 to {} bytes, got {}", kMaxName, name.size()));
+    return;
+  }
+  if (!config_->allowed(*role, c.uid, c.gid, ::geteuid())) {
+    refuse(c, EACCES,
+           fmt::format("uid {} (gid {}) may not connect as {}: see [roles.{}] in {}", c.uid, c.gid, to_string(*role),
+                       to_string(*role), cfg.source));
+    return;
+  }
+  c.role = *role;
+  c.name = std::string(name);
+  if (c.role == Role::kEngine) {
+    const wire::EngineParams* p = hello.engine();
+    if (p == nullptr) {
+      refuse(c, EINVAL, "an engine's Hello must carry its engine parameters");
+      return;
+    }
+    const char* bad = p->block_size() == 0     ? "block_size"
+                      : p->total_blocks() == 0 ? "total_blocks"
+                      : p->max_seqs() == 0     ? "max_seqs"
+                      : p->token_budget() == 0 ? "token_budget"
+                                               : nullptr;
+    if (bad != nullptr) {
+      refuse(c, EINVAL, fmt::format("engine parameter {} must be > 0", bad));
+      return;
+    }
+    c.engine.block_size = p->block_size();
+    c.engine.total_blocks = p->total_blocks();
+    c.engine.max_seqs = p->max_seqs();
+    c.engine.token_budget = p->token_budget();
+    if (p->max_model_len() > 0) c.engine.max_model_len = p->max_model_len();
+    c.gpu_index = p->gpu_index();
+    c.saturating_tokens = p->saturating_tokens();
+  } else if (hello.engine() != nullptr) {
+    refuse(c, EINVAL, fmt::format("only an engine's Hello carries engine parameters, not a {}'s", to_string(c.role)));
+    return;
+  }
+
+  ipc::WelcomeInfo welcome;
+  welcome.client_id = c.id;
+  if (c.role == Role::kEngine || c.role == Role::kRunner) {
+    auto channel =
+        ipc::Channel::create(ipc::ChannelConfig{cfg.event_slots, cfg.directive_slots},
+                             fmt::format("tandem-{}-{}", to_string(c.role), c.id));
+    if (!channel) {
+      spdlog::error("client {}: cannot create its segment: {}", c.id, channel.error().message());
+      refuse(c, channel.error().code(), "the daemon could not create the shared-memory segment");
+      return;
+    }
+    c.channel = std::move(*channel);
+    auto events = c.channel.event_consumer();
+    auto directives = c.channel.directive_producer();
+    auto status = c.channel.status_writer();
+    if (!events || !directives || !status) {
+      refuse(c, EIO, "the daemon could not set up the rings");
+      return;
+    }
+    c.events = *events;
+    c.directives = *directives;
+    c.status = *status;
+    c.event_bell = c.channel.event_doorbell();
+    c.directive_bell = c.channel.directive_doorbell();
+    c.has_channel = true;
+    welcome.segment_size = c.channel.segment().layout().total_size;
+    welcome.event_slots = c.channel.event_slots();
+    welcome.directive_slots = c.channel.directive_slots();
+  }
+  const int fds[] = {c.channel.segment_fd(), c.channel.event_bell_fd(), c.channel.directive_bell_fd()};
+  auto sent = ipc::send_message(c.sock.get(), ipc::build_welcome(welcome),
+                                c.has_channel ? std::span<const int>(fds) : std::span<const int>());
+  if (!sent) {
+    doom(c, fmt::format("Welcome not delivered: {}", sent.error().message()), false);
+    return;
+  }
+  const Time now = clock_.now();
+  c.phase = Phase::kActive;
+  c.record_budget = TokenBucket(cfg.limits.records_per_s, now);
+  c.pending = c.has_channel;
+  spdlog::info("client {} connected: {} \"{}\" (pid {}, uid {})", c.id, to_string(c.role), c.name, c.pid, c.uid);
+  if (c.role == Role::kEngine) {
+    feed(sched::EngineJoined{c.id, c.engine}, now);
+    send_policy_config(c);
+    publish_status(c, now);
+  }
+}
+
+void Server::send_policy_config(Client& c) {
+  std::vector<std::string> keys;
+  std::vector<double> values;
+  for (const auto& [k, v] : policy_.params.values()) {
+    keys.push_back(k);
+    values.push_back(v);
+  }
+  send_message(c, ipc::build_policy_config(policy_epoch_, config_->config().policy, keys, values));
+}
+
+void Server::on_message(Client& c, const wire::Message& msg) {
+  switch (msg.payload_type()) {
+    case wire::Payload::SessionName:
+      on_session_name(c, *msg.payload_as_SessionName());
+      break;
+    case wire::Payload::Resync:
+      if (c.role != Role::kEngine && c.role != Role::kRunner) {
+        refuse(c, EPERM, "Resync is for engines and runners");
+        return;
+      }
+      on_resync(c, *msg.payload_as_Resync());
+      break;
+    case wire::Payload::CtlRequest:
+      on_ctl(c, *msg.payload_as_CtlRequest());
+      break;
+    case wire::Payload::Error: {
+      const auto* e = msg.payload_as_Error();
+      spdlog::debug("client {} reports error {}: {}", c.id, e->code(), e->message() ? e->message()->str() : "");
+      break;
+    }
+    default:
+      refuse(c, EPROTO, fmt::format("unexpected {} from a client", wire::EnumNamePayload(msg.payload_type())));
+      break;
+  }
+}
+
+void Server::on_session_name(Client& c, const wire::SessionName& sn) {
+  if (c.role != Role::kEngine && c.role != Role::kRunner) {
+    refuse(c, EPERM, "SessionName is for engines and runners");
+    return;
+  }
+  const std::string_view name = sn.name()->string_view();
+  if (name.empty() || name.size() > kMaxName || base::session_id(name) != sn.session()) {
+    send_message(c, ipc::build_error(EINVAL, fmt::format("SessionName: \"{}\" is not the name of session {:#018x}",
+                                                         name.substr(0, 64), sn.session())));
+    return;
+  }
+  auto it = meta_.find(sn.session());
+  if (it != meta_.end()) {
+    it->second.name = std::string(name);
+  } else if (c.pending_names.size() < config_->config().limits.sessions_per_client) {
+    // The name may come before the record that opens the session.
+    c.pending_names[sn.session()] = std::string(name);
+  }
+}
+
+void Server::on_resync(Client& c, const wire::Resync& resync) {
+  ++stats_.resyncs;
+  const Time now = clock_.now();
+  if (resync.sessions() == nullptr) return;
+  auto& table = model_.sessions();
+  for (const wire::SessionSnapshot* snap : *resync.sessions()) {
+    const sched::SessionId id = snap->session();
+    if (id == 0) continue;
+    if (snap->name() != nullptr && !snap->name()->string_view().empty() &&
+        base::session_id(snap->name()->string_view()) == id && snap->name()->size() <= kMaxName) {
+      c.pending_names[id] = snap->name()->str();
+    }
+    const auto state = static_cast<SessionState>(snap->state());
+    const sched::Session* s = table.find(id);
+    if (c.role == Role::kRunner) {
+      if (s == nullptr) {
+        if (!admit_session(c, id)) continue;
+        feed(sched::SessionOpened{id}, now);
+      }
+      SessionMeta& m = meta_for(c, id);
+      if (m.owner != 0 && m.owner != c.id) continue;  // another runner's
+      m.owner = c.id;
+      s = table.find(id);
+      if (snap->in_tool() && s != nullptr && s->tool == 0) {
+        feed(sched::ToolStarted{id, snap->tool_kind(), 0}, now);
+      }
+    } else {
+      const bool in_flight = state == SessionState::kWaiting || state == SessionState::kReasoning;
+      if (s != nullptr && s->round_in_flight && s->engine != c.id) continue;  // another engine's round
+      if (s == nullptr && !admit_session(c, id)) continue;
+      if (in_flight || state == SessionState::kActing) {
+        if (s == nullptr || !s->round_in_flight) {
+          feed(sched::RoundSubmitted{id, c.id, snap->round(), 0, 0, snap->blocks_held()}, now);
+        }
+        if (state != SessionState::kWaiting) {
+          s = table.find(id);
+          if (s != nullptr && s->state == SessionState::kWaiting) table.transition(id, SessionState::kReasoning, now);
+        }
+        if (state == SessionState::kActing) {
+          feed(sched::RoundEnded{id, c.id, snap->round(), 0, snap->blocks_held(), true}, now);
+        }
+      }
+      meta_for(c, id);
+    }
+  }
+}
+
+bool Server::admit_session(Client& c, sched::SessionId id) {
+  const std::uint32_t limit = config_->config().limits.sessions_per_client;
+  if (c.sessions >= limit) {
+    if (!c.limit_warned) {
+      spdlog::warn("client {} ({}): at limits.sessions_per_client = {}; further new sessions are rejected", c.id,
+                   c.name, limit);
+      c.limit_warned = true;
+    }
+    send_message(c, ipc::build_error(ENOSPC, fmt::format("session {:#018x} rejected: limits.sessions_per_client = {}",
+                                                         id, limit)));
+    return false;
+  }
+  return true;
+}
+
+Server::SessionMeta& Server::meta_for(Client& c, sched::SessionId id) {
+  auto [it, fresh] = meta_.try_emplace(id);
+  if (fresh) {
+    it->second.creator = c.id;
+    ++c.sessions;
+    if (auto n = c.pending_names.find(id); n != c.pending_names.end()) {
+      it->second.name = std::move(n->second);
+      c.pending_names.erase(n);
+    }
+  }
+  return it->second;
+}
+
+// ---- ring pump ------------------------------------------------------------------
+
+void Server::pump() {
+  const Time now = clock_.now();
+  for (int round = 0; round < kPumpRounds; ++round) {
+    bool more = false;
+    for (auto& [id, c] : clients_) {
+      if (c.doomed || !c.pending || !c.has_channel) continue;
+      more |= pump_client(c, now);
+    }
+    if (!more) break;
+  }
+  for (auto& [id, c] : clients_) {
+    if (!c.doomed && c.has_channel && !c.backlog.empty()) flush_backlog(c);
+  }
+}
+
+bool Server::pump_client(Client& c, Time now) {
+  const Limits& limits = config_->config().limits;
+  const std::uint64_t allowed = std::min<std::uint64_t>(limits.pump_batch, c.record_budget.available(now));
+  if (allowed == 0) {
+    c.pending = false;  // over its record rate: the tick looks again
+    return false;
+  }
+  batch_.resize(allowed);
+  const std::size_t n = c.events.pop_batch(batch_);
+  c.record_budget.take(n);
+  c.rejected_this_round = 0;
+  for (std::size_t i = 0; i < n && !c.doomed; ++i) {
+    ipc::Record record;
+    std::string_view problem;
+    const ipc::DecodeStatus st = c.decoder.decode(batch_[i], record, &problem);
+    if (st != ipc::DecodeStatus::kOk) {
+      reject_record(c, problem.empty() ? std::string_view("undecodable record") : problem);
+      continue;
+    }
+    take_record(c, record, now);
+  }
+  if (c.doomed) return false;
+  if (c.events.corruption_count() > 0) {
+    doom(c, "its event ring is corrupt (indices or slot sequence numbers were tampered with)", true);
+    return false;
+  }
+  if (c.rejected_this_round >= kHostileRejects) {
+    doom(c, fmt::format("sent {} bad records in one batch", c.rejected_this_round), true);
+    return false;
+  }
+  if ((c.channel.segment().take_flags(ipc::kFlagResyncNeeded) & ipc::kFlagResyncNeeded) != 0) {
+    send_message(c, ipc::build_resync_request("events were lost: the event ring and its overflow were full"));
+  }
+  if (n == allowed) return true;  // more may be waiting: another round
+  // Drained: announce we sleep, re-check, and wait on the doorbell.
+  c.event_bell.arm();
+  if (!c.events.empty()) {
+    c.event_bell.disarm();
+    return true;
+  }
+  c.pending = false;
+  if (!c.bell_armed) {
+    uring_.read(c.channel.event_bell_fd(), &c.bell_buf, sizeof c.bell_buf, Tag{Op::kClientBell, c.id});
+    c.bell_armed = true;
+  }
+  return false;
+}
+
+void Server::reject_record(Client& c, std::string_view why) {
+  ++c.rejected;
+  ++c.rejected_this_round;
+  ++stats_.records_rejected;
+  if (!c.warned) {
+    spdlog::warn("client {} ({} \"{}\"): rejected a record: {} (further rejections are only counted)", c.id,
+                 to_string(c.role), c.name, why);
+    c.warned = true;
+  }
+}
+
+bool Server::authorize(Client& c, const ipc::Record& r, const char** why) {
+  using T = ipc::RecordType;
+  const T type = r.type();
+  const sched::SessionId id = r.session();
+  const bool engine_record =
+      type == T::kRoundSubmit || type == T::kRoundFirstToken || type == T::kRoundEnd || type == T::kKvStats ||
+      type == T::kKvEvent;
+  if (engine_record != (c.role == Role::kEngine)) {
+    *why = c.role == Role::kEngine ? "an engine sent a runner's record" : "a runner sent an engine's record";
+    return false;
+  }
+  if (type == T::kKvStats) return true;
+  const sched::Session* s = model_.sessions().find(id);
+  auto m = meta_.find(id);
+  switch (type) {
+    case T::kRoundSubmit:
+      if (s != nullptr && s->round_in_flight && s->engine != c.id) {
+        *why = "ROUND_SUBMIT: the session has a round in flight on another engine";
+        return false;
+      }
+      if (m == meta_.end() && !admit_session(c, id)) {
+        *why = "ROUND_SUBMIT: over limits.sessions_per_client";
+        return false;
+      }
+      return true;
+    case T::kRoundFirstToken:
+    case T::kRoundEnd:
+    case T::kKvEvent:
+      if (s == nullptr || s->engine != c.id) {
+        *why = "the session's round is not on this engine";
+        return false;
+      }
+      return true;
+    case T::kSessionOpen:
+      if (m != meta_.end() && m->second.owner != 0 && m->second.owner != c.id) {
+        *why = "SESSION_OPEN: the session belongs to another runner";
+        return false;
+      }
+      if (m == meta_.end() && !admit_session(c, id)) {
+        *why = "SESSION_OPEN: over limits.sessions_per_client";
+        return false;
+      }
+      return true;
+    default:  // SESSION_CLOSE, TOOL_START, TOOL_END
+      if (m == meta_.end() || s == nullptr) {
+        *why = "unknown session";
+        return false;
+      }
+      if (m->second.owner != 0 && m->second.owner != c.id) {
+        *why = "the session belongs to another runner";
+        return false;
+      }
+      return true;
+  }
+}
+
+void Server::take_record(Client& c, const ipc::Record& r, Time now) {
+  const char* why = "";
+  if (!authorize(c, r, &why)) {
+    reject_record(c, why);
+    return;
+  }
+  auto event = to_event(r, c.id);
+  if (!event) {
+    reject_record(c, "a directive on the event ring");
+    return;
+  }
+  const bool known = model_.sessions().find(r.session()) != nullptr;
+  if (!feed(*event, now)) {
+    reject_record(c, fmt::format("{}: not legal in the session's state", ipc::record_type_name(r.type())));
+    return;
+  }
+  ++c.accepted;
+  ++stats_.records_accepted;
+  if (r.type() == ipc::RecordType::kKvStats) return;
+  if (!known && model_.sessions().find(r.session()) == nullptr) return;
+  SessionMeta& m = meta_for(c, r.session());
+  if (c.role == Role::kRunner && m.owner == 0) m.owner = c.id;  // a runner takes over an engine-opened session
+}
+
+bool Server::feed(const sched::Event& e, Time now) {
+  if (!model_.observe(e, now)) return false;
+  policy_.control->on_event(e, model_, now);
+  return true;
+}
+
+// ---- control ----------------------------------------------------------------------
+
+void Server::tick(Time now) {
+  ++stats_.ticks;
+  actions_.clear();
+  policy_.control->tick(model_, now, actions_);
+  stats_.actions += actions_.list().size();
+  for (const sched::Action& a : actions_.list()) apply(a, now);
+
+  auto& table = model_.sessions();
+  std::vector<sched::SessionId> done;
+  for (const sched::Session* s : table.in_state(SessionState::kDone)) done.push_back(s->id);
+  for (sched::SessionId id : done) session_done(id);
+  table.reap_done();
+
+  for (auto& [id, c] : clients_) {
+    if (!c.doomed && c.role == Role::kEngine && c.has_channel) publish_status(c, now);
+  }
+}
+
+void Server::session_done(sched::SessionId id) {
+  auto m = meta_.find(id);
+  if (m != meta_.end()) {
+    if (Client* creator = find_client(m->second.creator); creator != nullptr && creator->sessions > 0) {
+      --creator->sessions;
+    }
+    meta_.erase(m);
+  }
+  effects_->session_gone(id);
+}
+
+void Server::apply(const sched::Action& a, Time now) {
+  using K = sched::ActionKind;
+  if (a.kind == K::kSetSmPartition) {
+    if (Client* c = find_client(a.engine); c != nullptr && c->role == Role::kEngine) {
+      c->sm_partition = static_cast<std::uint32_t>(a.value);
+      c->sm_partition_set = true;
+      effects_->set_sm_partition(a.engine, static_cast<std::uint32_t>(a.value));
+      ++stats_.effects_sm_partition;
+    }
+    return;
+  }
+  auto& table = model_.sessions();
+  const sched::Session* s = table.find(a.session);
+  if (s == nullptr || s->state == SessionState::kDone) return;
+  const sched::EngineId engine = s->engine;
+  auto m = meta_.find(a.session);
+  switch (a.kind) {
+    case K::kAdmit:
+      if (table.transition(a.session, SessionState::kReasoning, now)) {
+        send_directive(engine, directive_slot(ipc::Admit{}, a.session, now));
+      }
+      break;
+    case K::kPause:
+      if (table.transition(a.session, SessionState::kPaused, now)) {
+        send_directive(engine, directive_slot(ipc::Pause{}, a.session, now));
+      }
+      break;
+    case K::kRestore:
+      if (table.transition(a.session, SessionState::kReasoning, now, a.engine)) {
+        ipc::Restore r;
+        r.engine = a.engine;
+        const ipc::Slot slot = directive_slot(r, a.session, now);
+        send_directive(engine, slot);
+        if (a.engine != engine) send_directive(a.engine, slot);
+      }
+      break;
+    case K::kSetPriority: {
+      ipc::Priority p;
+      p.level = static_cast<std::uint8_t>(std::clamp<std::int64_t>(a.value, 0, ipc::kPriorityLevels - 1));
+      if (m != meta_.end()) m->second.priority = p.level;
+      send_directive(engine, directive_slot(p, a.session, now));
+      break;
+    }
+    case K::kPin: {
+      ipc::Pin p;
+      p.until_ns = std::max<std::int64_t>(a.value, 1);
+      send_directive(engine, directive_slot(p, a.session, now));
+      break;
+    }
+    case K::kUnpin:
+      send_directive(engine, directive_slot(ipc::Unpin{}, a.session, now));
+      break;
+    case K::kDrop:
+      send_directive(engine, directive_slot(ipc::Drop{}, a.session, now));
+      break;
+    case K::kOffload:
+      send_directive(engine, directive_slot(ipc::Offload{}, a.session, now));
+      break;
+    case K::kSetCpuWeight:
+      if (m != meta_.end()) m->second.cpu_weight = a.value;
+      effects_->set_cpu_weight(a.session, static_cast<std::uint32_t>(a.value));
+      ++stats_.effects_cpu_weight;
+      break;
+    case K::kSetCpuQuota:
+      if (m != meta_.end()) m->second.cpu_quota = a.value;
+      effects_->set_cpu_quota(a.session, static_cast<std::uint32_t>(a.value));
+      ++stats_.effects_cpu_quota;
+      break;
+    case K::kKillTools:
+      effects_->kill_tools(a.session);
+      ++stats_.effects_kill_tools;
+      break;
+    case K::kSetSmPartition:
+      break;
+  }
+}
+
+void Server::send_directive(sched::EngineId engine, const ipc::Slot& record) {
+  Client* c = find_client(engine);
+  if (c == nullptr || c->role != Role::kEngine || !c->has_channel) return;
+  ++stats_.directives;
+  if (c->backlog.empty() && c->directives.try_push(record)) {
+    c->directive_bell.notify();
+    return;
+  }
+  if (c->backlog.size() >= kBacklogLimit) {
+    ++stats_.directives_dropped;
+    if (!c->backlog_warned) {
+      spdlog::warn("client {} ({}): directive ring and backlog full (is the engine polling?); dropping directives",
+                   c->id, c->name);
+      c->backlog_warned = true;
+    }
+    return;
+  }
+  c->backlog.push_back(record);
+}
+
+void Server::flush_backlog(Client& c) {
+  bool pushed = false;
+  while (!c.backlog.empty() && c.directives.try_push(c.backlog.front())) {
+    c.backlog.pop_front();
+    pushed = true;
+  }
+  if (pushed) c.directive_bell.notify();
+}
+
+void Server::publish_status(Client& c, Time now) {
+  ipc::EngineStatus st;
+  st.policy_epoch = policy_epoch_;
+  st.updated_ns = base::to_ns(now);
+  st.sm_partition = c.sm_partition;
+  c.status.publish(st);
+}
+
+void Server::reload() {
+  notifier_->reloading();
+  auto fresh = reload_ ? reload_() : base::Result<std::shared_ptr<const CompiledConfig>>(config_);
+  if (!fresh) {
+    spdlog::error("reload failed; the running configuration is unchanged: {}", fresh.error().message());
+    notifier_->ready();
+    return;
+  }
+  const Config& old_cfg = config_->config();
+  const Config& cfg = (*fresh)->config();
+  std::string restart_only;
+  if (cfg.runtime_dir != old_cfg.runtime_dir) restart_only = "runtime_dir";
+  if (cfg.event_slots != old_cfg.event_slots) restart_only = "ipc.event_slots";
+  if (cfg.directive_slots != old_cfg.directive_slots) restart_only = "ipc.directive_slots";
+  if (!restart_only.empty()) {
+    spdlog::error("reload refused: {} changed and takes effect only at a restart; the running configuration is "
+                  "unchanged",
+                  restart_only);
+    notifier_->ready();
+    return;
+  }
+  const bool policy_changed = cfg.policy != old_cfg.policy || cfg.policy_params != old_cfg.policy_params;
+  if (policy_changed) {
+    if (auto r = install_policy(**fresh); !r) {
+      spdlog::error("reload failed; the running configuration is unchanged: {}", r.error().message());
+      notifier_->ready();
+      return;
+    }
+  }
+  if (cfg.tick != old_cfg.tick) {
+    auto timer = make_timer(cfg.tick);
+    if (!timer) {
+      spdlog::error("reload: new tick timer: {}; keeping the old tick", timer.error().message());
+    } else {
+      // The armed read holds the old timer's file; it fires once more and is
+      // re-armed on the new one.
+      timer_fd_ = std::move(*timer);
+    }
+  }
+  config_ = std::move(*fresh);
+  if (policy_changed) {
+    for (auto& [id, c] : clients_) {
+      if (!c.doomed && c.role == Role::kEngine && c.phase == Phase::kActive) send_policy_config(c);
+    }
+  }
+  spdlog::info("reloaded {} (policy {}{})", cfg.source, cfg.policy, policy_changed ? ", changed" : "");
+  notifier_->ready();
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,226 @@
+// Client: one libtandem handle — the connection to tandemd, the session
+// table, and (engines) the in-process coordinator. tandem.h's functions are
+// thin checks in front of these methods (api.cc).
+//
+// Connection state machine (DESIGN.md §3, §7). Nothing here ever blocks on
+// the daemon: the socket is non-blocking and each state advances inside
+// whatever call comes next.
+//
+//   kDisconnected ──(backoff expired: socket, connect, send Hello)──▶ kAwaitingWelcome
+//   kAwaitingWelcome ──(Welcome + 3 fds: attach channel, resync)──▶ kConnected
+//   any ──(Error, EOF/ECONNRESET, a bad message, no Welcome within 1 s,
+//          a send failure)──▶ kDisconnected, next attempt after the backoff
+//
+// The backoff starts at reconnect_min and doubles to reconnect_max; a
+// Welcome resets it. In kDisconnected every call first checks the backoff
+// (a clock read); in kAwaitingWelcome every call does one non-blocking
+// recv; in kConnected the socket is read only by poll() and when a socket
+// message is sent, so the per-record path is a ring push and nothing else.
+//
+// Fail-open. While not connected, records are dropped (counted) and a
+// session's queued round is runnable if the daemon had admitted it before
+// it went away, or if it holds one of `fallback_cap` local slots. Slots go
+// to queued rounds in submit order when a caller asks, and come back at the
+// round's end. On the next Welcome, slot holders become admitted (they keep
+// running) and the resync snapshot tells the daemon so.
+//
+// Thread-safety: one thread at a time per Client (tandem.h's rule).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/result.h"
+#include "base/unique_fd.h"
+#include "ipc/channel.h"
+#include "ipc/messages.h"
+#include "ipc/records.h"
+#include "libclient/coordinator.h"
+#include "sched/types.h"
+#include "tandem/tandem.h"
+
+namespace tandem::client {
+
+enum class Role : std::uint8_t { kEngine, kRunner };
+
+struct Config {
+  Role role = Role::kEngine;
+  std::string socket_path;  // <runtime_dir>/tandemd.sock
+  std::string name;
+  std::uint32_t fallback_cap = 64;
+  base::Duration reconnect_min = std::chrono::milliseconds(50);
+  base::Duration reconnect_max = std::chrono::milliseconds(2000);
+  std::optional<ipc::EngineInfo> engine;  // set iff role == kEngine
+};
+
+enum class ConnState : std::uint8_t { kDisconnected, kAwaitingWelcome, kConnected };
+
+// Limits of one handle.
+inline constexpr std::size_t kMaxSessions = std::size_t{1} << 20;
+inline constexpr std::size_t kMaxToolsPerSession = 1024;
+inline constexpr std::size_t kMaxNameLength = 1024;
+// Directives kept for the caller between polls (all already applied).
+inline constexpr std::size_t kMaxQueuedDirectives = std::size_t{1} << 16;
+// Socket messages waiting for room in the socket buffer; more means the
+// daemon stopped reading, which counts as a lost connection.
+inline constexpr std::size_t kMaxOutbox = kMaxSessions / 64;
+inline constexpr base::Duration kWelcomeTimeout = std::chrono::seconds(1);
+
+// Thread-safety: one thread at a time.
+class Client {
+ public:
+  // Builds the handle; does not connect (call start()).
+  static base::Result<std::unique_ptr<Client>> create(Config config);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The first connection attempt (tandem_*_open).
+  void start();
+  // Flushes what is queued for the daemon and closes the connection.
+  void shutdown();
+
+  Role role() const { return config_.role; }
+  bool connected() const { return state_ == ConnState::kConnected; }
+  ConnState state() const { return state_; }
+  std::uint32_t client_id() const { return client_id_; }
+  tandem_client_stats stats() const;
+
+  const std::string& last_error() const { return last_error_; }
+  // Records `message` as the last error and returns -code.
+  int fail(int code, std::string message);
+
+  // ---- either role ----
+  int session_name(std::uint64_t session, std::string_view name);
+  int poll(int timeout_ms, int max, tandem_directive* out);
+  int runnable(std::uint64_t session);
+  int priority(std::uint64_t session);
+
+  // ---- runner ----
+  int session_open(std::string_view name, std::uint8_t priority_class, std::uint32_t expected_rounds,
+                   std::uint64_t& ret_session);
+  int session_close(std::uint64_t session, std::uint8_t reason);
+  int tool_begin(std::uint64_t session, std::string_view tool, std::uint32_t call, std::int32_t pid);
+  int tool_end(std::uint64_t session, std::string_view tool, std::uint32_t call, std::int32_t exit_code,
+               const tandem_tool_usage* usage);
+
+  // ---- engine ----
+  int round_submit(std::uint64_t session, const tandem_round& round);
+  int round_first_token(std::uint64_t session, std::uint32_t round, std::uint64_t queue_delay_ns,
+                        std::uint64_t prefill_ns);
+  int round_end(std::uint64_t session, std::uint32_t round, std::uint32_t output_tokens, std::uint32_t blocks_held,
+                bool tool_follows);
+  int kv_stats(const tandem_kv_stats& stats);
+  int kv_event(std::uint64_t session, int kind, std::uint32_t blocks, std::uint32_t round);
+  Coordinator& coordinator() { return coordinator_; }
+  const Coordinator& coordinator() const { return coordinator_; }
+
+ private:
+  struct ToolCall {
+    std::uint32_t call = 0;
+    std::uint64_t kind = 0;
+    std::int64_t started_ns = 0;
+  };
+
+  // Everything the handle knows about one session.
+  struct Session {
+    std::string name;  // empty: never named
+    // engine
+    bool submitted = false;     // this handle submitted a round of it
+    bool in_flight = false;     // a round is submitted and has not ended
+    bool admitted = false;      // the daemon let it run (ADMIT, RESTORE here)
+    bool paused = false;        // the last word from the daemon was PAUSE (or RESTORE elsewhere)
+    bool has_slot = false;      // holds a fail-open slot
+    bool tool_follows = false;  // its last round ended with a tool call
+    std::uint8_t priority = 0;  // MLFQ level
+    sched::Residency residency = sched::Residency::kNone;
+    std::uint32_t round = 0;
+    std::uint32_t blocks_held = 0;
+    std::uint64_t submit_seq = 0;
+    // runner
+    bool open = false;
+    std::vector<ToolCall> tools;  // running tool calls, oldest first
+  };
+
+  explicit Client(Config config, Coordinator coordinator);
+
+  // ---- connection ----
+  // Advances the state machine; `read_socket` also drains the socket when
+  // connected (poll(), socket sends).
+  void drive(bool read_socket);
+  void try_connect(base::Time now);
+  // Reads every queued socket message; false if the connection was lost.
+  bool pump_socket();
+  bool handle_message(ipc::ReceivedMessage& received);
+  bool on_welcome(const wire::Welcome& welcome, std::vector<base::UniqueFd>& fds);
+  void on_policy_config(const wire::PolicyConfig& config);
+  // Drops the connection and schedules the next attempt.
+  void lose(std::string reason);
+  // Sends what fits of outbox_; false if the connection was lost.
+  bool flush_outbox();
+  void queue_message(std::vector<std::uint8_t> message);
+  // Queues a Resync snapshot of every live session and their names.
+  void queue_resync();
+  std::optional<ipc::SessionSnapshotInfo> snapshot(std::uint64_t id, const Session& s) const;
+
+  // ---- rings ----
+  template <class T>
+  void send_record(T record, std::uint64_t session);
+  // Moves directives from the ring into ready_, applying each.
+  void drain_directives();
+  void apply(const ipc::Record& record);
+  // Blocks in poll(2) until a directive, a socket message, the next
+  // reconnect attempt or `deadline`.
+  void wait(base::Time deadline);
+
+  // ---- sessions ----
+  // The entry for `id`, created if absent; nullptr at kMaxSessions.
+  Session* entry(std::uint64_t id);
+  Session* find(std::uint64_t id);
+  void set_admitted(std::uint64_t id, Session& s, bool admitted);
+  void release_slot(std::uint64_t id, Session& s);
+  void grant_slots();
+  // Erases an engine session that holds nothing any more.
+  void maybe_forget(std::uint64_t id);
+
+  Config config_;
+  Coordinator coordinator_;
+  base::MonotonicClock clock_;
+  std::string last_error_;
+  std::string connection_error_;  // why the last connection ended (for tests and logs)
+
+  ConnState state_ = ConnState::kDisconnected;
+  base::UniqueFd sock_;
+  base::Time next_attempt_{};
+  base::Duration backoff_{};
+  base::Time hello_at_{};
+  std::uint32_t client_id_ = 0;
+  std::unique_ptr<ipc::Channel> channel_;  // stable address: the endpoints point into it
+  std::optional<ipc::EventSender> sender_;
+  std::optional<ipc::RingConsumer> directives_;
+  std::optional<ipc::StatusReader<ipc::EngineStatus>> status_;  // held for the status-page APIs to come
+  ipc::Doorbell directive_bell_;
+  ipc::RecordDecoder decoder_{ipc::Direction::kToClient};
+  std::deque<std::vector<std::uint8_t>> outbox_;
+  std::deque<tandem_directive> ready_;
+
+  std::unordered_map<std::uint64_t, Session> sessions_;
+  // Submitted rounds that wait: in flight, neither admitted nor holding a
+  // slot; ordered by submit, so fail-open slots go out in that order.
+  std::set<std::pair<std::uint64_t, std::uint64_t>> waiting_;
+  std::uint32_t slots_used_ = 0;
+  std::uint64_t submit_seq_ = 0;
+
+  tandem_client_stats stats_{};
+};
+
+}  // namespace tandem::client

@@ -1,0 +1,59 @@
+// Coordinator: the step half of the daemon's policy, run inside the engine
+// (tandem_engine_plan_step, tandem_engine_keep_decision).
+//
+// The daemon names the policy and its parameters in PolicyConfig; the
+// coordinator builds it with sched::make_policy() and keeps only its
+// StepScheduler. A config that does not build (unknown policy, bad
+// parameter) changes nothing: the previous policy stays. Before the first
+// config it runs "fcfs" with its defaults (vLLM V1's scheduler).
+//
+// plan() translates the C step input into sched::StepInput (validating every
+// field, since a bad phase or priority would index out of range inside a
+// policy), runs the scheduler and copies the plan into the caller's arrays.
+// Scratch vectors are kept across steps so a warm engine loop allocates
+// nothing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "sched/policy.h"
+#include "tandem/tandem.h"
+
+namespace tandem::client {
+
+// Thread-safety: one thread (the engine's scheduling loop).
+class Coordinator {
+ public:
+  // The initial policy: "fcfs" with its defaults.
+  static base::Result<Coordinator> create();
+
+  // Switches to `name` with `params`; on error nothing changes.
+  base::Result<void> configure(std::string_view name, const std::map<std::string, double>& params, std::uint64_t epoch);
+
+  const std::string& policy_name() const { return name_; }
+  std::uint64_t epoch() const { return epoch_; }
+
+  // Plans one step. Returns 0 or -errno; on error `error` says why and
+  // `out` is untouched. `in` and `out` are full-size copies (sz checked by
+  // the caller).
+  int plan(const tandem_step_input& in, tandem_step_plan& out, std::string& error);
+
+  // The keep decision for a finished round.
+  sched::KeepPlan keep(const tandem_round_end_info& info);
+
+ private:
+  std::string name_;
+  std::unique_ptr<sched::StepScheduler> step_;
+  std::uint64_t epoch_ = 0;
+  std::vector<sched::StepRequest> requests_;
+  std::vector<sched::PinnedKv> pinned_;
+  sched::StepPlan plan_;
+};
+
+}  // namespace tandem::client

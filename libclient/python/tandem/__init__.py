@@ -1,0 +1,646 @@
+"""tandem: Python binding of libtandem, the client library of tandemd.
+
+A thin ctypes layer over the C ABI in libclient/include/tandem/tandem.h
+(docs/python.md): the same handles, calls and fail-open behaviour, with
+Python types at the edge.
+
+    import tandem
+    with tandem.Engine(block_size=16, total_blocks=4096, max_seqs=256, token_budget=8192) as eng:
+        sid = tandem.session_id("s1")
+        eng.round_submit(sid, 0, prompt_tokens=1200)
+        for d in eng.poll(timeout_ms=5):
+            ...
+        if eng.session_runnable(sid):
+            ...
+
+Errors: a call the C library fails (a negative errno) raises TandemError,
+an OSError whose errno is that value and whose message is
+tandem_last_error()'s. Arguments this layer cannot pass to C (a negative
+count, a value beyond the C type, a string with a NUL byte) raise TandemError
+with EINVAL before any C call.
+
+Sessions: wherever a call takes a session, an int is the id and a str is a
+session name (hashed with session_id()). Tool kinds likewise.
+
+Thread-safety: as in C, a handle is used by one thread at a time; different
+handles are independent. ctypes releases the GIL inside every C call, so
+poll() with a timeout does not block other Python threads.
+
+The library is found through $TANDEM_LIBRARY (a full path), else
+ctypes.util.find_library("tandem"), else "libtandem.so.1"; it is loaded on
+the first call that needs it.
+"""
+
+import collections
+import ctypes
+import enum
+import errno
+import os
+import time
+
+from . import _ffi
+
+__all__ = [
+    "API_VERSION",
+    "TandemError",
+    "Engine",
+    "Runner",
+    "Directive",
+    "DirectiveType",
+    "KvEventKind",
+    "CloseReason",
+    "RequestPhase",
+    "KeepDecision",
+    "StepRequest",
+    "PinnedKV",
+    "Chunk",
+    "StepPlan",
+    "session_id",
+    "tool_kind",
+]
+
+# TANDEM_API_VERSION of the header this binding mirrors.
+API_VERSION = 1
+
+
+class TandemError(OSError):
+    """A libtandem call failed: errno is the positive error code, strerror
+    the library's message (tandem_last_error()) or the code's description."""
+
+    def __init__(self, code, message):
+        super().__init__(code, message)
+
+
+class DirectiveType(enum.IntEnum):
+    ADMIT = 32  # the session's rounds may run
+    PAUSE = 33  # hold the session's next round
+    RESTORE = 34  # run it again, on engine `value` (a client id)
+    PRIORITY = 35  # MLFQ level `value`, 0 = highest
+    PIN = 36  # hold its KV until `value` (CLOCK_MONOTONIC ns)
+    UNPIN = 37
+    DROP = 38  # free its KV now
+    OFFLOAD = 39  # copy its KV to host memory
+    PREFETCH = 40  # bring an offloaded KV back
+
+
+class KvEventKind(enum.IntEnum):
+    EVICTED = 1
+    RESTORED = 2
+    OFFLOADED = 3
+    DROPPED = 4
+
+
+class CloseReason(enum.IntEnum):
+    NORMAL = 0
+    ERROR = 1
+    CANCELLED = 2
+
+
+class RequestPhase(enum.IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+
+
+class KeepDecision(enum.IntEnum):
+    RELEASE = 0
+    PIN = 1
+    OFFLOAD = 2
+    DROP = 3
+
+
+# One directive from the daemon. `type` is a DirectiveType (a plain int for
+# a type this binding does not know).
+Directive = collections.namedtuple("Directive", ["type", "session", "value"])
+
+# One request of an engine step (tandem_step_request); the last nine fields
+# default to 0 / False.
+StepRequest = collections.namedtuple(
+    "StepRequest",
+    [
+        "id",
+        "session",
+        "round",
+        "phase",
+        "prompt_tokens",
+        "max_output_tokens",
+        "computed_tokens",
+        "output_tokens",
+        "cached_tokens",
+        "blocks_held",
+        "arrival_ns",
+        "last_scheduled_ns",
+        "priority",
+        "last_round",
+    ],
+    defaults=(0, 0, 0, 0, 0, 0, 0, 0, False),
+)
+
+# A session whose KV is pinned (tandem_pinned_kv).
+PinnedKV = collections.namedtuple("PinnedKV", ["session", "blocks", "pinned_at_ns", "until_ns"])
+
+# tandem_chunk: run `tokens` of requests[request] this step.
+Chunk = collections.namedtuple("Chunk", ["request", "tokens"])
+
+# What plan_step() decided: chunks to run, request indices to preempt,
+# sessions whose pins to release.
+StepPlan = collections.namedtuple("StepPlan", ["run", "preempt", "unpin"])
+
+_LIMITS = {
+    "u8": (0, 2**8 - 1),
+    "u32": (0, 2**32 - 1),
+    "u64": (0, 2**64 - 1),
+    "i32": (-(2**31), 2**31 - 1),
+    "i64": (-(2**63), 2**63 - 1),
+}
+
+
+def _int(name, value, kind):
+    """`value` checked to fit the C type `kind`; TandemError(EINVAL) if not."""
+    if isinstance(value, enum.IntEnum):
+        value = int(value)
+    if not isinstance(value, int):
+        raise TandemError(errno.EINVAL, f"{name}: expected an integer, got {type(value).__name__}")
+    lo, hi = _LIMITS[kind]
+    if not lo <= value <= hi:
+        raise TandemError(errno.EINVAL, f"{name}: {value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _bytes(name, value, allow_none=False):
+    """A str (UTF-8) or bytes as a C string; None stays NULL if allowed."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, str):
+        value = value.encode()
+    if not isinstance(value, bytes):
+        raise TandemError(errno.EINVAL, f"{name}: expected a string, got {type(value).__name__}")
+    if b"\0" in value:
+        raise TandemError(errno.EINVAL, f"{name}: contains a NUL byte")
+    return value
+
+
+def session_id(name):
+    """The session id for `name`: xxh64 of its UTF-8 bytes, never 0."""
+    return _ffi.load().tandem_session_id(_bytes("name", name))
+
+
+def tool_kind(name):
+    """The tool-kind id for a tool name: xxh64, never 0."""
+    return _ffi.load().tandem_tool_kind(_bytes("name", name))
+
+
+def _session(value, name="session"):
+    if isinstance(value, (str, bytes)):
+        return session_id(value)
+    return _int(name, value, "u64")
+
+
+def _tool_kind(value):
+    if isinstance(value, (str, bytes)):
+        return tool_kind(value)
+    return _int("tool_kind", value, "u64")
+
+
+def _options(runtime_dir, name, fallback_cap, reconnect_min_ms, reconnect_max_ms):
+    if runtime_dir is not None:
+        runtime_dir = os.fspath(runtime_dir)
+    return _ffi.Options(
+        runtime_dir=_bytes("runtime_dir", runtime_dir, allow_none=True),
+        name=_bytes("name", name, allow_none=True),
+        fallback_cap=_int("fallback_cap", fallback_cap, "u32"),
+        reconnect_min_ms=_int("reconnect_min_ms", reconnect_min_ms, "u32"),
+        reconnect_max_ms=_int("reconnect_max_ms", reconnect_max_ms, "u32"),
+    )
+
+
+class _Client:
+    """What engine and runner handles share. Not thread-safe (one thread at
+    a time per handle, as in C)."""
+
+    _role = "client"
+
+    def __init__(self):
+        self._lib = _ffi.load()
+        self._handle = ctypes.c_void_p()
+        self._directives = None  # reused poll() buffer
+
+    def _open_failed(self, rc, what):
+        # No handle exists after a failed open, so there is no last_error.
+        raise TandemError(-rc, f"{what}: {os.strerror(-rc)}")
+
+    def _h(self):
+        if not self._handle:
+            raise TandemError(errno.EBADF, f"this {self._role} handle is closed")
+        return self._handle
+
+    def _check(self, rc, what):
+        if rc >= 0:
+            return rc
+        message = self.last_error() or os.strerror(-rc)
+        raise TandemError(-rc, f"{what}: {message}" if not message.startswith(what) else message)
+
+    # ---- lifetime -------------------------------------------------------
+
+    def close(self):
+        """Closes the connection and frees the handle; idempotent."""
+        handle, self._handle = self._handle, ctypes.c_void_p()
+        if handle:
+            self._lib.tandem_close(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the module may be half gone
+            pass
+
+    @property
+    def closed(self):
+        return not self._handle
+
+    # ---- state ----------------------------------------------------------
+
+    def connected(self):
+        """True if welcomed by the daemon now, False while running fail-open."""
+        return bool(self._lib.tandem_connected(self._h()))
+
+    def client_id(self):
+        """The daemon's id for this client; 0 while never connected."""
+        return self._lib.tandem_client_id(self._h())
+
+    def last_error(self):
+        """The message of the last failed call on this handle ("" if none)."""
+        if not self._handle:
+            return ""
+        msg = self._lib.tandem_last_error(self._handle)
+        return msg.decode(errors="replace") if msg else ""
+
+    def stats(self):
+        """The handle's counters as a dict (tandem_client_stats)."""
+        s = _ffi.ClientStats()
+        self._check(self._lib.tandem_get_stats(self._h(), ctypes.byref(s)), "tandem_get_stats")
+        return {name: getattr(s, name) for name, _ in _ffi.ClientStats._fields_ if name != "sz"}
+
+    # ---- either role ----------------------------------------------------
+
+    def session_name(self, session, name):
+        """Tells the daemon the name behind `session` (shown by tandemctl)."""
+        self._check(
+            self._lib.tandem_session_name(self._h(), _session(session), _bytes("name", name)), "tandem_session_name"
+        )
+
+    def poll(self, timeout_ms=0, max=64):  # noqa: A002 (mirrors the C parameter)
+        """Drives the connection and returns the directives received since the
+        last call (at most `max`), waiting up to `timeout_ms` for one when none
+        is queued. The library has already applied them to session_runnable()
+        and session_priority(). Call it at least once per engine step."""
+        timeout_ms = _int("timeout_ms", timeout_ms, "i32")
+        max = _int("max", max, "i32")
+        if timeout_ms < 0:
+            raise TandemError(errno.EINVAL, f"timeout_ms: {timeout_ms} is negative")
+        if max < 0:
+            raise TandemError(errno.EINVAL, f"max: {max} is negative")
+        if max == 0:
+            buf = None
+        else:
+            if self._directives is None or len(self._directives) < max:
+                self._directives = (_ffi.CDirective * max)()
+            buf = self._directives
+        n = self._check(self._lib.tandem_poll(self._h(), timeout_ms, max, buf), "tandem_poll")
+        out = []
+        for i in range(min(n, max)):
+            d = buf[i]
+            try:
+                kind = DirectiveType(d.type)
+            except ValueError:
+                kind = d.type
+            out.append(Directive(kind, d.session, d.value))
+        return out
+
+    def __repr__(self):
+        state = "closed" if self.closed else ("connected" if self.connected() else "fail-open")
+        return f"<tandem.{type(self).__name__} {state}>"
+
+
+class Engine(_Client):
+    """An inference engine's handle (tandem_engine_open). Usable at once,
+    connected or not (fail-open)."""
+
+    _role = "engine"
+
+    def __init__(
+        self,
+        runtime_dir=None,
+        name=None,
+        gpu_index=-1,
+        block_size=0,
+        total_blocks=0,
+        max_seqs=0,
+        token_budget=0,
+        saturating_tokens=0,
+        max_model_len=0,
+        fallback_cap=0,
+        reconnect_min_ms=0,
+        reconnect_max_ms=0,
+    ):
+        super().__init__()
+        opts = _options(runtime_dir, name, fallback_cap, reconnect_min_ms, reconnect_max_ms)
+        self._params = _ffi.EngineParams(
+            gpu_index=_int("gpu_index", gpu_index, "i32"),
+            block_size=_int("block_size", block_size, "u32"),
+            total_blocks=_int("total_blocks", total_blocks, "u32"),
+            max_seqs=_int("max_seqs", max_seqs, "u32"),
+            token_budget=_int("token_budget", token_budget, "u32"),
+            saturating_tokens=_int("saturating_tokens", saturating_tokens, "u32"),
+            max_model_len=_int("max_model_len", max_model_len, "u32"),
+        )
+        rc = self._lib.tandem_engine_open(ctypes.byref(opts), ctypes.byref(self._params), ctypes.byref(self._handle))
+        if rc < 0:
+            self._open_failed(rc, "tandem_engine_open")
+
+    # ---- rounds ---------------------------------------------------------
+
+    def round_submit(self, session, round, prompt_tokens, cached_tokens=0, projected_blocks=0, max_output_tokens=0):
+        """A round of `session` entered the engine's queue; it is runnable once
+        the daemon admits it (fail-open: within the local cap)."""
+        r = _ffi.Round(
+            round=_int("round", round, "u32"),
+            prompt_tokens=_int("prompt_tokens", prompt_tokens, "u32"),
+            cached_tokens=_int("cached_tokens", cached_tokens, "u32"),
+            projected_blocks=_int("projected_blocks", projected_blocks, "u32"),
+            max_output_tokens=_int("max_output_tokens", max_output_tokens, "u32"),
+        )
+        self._check(self._lib.tandem_round_submit(self._h(), _session(session), ctypes.byref(r)), "tandem_round_submit")
+
+    def round_first_token(self, session, round, queue_delay_ns=0, prefill_ns=0):
+        self._check(
+            self._lib.tandem_round_first_token(
+                self._h(),
+                _session(session),
+                _int("round", round, "u32"),
+                _int("queue_delay_ns", queue_delay_ns, "u64"),
+                _int("prefill_ns", prefill_ns, "u64"),
+            ),
+            "tandem_round_first_token",
+        )
+
+    def round_end(self, session, round, output_tokens, blocks_held, tool_follows=False):
+        """The round finished with `output_tokens`; the session holds
+        `blocks_held` KV blocks now; a tool call follows if `tool_follows`."""
+        self._check(
+            self._lib.tandem_round_end(
+                self._h(),
+                _session(session),
+                _int("round", round, "u32"),
+                _int("output_tokens", output_tokens, "u32"),
+                _int("blocks_held", blocks_held, "u32"),
+                1 if tool_follows else 0,
+            ),
+            "tandem_round_end",
+        )
+
+    def kv_stats(
+        self,
+        blocks_total,
+        blocks_free,
+        blocks_pinned=0,
+        blocks_offloaded=0,
+        running_seqs=0,
+        waiting_seqs=0,
+        step_tokens=0,
+        step_time_us=0,
+    ):
+        """Reports the KV pool and the last step (tandem_kv_stats_report)."""
+        s = _ffi.KvStats(
+            blocks_total=_int("blocks_total", blocks_total, "u32"),
+            blocks_free=_int("blocks_free", blocks_free, "u32"),
+            blocks_pinned=_int("blocks_pinned", blocks_pinned, "u32"),
+            blocks_offloaded=_int("blocks_offloaded", blocks_offloaded, "u32"),
+            running_seqs=_int("running_seqs", running_seqs, "u32"),
+            waiting_seqs=_int("waiting_seqs", waiting_seqs, "u32"),
+            step_tokens=_int("step_tokens", step_tokens, "u32"),
+            step_time_us=_int("step_time_us", step_time_us, "u32"),
+        )
+        self._check(self._lib.tandem_kv_stats_report(self._h(), ctypes.byref(s)), "tandem_kv_stats_report")
+
+    def kv_event(self, session, kind, blocks, round=0):
+        """Blocks of `session` were evicted / restored / offloaded / dropped
+        (`kind`: a KvEventKind)."""
+        self._check(
+            self._lib.tandem_kv_event(
+                self._h(),
+                _session(session),
+                _int("kind", kind, "i32"),
+                _int("blocks", blocks, "u32"),
+                _int("round", round, "u32"),
+            ),
+            "tandem_kv_event",
+        )
+
+    # ---- gating ---------------------------------------------------------
+
+    def session_runnable(self, session):
+        """True if the engine may schedule the session's queued round now."""
+        return bool(
+            self._check(self._lib.tandem_session_runnable(self._h(), _session(session)), "tandem_session_runnable")
+        )
+
+    def session_priority(self, session):
+        """The session's MLFQ level from the last PRIORITY directive (0 if none)."""
+        return self._check(self._lib.tandem_session_priority(self._h(), _session(session)), "tandem_session_priority")
+
+    # ---- in-process step scheduling ---------------------------------------
+
+    @property
+    def policy(self):
+        """The name of the policy plan_step() runs now."""
+        name = self._lib.tandem_engine_policy(self._h())
+        return name.decode(errors="replace") if name else ""
+
+    def plan_step(
+        self,
+        requests,
+        free_blocks,
+        pinned=(),
+        now_ns=None,
+        token_budget=None,
+        max_seqs=None,
+        block_size=None,
+        max_model_len=None,
+        saturating_tokens=None,
+    ):
+        """Plans one engine step with the daemon's policy.
+
+        `requests`: StepRequest values (or tuples in its field order), running
+        ones in running order, then waiting and preempted ones in arrival
+        order. `pinned`: PinnedKV values. The step limits default to the ones
+        the engine was opened with; `now_ns` to time.monotonic_ns().
+        Returns a StepPlan whose chunk and preempt entries index `requests`.
+        """
+        reqs = [r if isinstance(r, StepRequest) else StepRequest(*r) for r in requests]
+        pins = [p if isinstance(p, PinnedKV) else PinnedKV(*p) for p in pinned]
+        creqs = (_ffi.StepRequestC * max(len(reqs), 1))()
+        for i, r in enumerate(reqs):
+            c = creqs[i]
+            c.id = _int("id", r.id, "u64")
+            c.session = _session(r.session)
+            c.round = _int("round", r.round, "u32")
+            c.phase = _int("phase", r.phase, "u32")
+            c.prompt_tokens = _int("prompt_tokens", r.prompt_tokens, "u32")
+            c.max_output_tokens = _int("max_output_tokens", r.max_output_tokens, "u32")
+            c.computed_tokens = _int("computed_tokens", r.computed_tokens, "u32")
+            c.output_tokens = _int("output_tokens", r.output_tokens, "u32")
+            c.cached_tokens = _int("cached_tokens", r.cached_tokens, "u32")
+            c.blocks_held = _int("blocks_held", r.blocks_held, "u32")
+            c.arrival_ns = _int("arrival_ns", r.arrival_ns, "i64")
+            c.last_scheduled_ns = _int("last_scheduled_ns", r.last_scheduled_ns, "i64")
+            c.priority = _int("priority", r.priority, "u8")
+            c.last_round = 1 if r.last_round else 0
+        cpins = (_ffi.PinnedKvC * max(len(pins), 1))()
+        for i, p in enumerate(pins):
+            c = cpins[i]
+            c.session = _session(p.session)
+            c.blocks = _int("blocks", p.blocks, "u32")
+            c.pinned_at_ns = _int("pinned_at_ns", p.pinned_at_ns, "i64")
+            c.until_ns = _int("until_ns", p.until_ns, "i64")
+
+        def limit(name, value, default):
+            return _int(name, default if value is None else value, "u32")
+
+        inp = _ffi.StepInput(
+            token_budget=limit("token_budget", token_budget, self._params.token_budget),
+            max_seqs=limit("max_seqs", max_seqs, self._params.max_seqs),
+            block_size=limit("block_size", block_size, self._params.block_size),
+            free_blocks=_int("free_blocks", free_blocks, "u32"),
+            max_model_len=limit("max_model_len", max_model_len, self._params.max_model_len),
+            saturating_tokens=limit("saturating_tokens", saturating_tokens, self._params.saturating_tokens),
+            requests=creqs,
+            n_requests=len(reqs),
+            pinned=cpins,
+            n_pinned=len(pins),
+            now_ns=_int("now_ns", time.monotonic_ns() if now_ns is None else now_ns, "i64"),
+        )
+        run = (_ffi.Chunk * max(len(reqs), 1))()
+        preempt = (ctypes.c_uint32 * max(len(reqs), 1))()
+        unpin = (ctypes.c_uint64 * max(len(pins), 1))()
+        plan = _ffi.StepPlanC(run=run, preempt=preempt, unpin=unpin)
+        self._check(
+            self._lib.tandem_engine_plan_step(self._h(), ctypes.byref(inp), ctypes.byref(plan)),
+            "tandem_engine_plan_step",
+        )
+        # The counts come from C: clamp them to the arrays we gave it.
+        n_run = min(plan.n_run, len(reqs))
+        n_preempt = min(plan.n_preempt, len(reqs))
+        n_unpin = min(plan.n_unpin, len(pins))
+        return StepPlan(
+            run=[Chunk(run[i].request, run[i].tokens) for i in range(n_run)],
+            preempt=[preempt[i] for i in range(n_preempt)],
+            unpin=[unpin[i] for i in range(n_unpin)],
+        )
+
+    def keep_decision(
+        self, session, tool_follows, tool_kind=0, context_tokens=0, blocks=0, other_running_tokens=0, now_ns=None
+    ):
+        """What to do with a finished round's KV while its tool runs: returns
+        (KeepDecision, until_ns); until_ns is the pin's deadline for PIN."""
+        info = _ffi.RoundEndInfo(
+            session=_session(session),
+            tool_follows=1 if tool_follows else 0,
+            tool_kind=_tool_kind(tool_kind),
+            context_tokens=_int("context_tokens", context_tokens, "u32"),
+            blocks=_int("blocks", blocks, "u32"),
+            other_running_tokens=_int("other_running_tokens", other_running_tokens, "u32"),
+            now_ns=_int("now_ns", time.monotonic_ns() if now_ns is None else now_ns, "i64"),
+        )
+        decision = ctypes.c_int()
+        until = ctypes.c_int64()
+        self._check(
+            self._lib.tandem_engine_keep_decision(
+                self._h(), ctypes.byref(info), ctypes.byref(decision), ctypes.byref(until)
+            ),
+            "tandem_engine_keep_decision",
+        )
+        try:
+            kind = KeepDecision(decision.value)
+        except ValueError:
+            kind = decision.value
+        return kind, until.value
+
+
+class Runner(_Client):
+    """An agent runtime's handle (tandem_runner_open): sessions and tools.
+    Usable at once, connected or not (fail-open)."""
+
+    _role = "runner"
+
+    def __init__(self, runtime_dir=None, name=None, fallback_cap=0, reconnect_min_ms=0, reconnect_max_ms=0):
+        super().__init__()
+        opts = _options(runtime_dir, name, fallback_cap, reconnect_min_ms, reconnect_max_ms)
+        rc = self._lib.tandem_runner_open(ctypes.byref(opts), ctypes.byref(self._handle))
+        if rc < 0:
+            self._open_failed(rc, "tandem_runner_open")
+
+    def session_open(self, name, priority_class=0, expected_rounds=0):
+        """Opens session `name` and returns its id (= session_id(name))."""
+        hints = _ffi.SessionHints(
+            priority_class=_int("priority_class", priority_class, "u8"),
+            expected_rounds=_int("expected_rounds", expected_rounds, "u32"),
+        )
+        sid = ctypes.c_uint64()
+        self._check(
+            self._lib.tandem_session_open(self._h(), _bytes("name", name), ctypes.byref(hints), ctypes.byref(sid)),
+            "tandem_session_open",
+        )
+        return sid.value
+
+    def session_close(self, session, reason=CloseReason.NORMAL):
+        self._check(
+            self._lib.tandem_session_close(self._h(), _session(session), _int("reason", reason, "i32")),
+            "tandem_session_close",
+        )
+
+    def tool_begin(self, session, tool_name, call, pid=0):
+        """A tool call of `session` began; `call` is unique within the session,
+        `pid` the tool's process (0 if none)."""
+        self._check(
+            self._lib.tandem_tool_begin(
+                self._h(),
+                _session(session),
+                _bytes("tool_name", tool_name),
+                _int("call", call, "u32"),
+                _int("pid", pid, "i32"),
+            ),
+            "tandem_tool_begin",
+        )
+
+    def tool_end(self, session, tool_name, call, exit_code, wall_ns=None, cpu_ns=None, peak_memory_bytes=None):
+        """The tool call ended. `exit_code` as from waitpid (< 0: minus the
+        signal). Without any usage figure the library measures the wall time
+        from tool_begin(); with any, the missing ones are 0."""
+        usage = None
+        if wall_ns is not None or cpu_ns is not None or peak_memory_bytes is not None:
+            usage = ctypes.byref(
+                _ffi.ToolUsage(
+                    wall_ns=_int("wall_ns", wall_ns or 0, "u64"),
+                    cpu_ns=_int("cpu_ns", cpu_ns or 0, "u64"),
+                    peak_memory_bytes=_int("peak_memory_bytes", peak_memory_bytes or 0, "u64"),
+                )
+            )
+        self._check(
+            self._lib.tandem_tool_end(
+                self._h(),
+                _session(session),
+                _bytes("tool_name", tool_name),
+                _int("call", call, "u32"),
+                _int("exit_code", exit_code, "i32"),
+                usage,
+            ),
+            "tandem_tool_end",
+        )

@@ -1,0 +1,491 @@
+// The emulator's engine thread: sim::Engine in real time, libtandem, the KV pool.
+#include "testbed/emulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+namespace tandem::testbed {
+namespace {
+
+constexpr Duration kIdleWait = std::chrono::milliseconds(2);
+constexpr Duration kReportPeriod = std::chrono::milliseconds(10);
+constexpr int kMaxDirectives = 64;
+
+int kv_kind(sched::KvChange c) {
+  switch (c) {
+    case sched::KvChange::kEvicted:
+      return TANDEM_KV_EVICTED;
+    case sched::KvChange::kRestored:
+      return TANDEM_KV_RESTORED;
+    case sched::KvChange::kOffloaded:
+      return TANDEM_KV_OFFLOADED;
+    case sched::KvChange::kDropped:
+      return TANDEM_KV_DROPPED;
+  }
+  return TANDEM_KV_EVICTED;
+}
+
+std::uint64_t ns_since(Time from, Time to) { return to > from ? static_cast<std::uint64_t>((to - from).count()) : 0; }
+
+}  // namespace
+
+// ---- Job ------------------------------------------------------------------------
+
+Job::Progress Job::wait(std::uint32_t seen, Time deadline) const {
+  std::unique_lock lock(mu_);
+  const auto until = std::chrono::steady_clock::time_point(deadline.time_since_epoch());
+  cv_.wait_until(lock, until, [&] { return p_.tokens > seen || p_.done || p_.status != 0; });
+  return p_;
+}
+
+void Job::set_session(std::string name) {
+  std::lock_guard lock(mu_);
+  p_.session = std::move(name);
+}
+
+void Job::set_cached(std::uint32_t cached) {
+  std::lock_guard lock(mu_);
+  p_.cached_tokens = cached;
+}
+
+void Job::add_tokens(std::uint32_t total) {
+  {
+    std::lock_guard lock(mu_);
+    p_.tokens = std::max(p_.tokens, total);
+  }
+  cv_.notify_all();
+}
+
+void Job::finish() {
+  {
+    std::lock_guard lock(mu_);
+    p_.done = true;
+  }
+  cv_.notify_all();
+}
+
+void Job::fail(int status, std::string message) {
+  {
+    std::lock_guard lock(mu_);
+    if (p_.done || p_.status != 0) return;
+    p_.status = status;
+    p_.error = std::move(message);
+  }
+  cv_.notify_all();
+}
+
+// ---- Emulator -------------------------------------------------------------------
+
+base::Result<std::unique_ptr<Emulator>> Emulator::create(EmulatorConfig config, tandem_client* client) {
+  if (auto v = sim::validate(config.preset); !v) return std::unexpected(v.error());
+  if (!(config.speedup > 0) || !std::isfinite(config.speedup)) {
+    return base::make_error(EINVAL, "the speedup must be a positive number");
+  }
+  auto pool = BlockPool::create(config.preset.gpu_blocks, config.preset.block_size, config.kv_block_bytes);
+  if (!pool) return std::unexpected(std::move(pool.error()));
+  return std::unique_ptr<Emulator>(new Emulator(std::move(config), client, std::move(*pool)));
+}
+
+Emulator::Emulator(EmulatorConfig config, tandem_client* client, std::unique_ptr<BlockPool> pool)
+    : config_(std::move(config)),
+      client_(client),
+      pool_(std::move(pool)),
+      scheduler_(client),
+      engine_(0, config_.preset, config_.limits, scheduler_, *this, counters_) {
+  engine_.set_kv_observer(this);
+  publish(clock_.now());
+}
+
+Emulator::~Emulator() {
+  drain(Duration::zero());
+  if (thread_.joinable()) thread_.join();
+  tandem_close(client_);
+}
+
+RequestLimits Emulator::limits() const {
+  return {config_.preset.max_model_len, config_.preset.block_size, config_.preset.gpu_blocks};
+}
+
+void Emulator::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+SubmitStatus Emulator::submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard lock(mu_);
+    if (draining_) return SubmitStatus::kDraining;
+    const std::string& name = job->request().session_name;
+    if (!name.empty() && !in_flight_.insert(name).second) return SubmitStatus::kBusy;
+    inbox_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+  return SubmitStatus::kQueued;
+}
+
+void Emulator::drain(Duration grace) {
+  {
+    std::lock_guard lock(mu_);
+    const Time deadline = clock_.now() + grace;
+    if (!drain_deadline_ || deadline < *drain_deadline_) drain_deadline_ = deadline;
+    draining_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) thread_.join();
+}
+
+std::string Emulator::stats_json() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+Emulator::Session* Emulator::find(sim::SessionId id) {
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : &it->second;
+}
+
+void Emulator::run() {
+  std::deque<std::shared_ptr<Job>> arrived;
+  tandem_directive dirs[kMaxDirectives];
+  for (;;) {
+    std::optional<Time> deadline;
+    {
+      std::lock_guard lock(mu_);
+      arrived.swap(inbox_);
+      deadline = drain_deadline_;
+    }
+    Time now = clock_.now();
+    for (auto& job : arrived) accept(std::move(job), now);
+    arrived.clear();
+
+    // Directives (the library has applied admission and priority already).
+    const int n = tandem_poll(client_, 0, kMaxDirectives, dirs);
+    for (int i = 0; i < n; ++i) apply(dirs[i], now);
+    connected_.store(tandem_connected(client_) == 1, std::memory_order_relaxed);
+
+    if (deadline) {
+      // Draining: rounds the daemon still holds never start.
+      for (sim::SessionId id : held_) {
+        Session& s = sessions_.at(id);
+        s.job->fail(503, "the engine is shutting down");
+        ++rounds_failed_;
+        end_round(s);
+      }
+      held_.clear();
+    }
+    release_runnable(now);
+
+    now = clock_.now();
+    if (step_end_ && now >= *step_end_) {
+      step_end_.reset();
+      engine_.finish_step(now);
+      // Anonymous sessions end with their round.
+      for (auto it = sessions_.begin(); it != sessions_.end();) {
+        if (it->second.anonymous && !it->second.job && !it->second.held) {
+          engine_.end_session(it->first, now);
+          it = sessions_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    const std::optional<Time> offload_done = engine_.complete_offloads(now);
+    if (!step_end_) {
+      if (auto end = engine_.start_step(now)) {
+        const double real = static_cast<double>((*end - now).count()) / config_.speedup;
+        step_real_ = Duration(static_cast<std::int64_t>(std::llround(real)));
+        step_end_ = now + step_real_;
+      }
+    }
+    if (now - last_report_ >= kReportPeriod) report_stats(now);
+    if (now - last_publish_ >= kReportPeriod) publish(now);
+
+    bool in_flight = step_end_.has_value() || engine_.has_work() || !held_.empty();
+    if (deadline && (!in_flight || now >= *deadline)) {
+      fail_all(503, "the engine is shutting down");
+      publish(now);
+      return;
+    }
+    // Sleep until the step ends, a round arrives, or kIdleWait passes.
+    Time wake = step_end_ ? *step_end_ : now + kIdleWait;
+    if (!step_end_ && offload_done) wake = std::min(wake, *offload_done);
+    if (deadline) wake = std::min(wake, *deadline);
+    if (!step_end_ && engine_.has_work()) wake = std::min(wake, now + kIdleWait);
+    std::unique_lock lock(mu_);
+    const auto until = std::chrono::steady_clock::time_point(wake.time_since_epoch());
+    cv_.wait_until(lock, until, [&] { return !inbox_.empty() || drain_deadline_ != deadline; });
+  }
+}
+
+void Emulator::accept(std::shared_ptr<Job> job, Time now) {
+  const CompletionRequest& r = job->request();
+  std::string name = r.session_name;
+  const bool anonymous = name.empty();
+  if (anonymous) name = fmt::format("{}-anon-{}", config_.name, anon_next_++);
+  const sim::SessionId id = tandem_session_id(name.c_str());
+  auto [it, fresh] = sessions_.try_emplace(id);
+  Session& s = it->second;
+  if (fresh) {
+    s.name = name;
+    s.id = id;
+    s.anonymous = anonymous;
+    tandem_session_name(client_, id, name.c_str());
+  } else if (s.job || s.name != name) {
+    // Two names with one xxh64, or a round in flight the HTTP side did not see.
+    job->fail(409, "session '" + name + "' has a round in flight");
+    return;
+  }
+  job->set_session(name);
+  s.job = std::move(job);
+  s.round = s.next_round;
+  s.shared = shared_prefix(s.history, r);
+  s.submitted = now;
+  s.first_scheduled = Time{};
+  const std::uint32_t bs = config_.preset.block_size;
+  const std::uint32_t hit = std::min(engine_.prefix_hit(id, s.shared, s.content), r.prompt_tokens);
+  tandem_round round{};
+  round.sz = sizeof round;
+  round.round = s.round;
+  round.prompt_tokens = r.prompt_tokens;
+  round.cached_tokens = hit;
+  round.projected_blocks =
+      static_cast<std::uint32_t>((static_cast<std::uint64_t>(r.prompt_tokens) + r.max_tokens + bs - 1) / bs);
+  round.max_output_tokens = r.max_tokens;
+  if (tandem_round_submit(client_, id, &round) != 0) ++report_errors_;
+  ++rounds_submitted_;
+  s.held = true;
+  held_.push_back(id);
+}
+
+void Emulator::release_runnable(Time now) {
+  std::erase_if(held_, [&](sim::SessionId id) {
+    Session& s = sessions_.at(id);
+    if (tandem_session_runnable(client_, id) != 1) return false;
+    const CompletionRequest& r = s.job->request();
+    sim::RoundWork w;
+    w.session = id;
+    w.round = s.round;
+    w.prompt_tokens = r.prompt_tokens;
+    w.output_tokens = r.max_tokens;
+    w.shared_prefix = s.shared;
+    w.last_round = !r.tool_follows;
+    w.priority = static_cast<std::uint8_t>(std::clamp(tandem_session_priority(client_, id), 0, 255));
+    w.submitted = s.submitted;
+    w.content = &s.content;
+    s.job->set_cached(std::min(engine_.prefix_hit(id, s.shared, s.content), r.prompt_tokens - 1));
+    engine_.submit(w, now);
+    pool_->trim_host(id, s.content.host_tokens / config_.preset.block_size);
+    s.held = false;
+    return true;
+  });
+}
+
+void Emulator::apply(const tandem_directive& d, Time now) {
+  if (d.type >= TANDEM_DIR_ADMIT && d.type <= TANDEM_DIR_PREFETCH) ++directives_[d.type - TANDEM_DIR_ADMIT];
+  switch (d.type) {
+    case TANDEM_DIR_PIN:
+      engine_.pin(d.session, base::from_ns(d.value), now);
+      break;
+    case TANDEM_DIR_UNPIN:
+      engine_.unpin(d.session, now);
+      break;
+    case TANDEM_DIR_DROP:
+      engine_.drop(d.session, now);
+      break;
+    case TANDEM_DIR_OFFLOAD:
+      engine_.offload(d.session, now);
+      break;
+    default:
+      // ADMIT, PAUSE, RESTORE and PRIORITY act through tandem_session_runnable()
+      // and tandem_session_priority(). PREFETCH: sim::Engine reloads a host
+      // copy as part of the step that schedules the round (its time is added
+      // to that step), so an early prefetch has nothing to start; it is counted.
+      break;
+  }
+}
+
+void Emulator::end_round(Session& s) {
+  if (!s.anonymous) {
+    std::lock_guard lock(mu_);
+    in_flight_.erase(s.name);
+  }
+  s.job.reset();
+  s.held = false;
+}
+
+void Emulator::fail_all(int status, const std::string& message) {
+  for (auto& [id, s] : sessions_) {
+    if (!s.job) continue;
+    s.job->fail(status, message);
+    ++rounds_failed_;
+    end_round(s);
+  }
+  held_.clear();
+  std::deque<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard lock(mu_);
+    left.swap(inbox_);
+    for (const auto& job : left) in_flight_.erase(job->request().session_name);
+  }
+  for (const auto& job : left) job->fail(status, message);
+}
+
+// ---- engine callbacks ---------------------------------------------------------------
+
+void Emulator::first_token(sim::EngineId /*engine*/, const sim::RoundWork& work, Time now) {
+  Session* s = find(work.session);
+  if (s == nullptr) return;
+  const Time first = s->first_scheduled == Time{} ? s->submitted : s->first_scheduled;
+  if (tandem_round_first_token(client_, work.session, work.round, ns_since(s->submitted, first),
+                               ns_since(first, now)) != 0) {
+    ++report_errors_;
+  }
+}
+
+void Emulator::token(sim::EngineId /*engine*/, const sim::RoundWork& work, std::uint32_t output_tokens, Time /*now*/) {
+  if (Session* s = find(work.session); s != nullptr && s->job) s->job->add_tokens(output_tokens);
+}
+
+void Emulator::round_done(sim::EngineId /*engine*/, const sim::RoundWork& work, std::uint32_t blocks,
+                          std::uint32_t /*context_tokens*/, Time now) {
+  Session* s = find(work.session);
+  if (s == nullptr || !s->job) return;
+  if (tandem_round_end(client_, work.session, work.round, work.output_tokens, blocks, work.last_round ? 0 : 1) != 0) {
+    ++report_errors_;
+  }
+  advance_history(s->history, s->job->request(), work.output_tokens);
+  ++s->next_round;
+  ++rounds_done_;
+  const std::shared_ptr<Job> job = s->job;
+  end_round(*s);
+  // /stats reflects the round before its reply goes out.
+  publish(now);
+  job->finish();
+}
+
+void Emulator::kv_changed(sim::EngineId /*engine*/, sim::SessionId session, sched::KvChange change,
+                          std::uint32_t blocks, Time /*now*/) {
+  const Session* s = find(session);
+  const std::uint32_t round = s == nullptr || s->next_round == 0 ? 0 : s->next_round - 1;
+  if (tandem_kv_event(client_, session, kv_kind(change), blocks, round) != 0) ++report_errors_;
+}
+
+void Emulator::moved(sim::SessionId session, sim::KvPlace from, sim::KvPlace to, std::uint32_t blocks) {
+  pool_->moved(session, from, to, blocks);
+}
+
+void Emulator::computed(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens) {
+  if (Session* s = find(session); s != nullptr && s->job && s->first_scheduled == Time{}) {
+    s->first_scheduled = clock_.now();
+  }
+  pool_->computed(session, first_token, tokens);
+}
+
+void Emulator::reloaded(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens) {
+  pool_->reloaded(session, first_token, tokens);
+}
+
+// ---- reports ------------------------------------------------------------------------
+
+void Emulator::report_stats(Time now) {
+  last_report_ = now;
+  const sched::KvPoolStats k = engine_.stats();
+  tandem_kv_stats st{};
+  st.sz = sizeof st;
+  st.blocks_total = k.blocks_total;
+  st.blocks_free = k.blocks_free;
+  st.blocks_pinned = k.blocks_pinned;
+  st.blocks_offloaded = pool_->occupancy().host_blocks;
+  st.running_seqs = k.running_seqs;
+  st.waiting_seqs = k.waiting_seqs;
+  st.step_tokens = k.step_tokens;
+  st.step_time_us = static_cast<std::uint32_t>(std::min<std::int64_t>(step_real_.count() / 1000, UINT32_MAX));
+  if (tandem_kv_stats_report(client_, &st) != 0) ++report_errors_;
+}
+
+void Emulator::publish(Time now) {
+  using nlohmann::json;
+  last_publish_ = now;
+  const sched::KvPoolStats k = engine_.stats();
+  const PoolOccupancy o = pool_->occupancy();
+  tandem_client_stats cs{};
+  cs.sz = sizeof cs;
+  const bool have_cs = client_ != nullptr && tandem_get_stats(client_, &cs) == 0;
+  std::uint32_t held_blocks = o.held;
+  json out = {
+      {"model", config_.preset.name},
+      {"engine_name", config_.name},
+      {"policy", std::string(scheduler_.name())},
+      {"connected", client_ != nullptr && tandem_connected(client_) == 1},
+      {"client_id", client_ != nullptr ? tandem_client_id(client_) : 0},
+      {"speedup", config_.speedup},
+      {"engine",
+       {{"blocks_total", k.blocks_total},
+        {"blocks_free", k.blocks_free},
+        {"blocks_pinned", k.blocks_pinned},
+        {"blocks_cached", engine_.cached_blocks()},
+        {"blocks_offloading", engine_.offloading_blocks()},
+        {"block_size", config_.preset.block_size},
+        {"running_seqs", k.running_seqs},
+        {"waiting_seqs", k.waiting_seqs},
+        {"held_rounds", held_.size()},
+        {"steps", engine_.steps()},
+        {"step_tokens", k.step_tokens},
+        {"step_time_us", std::chrono::duration_cast<std::chrono::microseconds>(step_real_).count()},
+        {"violations", engine_.violations()},
+        {"first_violation", engine_.first_violation()},
+        {"max_seqs", config_.limits.max_seqs},
+        {"token_budget", config_.limits.token_budget},
+        {"max_model_len", config_.preset.max_model_len}}},
+      {"pool",
+       {{"blocks_total", o.total},
+        {"blocks_free", o.free + o.cached},
+        {"blocks_free_uncached", o.free},
+        {"blocks_held", held_blocks},
+        {"blocks_pinned", o.pinned},
+        {"blocks_cached", o.cached},
+        {"blocks_offloading", o.offloading},
+        {"host_blocks", o.host_blocks},
+        {"block_bytes", pool_->block_bytes()},
+        {"touched_bytes", o.touched_bytes},
+        {"offloaded_bytes", o.offloaded_bytes},
+        {"reloaded_bytes", o.reloaded_bytes},
+        {"errors", pool_->errors()}}},
+      {"tokens",
+       {{"prompt", counters_.prompt_tokens},
+        {"reused", counters_.reused_tokens},
+        {"computed", counters_.computed_tokens},
+        {"recomputed", counters_.recomputed_tokens},
+        {"preemptions", counters_.preemptions}}},
+      {"rounds",
+       {{"submitted", rounds_submitted_},
+        {"completed", rounds_done_},
+        {"failed", rounds_failed_},
+        {"sessions", sessions_.size()}}},
+      {"directives",
+       {{"admit", directives_[0]},
+        {"pause", directives_[1]},
+        {"restore", directives_[2]},
+        {"priority", directives_[3]},
+        {"pin", directives_[4]},
+        {"unpin", directives_[5]},
+        {"drop", directives_[6]},
+        {"offload", directives_[7]},
+        {"prefetch", directives_[8]}}},
+      {"report_errors", report_errors_},
+      {"scheduler_failures", scheduler_.failures()},
+  };
+  if (have_cs) {
+    out["client"] = {{"connects", cs.connects},         {"disconnects", cs.disconnects},
+                     {"records_sent", cs.records_sent}, {"records_dropped", cs.records_dropped},
+                     {"directives", cs.directives},     {"resyncs", cs.resyncs}};
+  }
+  std::string text = out.dump();
+  std::lock_guard lock(mu_);
+  stats_ = std::move(text);
+}
+
+}  // namespace tandem::testbed

@@ -1,0 +1,202 @@
+// tandem-engine-emu's engine: sim::Engine driven in real time on one thread,
+// backed by a real KV block pool, reporting to tandemd through libtandem
+// (docs/testbed.md).
+//
+// HTTP worker threads hand rounds to the engine thread through a
+// mutex-protected inbox and a condition variable, and wait on their Job for
+// tokens. The engine thread alone owns the tandem handle, sim::Engine, the
+// block pool and the session table. Its loop, every iteration:
+//
+//   take new rounds from the inbox → tandem_round_submit, hold them;
+//   tandem_poll(0) → apply PIN/UNPIN/DROP/OFFLOAD to the engine;
+//   held rounds whose session is runnable (tandem_session_runnable) go to
+//   sim::Engine; a step that has ended is finished (tokens, first tokens,
+//   round ends go to the waiting Jobs and to the daemon); a new step starts,
+//   and its modelled duration ÷ speedup is when it ends (CLOCK_MONOTONIC);
+//   KV stats to the daemon at most every 10 ms;
+//   sleep until the step ends, a new round arrives, or 2 ms pass (so
+//   directives and admissions are seen within 2 ms while idle).
+//
+// Virtual time is real monotonic time: pins' deadlines and arrival times are
+// CLOCK_MONOTONIC. Only step durations are scaled by --speedup; offload copy
+// times (the PCIe link model) are not.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <tandem/tandem.h>
+
+#include "base/clock.h"
+#include "base/result.h"
+#include "sim/engine.h"
+#include "sim/metrics.h"
+#include "sim/preset.h"
+#include "testbed/kv_pool.h"
+#include "testbed/prompt.h"
+#include "testbed/step_adapter.h"
+
+namespace tandem::testbed {
+
+using base::Duration;
+using base::Time;
+
+struct EmulatorConfig {
+  sim::Preset preset;  // with the command line's overrides applied
+  sim::EngineLimits limits;
+  double speedup = 1.0;
+  std::size_t kv_block_bytes = 4096;
+  std::string name;  // this engine's name, for anonymous session names
+};
+
+// One HTTP request's round, shared by the HTTP worker that waits on it and
+// the engine thread that fills it. Thread-safety: the request fields are
+// immutable once submitted; the progress fields are behind `mu_`.
+class Job {
+ public:
+  Job(CompletionRequest request, std::string id, std::int64_t created)
+      : request_(std::move(request)), id_(std::move(id)), created_(created) {}
+
+  const CompletionRequest& request() const { return request_; }
+  const std::string& id() const { return id_; }
+  std::int64_t created() const { return created_; }
+
+  struct Progress {
+    std::uint32_t tokens = 0;         // generated so far
+    std::uint32_t cached_tokens = 0;  // prefix-cache hit when the round was scheduled
+    bool done = false;                // all tokens generated
+    int status = 0;                   // non-zero: failed with this HTTP status
+    std::string error;
+    std::string session;  // the session's name
+  };
+  // Waits until more than `seen` tokens exist, the job ends, or `deadline`.
+  Progress wait(std::uint32_t seen, Time deadline) const;
+
+  // Engine thread.
+  void set_session(std::string name);
+  void set_cached(std::uint32_t cached);
+  void add_tokens(std::uint32_t total);
+  void finish();
+  void fail(int status, std::string message);
+
+ private:
+  const CompletionRequest request_;
+  const std::string id_;
+  const std::int64_t created_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  Progress p_;
+};
+
+enum class SubmitStatus {
+  kQueued,
+  kBusy,      // a round of this session is in flight
+  kDraining,  // shutting down
+};
+
+// Thread-safety: submit(), stats_json(), connected(), drain() from any thread;
+// everything else runs on the engine thread.
+class Emulator final : public sim::EngineHost, public sim::KvObserver {
+ public:
+  // Takes ownership of `client` (closed by the destructor). EINVAL for a bad
+  // config (the preset is validated), ENOMEM if the pool cannot be mapped.
+  static base::Result<std::unique_ptr<Emulator>> create(EmulatorConfig config, tandem_client* client);
+  ~Emulator() override;
+  Emulator(const Emulator&) = delete;
+  Emulator& operator=(const Emulator&) = delete;
+
+  void start();  // the engine thread
+  SubmitStatus submit(std::shared_ptr<Job> job);
+  // Stops taking rounds; lets rounds in flight finish for up to `grace`, then
+  // fails the rest (503) and ends the engine thread. Idempotent.
+  void drain(Duration grace);
+
+  std::string stats_json() const;  // the snapshot the engine thread last published
+  bool connected() const { return connected_.load(std::memory_order_relaxed); }
+  const sim::Preset& preset() const { return config_.preset; }
+  std::string_view model() const { return config_.preset.name; }
+  RequestLimits limits() const;
+
+  // sim::EngineHost (engine thread).
+  void first_token(sim::EngineId engine, const sim::RoundWork& work, Time now) override;
+  void token(sim::EngineId engine, const sim::RoundWork& work, std::uint32_t output_tokens, Time now) override;
+  void round_done(sim::EngineId engine, const sim::RoundWork& work, std::uint32_t blocks, std::uint32_t context_tokens,
+                  Time now) override;
+  void kv_changed(sim::EngineId engine, sim::SessionId session, sched::KvChange change, std::uint32_t blocks,
+                  Time now) override;
+  // sim::KvObserver (engine thread): forwards to the pool, notes when a round is first scheduled.
+  void moved(sim::SessionId session, sim::KvPlace from, sim::KvPlace to, std::uint32_t blocks) override;
+  void computed(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens) override;
+  void reloaded(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens) override;
+
+ private:
+  struct Session {
+    std::string name;
+    sim::SessionId id = 0;
+    bool anonymous = false;
+    std::uint32_t next_round = 0;  // index of the next round (0-based, as submitted)
+    SessionHistory history;
+    sim::SessionContent content;  // at a stable address: the engine points at it
+    // The round in flight.
+    std::shared_ptr<Job> job;
+    bool held = false;  // submitted to the daemon, not yet to the engine
+    std::uint32_t round = 0;
+    std::uint32_t shared = 0;
+    Time submitted{};
+    Time first_scheduled{};
+  };
+
+  Emulator(EmulatorConfig config, tandem_client* client, std::unique_ptr<BlockPool> pool);
+  void run();
+  void accept(std::shared_ptr<Job> job, Time now);
+  void apply(const tandem_directive& d, Time now);
+  void release_runnable(Time now);
+  void end_round(Session& s);  // the Job is answered: free the session for its next round
+  void report_stats(Time now);
+  void publish(Time now);
+  void fail_all(int status, const std::string& message);
+  Session* find(sim::SessionId id);
+
+  EmulatorConfig config_;
+  tandem_client* client_;
+  std::unique_ptr<BlockPool> pool_;
+  base::MonotonicClock clock_;
+  TandemStepScheduler scheduler_;
+  sim::RunCounters counters_;
+  sim::Engine engine_;
+
+  // Shared with HTTP threads, behind mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> inbox_;
+  std::unordered_set<std::string> in_flight_;  // named sessions with a round in flight
+  bool draining_ = false;
+  std::optional<Time> drain_deadline_;
+  std::string stats_;
+  std::atomic<bool> connected_{false};
+  std::thread thread_;
+
+  // Engine thread only.
+  std::unordered_map<sim::SessionId, Session> sessions_;
+  std::vector<sim::SessionId> held_;  // sessions with a held round, in arrival order
+  std::optional<Time> step_end_;      // real time the step in progress ends
+  Duration step_real_{};
+  Time last_report_{};
+  Time last_publish_{};
+  std::uint64_t anon_next_ = 1;
+  std::uint64_t rounds_submitted_ = 0, rounds_done_ = 0, rounds_failed_ = 0;
+  std::uint64_t directives_[9] = {};  // by type − TANDEM_DIR_ADMIT
+  std::uint64_t report_errors_ = 0;
+};
+
+}  // namespace tandem::testbed

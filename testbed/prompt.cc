@@ -1,0 +1,214 @@
+// Request parsing, token arithmetic and replies of the emulator's HTTP API.
+#include "testbed/prompt.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::testbed {
+namespace {
+
+using nlohmann::json;
+
+std::unexpected<RequestError> bad(std::string field, std::string message) {
+  return std::unexpected(RequestError{std::move(field), std::move(message)});
+}
+
+// An integer field in [lo, hi]; `out` untouched when absent.
+std::expected<void, RequestError> get_uint(const json& body, const char* field, std::uint64_t lo, std::uint64_t hi,
+                                           std::uint32_t& out) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return {};
+  if (!it->is_number_integer()) return bad(field, std::string("'") + field + "' must be an integer");
+  const bool negative = it->is_number_integer() && !it->is_number_unsigned() && it->get<std::int64_t>() < 0;
+  const std::uint64_t v = negative ? 0 : it->get<std::uint64_t>();
+  if (negative || v < lo || v > hi) {
+    return bad(field,
+               std::string("'") + field + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+  }
+  out = static_cast<std::uint32_t>(v);
+  return {};
+}
+
+std::expected<void, RequestError> get_bool(const json& body, const char* field, bool& out) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return {};
+  if (!it->is_boolean()) return bad(field, std::string("'") + field + "' must be a boolean");
+  out = it->get<bool>();
+  return {};
+}
+
+// The text of a chat message's content: a string or an array of parts with "text".
+std::expected<void, RequestError> append_content(const json& content, std::size_t i, std::string& out) {
+  const std::string field = "messages[" + std::to_string(i) + "].content";
+  if (content.is_string()) {
+    out += content.get_ref<const std::string&>();
+    return {};
+  }
+  if (content.is_array()) {
+    for (const json& part : content) {
+      auto t = part.is_object() ? part.find("text") : part.end();
+      if (!part.is_object() || t == part.end() || !t->is_string()) {
+        return bad(field, "'" + field + "' parts must be objects with a string 'text'");
+      }
+      out += t->get_ref<const std::string&>();
+    }
+    return {};
+  }
+  return bad(field, "'" + field + "' must be a string or an array of text parts");
+}
+
+json usage_json(const ReplyInfo& info) {
+  return {{"prompt_tokens", info.prompt_tokens},
+          {"completion_tokens", info.completion_tokens},
+          {"total_tokens", info.prompt_tokens + info.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", info.cached_tokens}}}};
+}
+
+}  // namespace
+
+std::uint32_t count_tokens(std::string_view text) {
+  const std::uint64_t t = (static_cast<std::uint64_t>(text.size()) + 3) / 4;
+  return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(t, 1, std::numeric_limits<std::uint32_t>::max()));
+}
+
+std::string filler_text(std::uint32_t tokens) {
+  std::string s;
+  s.reserve(static_cast<std::size_t>(tokens) * kFillerToken.size());
+  for (std::uint32_t i = 0; i < tokens; ++i) s += kFillerToken;
+  return s;
+}
+
+std::expected<CompletionRequest, RequestError> parse_request(std::string_view body, bool chat,
+                                                             const RequestLimits& limits) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad("body", "the request body is not valid JSON");
+  if (!j.is_object()) return bad("body", "the request body must be a JSON object");
+  CompletionRequest r;
+  r.chat = chat;
+  if (chat) {
+    auto m = j.find("messages");
+    if (m == j.end()) return bad("messages", "'messages' is required");
+    if (!m->is_array() || m->empty()) return bad("messages", "'messages' must be a non-empty array");
+    for (std::size_t i = 0; i < m->size(); ++i) {
+      const json& msg = (*m)[i];
+      auto c = msg.is_object() ? msg.find("content") : msg.end();
+      if (!msg.is_object() || c == msg.end()) {
+        const std::string field = "messages[" + std::to_string(i) + "].content";
+        return bad(field, "'" + field + "' is required");
+      }
+      if (c->is_null()) continue;  // e.g. an assistant message that only called a tool
+      if (auto ok = append_content(*c, i, r.prompt); !ok) return std::unexpected(ok.error());
+    }
+  } else {
+    auto p = j.find("prompt");
+    if (p == j.end()) return bad("prompt", "'prompt' is required");
+    if (!p->is_string()) return bad("prompt", "'prompt' must be a string");
+    r.prompt = p->get<std::string>();
+  }
+  if (auto s = j.find("session_id"); s != j.end() && !s->is_null()) {
+    if (!s->is_string() || s->get_ref<const std::string&>().empty()) {
+      return bad("session_id", "'session_id' must be a non-empty string");
+    }
+    r.session_name = s->get<std::string>();
+  }
+  const std::uint32_t max_len = limits.max_model_len;
+  if (auto ok = get_uint(j, "max_tokens", 1, max_len, r.max_tokens); !ok) return std::unexpected(ok.error());
+  if (auto ok = get_bool(j, "stream", r.stream); !ok) return std::unexpected(ok.error());
+  if (auto ok = get_bool(j, "tool_follows", r.tool_follows); !ok) return std::unexpected(ok.error());
+  r.prompt_tokens = count_tokens(r.prompt);
+  if (j.contains("prompt_tokens") && !j["prompt_tokens"].is_null()) {
+    if (auto ok = get_uint(j, "prompt_tokens", 1, max_len, r.prompt_tokens); !ok) return std::unexpected(ok.error());
+    r.prompt_tokens_given = true;
+  }
+  const std::uint64_t context = static_cast<std::uint64_t>(r.prompt_tokens) + r.max_tokens;
+  const char* prompt_field = r.prompt_tokens_given ? "prompt_tokens" : (chat ? "messages" : "prompt");
+  if (r.prompt_tokens >= max_len) {
+    return bad(prompt_field, "the prompt is " + std::to_string(r.prompt_tokens) + " tokens; the model's context is " +
+                                 std::to_string(max_len));
+  }
+  if (context > max_len) {
+    return bad("max_tokens", "prompt (" + std::to_string(r.prompt_tokens) + " tokens) + 'max_tokens' (" +
+                                 std::to_string(r.max_tokens) + ") exceeds the model's context of " +
+                                 std::to_string(max_len) + " tokens");
+  }
+  if (limits.total_blocks != 0 && limits.block_size != 0 &&
+      (context + limits.block_size - 1) / limits.block_size > limits.total_blocks) {
+    return bad("max_tokens", "prompt + 'max_tokens' (" + std::to_string(context) + " tokens) needs more than the " +
+                                 std::to_string(limits.total_blocks) + " KV blocks of the pool");
+  }
+  return r;
+}
+
+std::uint32_t common_prefix_tokens(std::string_view a, std::string_view b) {
+  const auto mismatch = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+  const auto common = static_cast<std::size_t>(mismatch.first - a.begin());
+  std::size_t tokens = common / 4;
+  // The last, partial token is the same token only if both texts end there.
+  if (common == a.size() && common == b.size() && common % 4 != 0) ++tokens;
+  return static_cast<std::uint32_t>(std::min<std::size_t>(tokens, std::numeric_limits<std::uint32_t>::max()));
+}
+
+std::uint32_t shared_prefix(const SessionHistory& h, const CompletionRequest& r) {
+  if (!h.has_previous) return 0;
+  if (r.prompt_tokens_given) {
+    if (!r.prompt.starts_with(h.prompt) || r.prompt_tokens < h.prompt_tokens) return 0;
+    return std::min(r.prompt_tokens, h.context_tokens);
+  }
+  return std::min(r.prompt_tokens, common_prefix_tokens(r.prompt, h.context));
+}
+
+void advance_history(SessionHistory& h, const CompletionRequest& r, std::uint32_t output_tokens) {
+  h.has_previous = true;
+  h.prompt = r.prompt;
+  h.context = r.prompt + filler_text(output_tokens);
+  h.prompt_tokens = r.prompt_tokens;
+  h.context_tokens = r.prompt_tokens + output_tokens;
+}
+
+std::string completion_reply(const CompletionRequest& r, const ReplyInfo& info) {
+  const std::string text = filler_text(info.completion_tokens);
+  json choice = {{"index", 0}, {"finish_reason", "length"}, {"logprobs", nullptr}};
+  if (r.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  json out = {{"id", info.id},
+              {"object", r.chat ? "chat.completion" : "text_completion"},
+              {"created", info.created},
+              {"model", info.model},
+              {"choices", json::array({choice})},
+              {"usage", usage_json(info)}};
+  if (!info.session.empty()) out["session_id"] = info.session;
+  return out.dump();
+}
+
+std::string stream_chunk(const CompletionRequest& r, const ReplyInfo& info, std::uint32_t index) {
+  const bool last = index + 1 >= info.completion_tokens;
+  json choice = {{"index", 0}, {"finish_reason", last ? json("length") : json(nullptr)}};
+  if (r.chat) {
+    json delta = {{"content", kFillerToken}};
+    if (index == 0) delta["role"] = "assistant";
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = kFillerToken;
+  }
+  json out = {{"id", info.id},
+              {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", info.created},
+              {"model", info.model},
+              {"choices", json::array({choice})}};
+  if (last) out["usage"] = usage_json(info);
+  return out.dump();
+}
+
+std::string error_reply(std::string_view message, std::string_view type, std::string_view param) {
+  json e = {{"message", message}, {"type", type}, {"code", nullptr}};
+  e["param"] = param.empty() ? json(nullptr) : json(param);
+  return json{{"error", e}}.dump();
+}
+
+}  // namespace tandem::testbed

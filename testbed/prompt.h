@@ -1,0 +1,97 @@
+// Requests and replies of tandem-engine-emu's OpenAI-style HTTP API, as pure
+// functions of strings (docs/testbed.md "HTTP API"): parsing and validating a
+// completion request, counting tokens, the prefix a round shares with its
+// session's previous context, and the JSON replies.
+//
+// Tokens: the emulator has no tokenizer. A text is ceil(bytes / 4) tokens (at
+// least 1), token i being bytes [4i, 4i + 4). Generated text is " tok" per
+// token, exactly four bytes, so a session's context (prompt + output) keeps
+// the same token boundaries as its prompt.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <string>
+#include <string_view>
+
+namespace tandem::testbed {
+
+inline constexpr std::string_view kFillerToken = " tok";
+inline constexpr std::uint32_t kDefaultMaxTokens = 16;
+
+// ceil(bytes / 4), at least 1.
+std::uint32_t count_tokens(std::string_view text);
+// The generated text of `tokens` tokens.
+std::string filler_text(std::uint32_t tokens);
+
+// What the engine can take, for validation.
+struct RequestLimits {
+  std::uint32_t max_model_len = 131072;
+  std::uint32_t block_size = 16;
+  std::uint32_t total_blocks = 0;  // 0: not checked
+};
+
+// One parsed /v1/completions or /v1/chat/completions request.
+struct CompletionRequest {
+  bool chat = false;
+  std::string session_name;  // empty: a fresh session for this request
+  std::string prompt;        // chat: the messages' contents concatenated
+  std::uint32_t prompt_tokens = 0;
+  bool prompt_tokens_given = false;  // from the `prompt_tokens` extension, not counted
+  std::uint32_t max_tokens = kDefaultMaxTokens;
+  bool stream = false;
+  bool tool_follows = true;
+};
+
+// Why a request is refused: the field it names and a message for the client.
+struct RequestError {
+  std::string field;
+  std::string message;
+};
+
+// Parses and validates a request body. Errors name the field: bad JSON
+// ("body"), missing or mistyped fields, max_tokens outside 1..max_model_len,
+// a context (prompt + max_tokens) longer than max_model_len or than the pool.
+std::expected<CompletionRequest, RequestError> parse_request(std::string_view body, bool chat,
+                                                             const RequestLimits& limits);
+
+// Token i of a text is bytes [4i, 4i + 4): the leading tokens `a` and `b`
+// have in common. A final partial token counts when both texts end there.
+std::uint32_t common_prefix_tokens(std::string_view a, std::string_view b);
+
+// A session's previous round, for prefix sharing.
+struct SessionHistory {
+  bool has_previous = false;
+  std::string prompt;   // previous prompt text
+  std::string context;  // previous prompt + its generated text
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t context_tokens = 0;  // prompt_tokens + output tokens
+};
+
+// Tokens of `r`'s prompt equal to the session's previous context. Counted
+// prompts compare the texts token by token. A prompt with `prompt_tokens`
+// given shares the whole previous context (capped at its own length) when its
+// text extends the previous prompt's and it is no shorter — the simulator's
+// rule for agent rounds that append to their context — and nothing otherwise.
+std::uint32_t shared_prefix(const SessionHistory& h, const CompletionRequest& r);
+// The history after `r` generated `output_tokens`.
+void advance_history(SessionHistory& h, const CompletionRequest& r, std::uint32_t output_tokens);
+
+// Replies (JSON text). `cached_tokens` is the prefix-cache hit of the round.
+struct ReplyInfo {
+  std::string id;
+  std::int64_t created = 0;  // Unix seconds
+  std::string_view model;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t completion_tokens = 0;
+  std::uint32_t cached_tokens = 0;
+  std::string_view session;
+};
+std::string completion_reply(const CompletionRequest& r, const ReplyInfo& info);
+// One SSE event's JSON for token `index` (0-based) of `info.completion_tokens`;
+// the last one carries finish_reason and usage.
+std::string stream_chunk(const CompletionRequest& r, const ReplyInfo& info, std::uint32_t index);
+// {"error":{"message","type","param","code"}}.
+std::string error_reply(std::string_view message, std::string_view type, std::string_view param = {});
+
+}  // namespace tandem::testbed

@@ -1,0 +1,231 @@
+// tandemctl's renderers: every command's sample answer (docs/tandemctl.md)
+// gives the exact cells and text; missing keys, nulls, wrong types and
+// hostile strings render as "-" or cleaned text, never throw; empty lists
+// print "(none)"; a body that is not JSON, or has the wrong shape, is an
+// error.
+#include "ctl/render.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace tandem::ctl {
+namespace {
+
+using nlohmann::json;
+using Row = std::vector<std::string>;
+
+constexpr std::string_view kStatus = R"({"version":"0.1.0","pid":123,"uptime_s":12.5,"runtime_dir":"/run/tandem",
+  "policy":{"name":"tandem","epoch":1},"clients":{"engine":1,"runner":1,"ctl_read":1,"ctl_admin":0},
+  "sessions":{"total":3,"waiting":0,"reasoning":1,"acting":2,"paused":0},"records":{"accepted":1000,"rejected":2},
+  "ticks":250,"directives":40,"effects":{"cpu_weight":3,"cpu_quota":0,"sm_partition":0,"kill_tools":0}})";
+
+constexpr std::string_view kEngines = R"({"engines":[{"id":3,"name":"emu-0","pid":1234,"gpu":0,"block_size":16,
+  "total_blocks":1000,"free_blocks":800,"pinned_blocks":10,"offloaded_blocks":0,"usage":0.2,"running":3,"waiting":1,
+  "queued_blocks":50,"step_tokens":512,"step_time_us":30000,"sessions":4,"sm_partition":null}]})";
+
+constexpr std::string_view kSessions = R"({"sessions":[{"id":"0x00000000deadbeef","name":"s1","state":"reasoning",
+  "residency":"pinned","engine":3,"owner":4,"round":2,"rounds_done":2,"blocks_held":120,"in_tool":false,"priority":0,
+  "age_s":12.3,"in_state_s":1.2,"cpu_weight":null,"cpu_quota_us":null}]})";
+
+json parse(std::string_view s) { return json::parse(s); }
+
+TEST(RenderStatus, SampleIsAlignedKeyValueLines) {
+  auto text = render("status", kStatus, false);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_EQ(*text,
+            "version:              0.1.0\n"
+            "pid:                  123\n"
+            "uptime_s:             12.5\n"
+            "runtime_dir:          /run/tandem\n"
+            "policy.name:          tandem\n"
+            "policy.epoch:         1\n"
+            "clients.engine:       1\n"
+            "clients.runner:       1\n"
+            "clients.ctl_read:     1\n"
+            "clients.ctl_admin:    0\n"
+            "sessions.total:       3\n"
+            "sessions.waiting:     0\n"
+            "sessions.reasoning:   1\n"
+            "sessions.acting:      2\n"
+            "sessions.paused:      0\n"
+            "records.accepted:     1000\n"
+            "records.rejected:     2\n"
+            "ticks:                250\n"
+            "directives:           40\n"
+            "effects.cpu_weight:   3\n"
+            "effects.cpu_quota:    0\n"
+            "effects.sm_partition: 0\n"
+            "effects.kill_tools:   0\n");
+}
+
+TEST(RenderStatus, MissingKeysAreDashesAndUnknownKeysFollow) {
+  auto text = render_status(parse(R"({"version":"0.2.0","policy":null,"clients":{"engine":2},
+                                      "gpu":{"util":0.5,"ids":[0,1]},"zz":true})"));
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_NE(text->find("version:              0.2.0\n"), std::string::npos) << *text;
+  EXPECT_NE(text->find("pid:                  -\n"), std::string::npos) << *text;
+  EXPECT_NE(text->find("policy.name:          -\n"), std::string::npos) << *text;
+  EXPECT_NE(text->find("clients.engine:       2\n"), std::string::npos) << *text;
+  EXPECT_NE(text->find("clients.runner:       -\n"), std::string::npos) << *text;
+  // Keys the renderer does not know come after the documented ones.
+  auto ids = text->find("gpu.ids:              [0,1]\n");
+  auto util = text->find("gpu.util:             0.5\n");
+  auto zz = text->find("zz:                   yes\n");
+  ASSERT_NE(ids, std::string::npos) << *text;
+  ASSERT_NE(util, std::string::npos) << *text;
+  ASSERT_NE(zz, std::string::npos) << *text;
+  EXPECT_GT(ids, text->find("effects.kill_tools:"));
+}
+
+TEST(RenderStatus, NotAnObjectIsAnError) {
+  auto text = render("status", "[1,2]", false);
+  ASSERT_FALSE(text);
+  EXPECT_EQ(text.error().code(), EBADMSG);
+}
+
+TEST(RenderEngines, SampleCells) {
+  auto t = engines_table(parse(kEngines));
+  ASSERT_TRUE(t) << t.error().message();
+  EXPECT_EQ(t->header, (Row{"ID", "NAME", "PID", "GPU", "KV%", "FREE", "PINNED", "OFFL", "RUN", "WAIT", "QUEUED",
+                            "STEP(tok/ms)", "SESS"}));
+  ASSERT_EQ(t->rows.size(), 1u);
+  EXPECT_EQ(t->rows[0], (Row{"3", "emu-0", "1234", "0", "20.0", "800", "10", "0", "3", "1", "50", "512/30.0", "4"}));
+}
+
+TEST(RenderEngines, SampleText) {
+  auto text = render("engines", kEngines, false);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_EQ(*text,
+            "ID  NAME    PID  GPU   KV%  FREE  PINNED  OFFL  RUN  WAIT  QUEUED  STEP(tok/ms)  SESS\n"
+            " 3  emu-0  1234    0  20.0   800      10     0    3     1      50      512/30.0     4\n");
+}
+
+TEST(RenderEngines, MissingNullAndWrongTypesAreDashes) {
+  auto t = engines_table(parse(R"({"engines":[{"id":7,"gpu":-1,"usage":"high","step_tokens":null,
+                                   "free_blocks":{"x":1},"running":[1]}, 5]})"));
+  ASSERT_TRUE(t) << t.error().message();
+  ASSERT_EQ(t->rows.size(), 2u);
+  EXPECT_EQ(t->rows[0], (Row{"7", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-/-", "-"}));
+  EXPECT_EQ(t->rows[1], Row(13, "-"));
+}
+
+TEST(RenderEngines, StepWithOnlyOneHalf) {
+  auto t = engines_table(parse(R"({"engines":[{"step_time_us":1500},{"step_tokens":64},{}]})"));
+  ASSERT_TRUE(t) << t.error().message();
+  EXPECT_EQ(t->rows[0][11], "-/1.5");
+  EXPECT_EQ(t->rows[1][11], "64/-");
+  EXPECT_EQ(t->rows[2][11], "-");
+}
+
+TEST(RenderEngines, EmptyListPrintsNone) {
+  auto text = render("engines", R"({"engines":[]})", false);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_EQ(*text, "ID  NAME  PID  GPU  KV%  FREE  PINNED  OFFL  RUN  WAIT  QUEUED  STEP(tok/ms)  SESS\n(none)\n");
+}
+
+TEST(RenderEngines, NoListIsAnError) {
+  for (std::string_view body : {R"({})", R"({"engines":{}})", R"([])", R"("engines")"}) {
+    auto text = render("engines", body, false);
+    ASSERT_FALSE(text) << body;
+    EXPECT_EQ(text.error().code(), EBADMSG);
+    EXPECT_NE(text.error().context().find("\"engines\""), std::string::npos) << text.error().context();
+  }
+}
+
+TEST(RenderSessions, SampleCells) {
+  auto t = sessions_table(parse(kSessions));
+  ASSERT_TRUE(t) << t.error().message();
+  EXPECT_EQ(t->header, (Row{"ID", "NAME", "STATE", "KV", "BLOCKS", "ENGINE", "ROUND", "AGE", "TOOL", "CPU.W"}));
+  ASSERT_EQ(t->rows.size(), 1u);
+  EXPECT_EQ(t->rows[0], (Row{"00000000deadbeef", "s1", "reasoning", "pinned", "120", "3", "2", "12.3s", "no", "-"}));
+}
+
+TEST(RenderSessions, SampleText) {
+  auto text = render("sessions", kSessions, false);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_EQ(*text,
+            "ID                NAME  STATE      KV      BLOCKS  ENGINE  ROUND    AGE  TOOL  CPU.W\n"
+            "00000000deadbeef  s1    reasoning  pinned     120       3      2  12.3s  no        -\n");
+}
+
+TEST(RenderSessions, NullsEmptyNameAndOddIds) {
+  auto t = sessions_table(parse(R"({"sessions":[
+      {"id":"0xABC","name":"","state":"acting","engine":null,"in_tool":true,"cpu_weight":50,"age_s":125},
+      {"id":3735928559,"name":"a\tb\nc\u001b[2J"},
+      {"id":"not-hex"},
+      {"id":-4, "age_s":-1},
+      {}]})"));
+  ASSERT_TRUE(t) << t.error().message();
+  ASSERT_EQ(t->rows.size(), 5u);
+  EXPECT_EQ(t->rows[0], (Row{"0000000000000abc", "-", "acting", "-", "-", "-", "-", "2m05s", "yes", "50"}));
+  EXPECT_EQ(t->rows[1][0], "00000000deadbeef");
+  EXPECT_EQ(t->rows[1][1], "a?b?c?[2J");  // control characters cannot reach the terminal
+  EXPECT_EQ(t->rows[2][0], "not-hex");
+  EXPECT_EQ(t->rows[3][0], "-");
+  EXPECT_EQ(t->rows[3][7], "-");
+  EXPECT_EQ(t->rows[4], Row(10, "-"));
+}
+
+TEST(RenderSessions, EmptyListPrintsNone) {
+  auto text = render("sessions", R"({"sessions":[]})", false);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_EQ(*text, "ID  NAME  STATE  KV  BLOCKS  ENGINE  ROUND  AGE  TOOL  CPU.W\n(none)\n");
+}
+
+TEST(Render, JsonIsPrettyPrinted) {
+  auto text = render("engines", R"({"engines":[{"id":3}]})", true);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_EQ(*text, "{\n  \"engines\": [\n    {\n      \"id\": 3\n    }\n  ]\n}\n");
+}
+
+TEST(Render, InvalidUtf8IsAnErrorNotAnException) {
+  std::string body = "{\"name\":\"a\xff\"}";
+  for (bool json_out : {true, false}) {
+    auto text = render("status", body, json_out);
+    ASSERT_FALSE(text);
+    EXPECT_EQ(text.error().code(), EBADMSG);
+  }
+}
+
+TEST(Render, InvalidJsonAndUnknownCommand) {
+  auto bad = render("status", "{\"version\":", false);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), EBADMSG);
+  auto unknown = render("frobnicate", "{}", false);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code(), EINVAL);
+  EXPECT_TRUE(known_command("sessions"));
+  EXPECT_FALSE(known_command("frobnicate"));
+}
+
+TEST(Render, FloatsHaveAtMostThreeDecimals) {
+  auto t = sessions_table(parse(R"({"sessions":[{"cpu_weight":1.510721535},{"cpu_weight":2.0},{"cpu_weight":-0.0001},
+                                                {"cpu_weight":1e20}]})"));
+  ASSERT_TRUE(t) << t.error().message();
+  EXPECT_EQ(t->rows[0][9], "1.511");
+  EXPECT_EQ(t->rows[1][9], "2");
+  EXPECT_EQ(t->rows[2][9], "0");
+  EXPECT_EQ(t->rows[3][9], "100000000000000000000");
+}
+
+TEST(Render, FormatAge) {
+  EXPECT_EQ(format_age(0), "0.0s");
+  EXPECT_EQ(format_age(12.34), "12.3s");
+  EXPECT_EQ(format_age(59.96), "1m00s");
+  EXPECT_EQ(format_age(125), "2m05s");
+  EXPECT_EQ(format_age(3720), "1h02m");
+  EXPECT_EQ(format_age(273600), "3d04h");
+  EXPECT_EQ(format_age(-1), "-");
+  std::string huge = format_age(1e300);  // no overflowing cast
+  EXPECT_TRUE(huge.ends_with("d")) << huge;
+}
+
+TEST(Render, TableRowsShorterThanHeaderArePadded) {
+  Table t{{"A", "B"}, {false, true}, {{"x"}, {"long", "12"}}};
+  EXPECT_EQ(format_table(t), "A      B\nx      -\nlong  12\n");
+}
+
+}  // namespace
+}  // namespace tandem::ctl

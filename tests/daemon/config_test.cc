@@ -1,0 +1,362 @@
+// tandemd.toml parsing, validation, compilation and role checks.
+#include "daemon/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+
+namespace tandem::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+// Parses text that must be rejected; returns the error context.
+std::string bad(std::string_view text, int code = EINVAL) {
+  auto r = parse_config(text, "tandemd.toml");
+  EXPECT_FALSE(r) << "accepted:\n" << text;
+  if (r) return {};
+  EXPECT_EQ(r.error().code(), code) << r.error().message();
+  return r.error().context();
+}
+
+TEST(Config, Defaults) {
+  Config c;
+  EXPECT_EQ(c.runtime_dir, "/run/tandem");
+  EXPECT_EQ(c.log_level, "info");
+  EXPECT_EQ(c.policy, "tandem");
+  EXPECT_TRUE(c.policy_params.empty());
+  EXPECT_EQ(c.tick, 50ms);
+  EXPECT_EQ(c.event_slots, 4096u);
+  EXPECT_EQ(c.directive_slots, 1024u);
+  EXPECT_EQ(c.limits.max_clients, 256u);
+  EXPECT_EQ(c.limits.sessions_per_client, 4096u);
+  EXPECT_EQ(c.limits.records_per_s, 200000u);
+  EXPECT_EQ(c.limits.messages_per_s, 500u);
+  EXPECT_EQ(c.limits.pump_batch, 256u);
+  EXPECT_EQ(c.source, "<defaults>");
+  for (Role r : {Role::kEngine, Role::kRunner, Role::kCtlAdmin}) {
+    EXPECT_FALSE(c.role(r).anyone) << to_string(r);
+    EXPECT_TRUE(c.role(r).uids.empty());
+    EXPECT_TRUE(c.role(r).gids.empty());
+  }
+  EXPECT_TRUE(c.role(Role::kCtlRead).anyone);
+  EXPECT_TRUE(validate(c));
+
+  // An empty file is the defaults, with its source recorded.
+  auto parsed = parse_config("", "empty.toml");
+  ASSERT_TRUE(parsed) << parsed.error().message();
+  EXPECT_EQ(parsed->source, "empty.toml");
+  EXPECT_EQ(parsed->tick, 50ms);
+  EXPECT_TRUE(parsed->role(Role::kCtlRead).anyone);
+  EXPECT_FALSE(parsed->role(Role::kCtlAdmin).anyone);
+}
+
+TEST(Config, RoleNames) {
+  EXPECT_EQ(to_string(Role::kEngine), "engine");
+  EXPECT_EQ(to_string(Role::kRunner), "runner");
+  EXPECT_EQ(to_string(Role::kCtlRead), "ctl_read");
+  EXPECT_EQ(to_string(Role::kCtlAdmin), "ctl_admin");
+}
+
+TEST(Config, FullFileRoundTripsEveryField) {
+  constexpr std::string_view kText = R"(
+runtime_dir = "/var/run/tandem-test"
+log_level = "debug"
+
+[policy]
+name = "mars"
+tick_ms = 20
+
+[policy.params]
+window_max = 64
+window_min = 8.0
+
+[roles.engine]
+uids = [1000, "1001", "root"]
+gids = [27, "root"]
+anyone = false
+
+[roles.runner]
+anyone = true
+
+[roles.ctl_read]
+anyone = false
+uids = [5]
+
+[roles.ctl_admin]
+gids = [4]
+
+[limits]
+max_clients = 10
+sessions_per_client = 20
+records_per_s = 30
+messages_per_s = 40
+pump_batch = 50
+
+[ipc]
+event_slots = 128
+directive_slots = 64
+)";
+  auto r = parse_config(kText, "/etc/tandem/tandemd.toml");
+  ASSERT_TRUE(r) << r.error().message();
+  const Config& c = *r;
+  EXPECT_EQ(c.source, "/etc/tandem/tandemd.toml");
+  EXPECT_EQ(c.runtime_dir, "/var/run/tandem-test");
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.policy, "mars");
+  EXPECT_EQ(c.tick, 20ms);
+  EXPECT_EQ(c.policy_params, (std::map<std::string, double>{{"window_max", 64.0}, {"window_min", 8.0}}));
+  EXPECT_EQ(c.role(Role::kEngine).uids, (std::vector<uid_t>{1000, 1001, 0}));
+  EXPECT_EQ(c.role(Role::kEngine).gids, (std::vector<gid_t>{27, 0}));
+  EXPECT_FALSE(c.role(Role::kEngine).anyone);
+  EXPECT_TRUE(c.role(Role::kRunner).anyone);
+  EXPECT_FALSE(c.role(Role::kCtlRead).anyone) << "an explicit false overrides the default";
+  EXPECT_EQ(c.role(Role::kCtlRead).uids, (std::vector<uid_t>{5}));
+  EXPECT_EQ(c.role(Role::kCtlAdmin).gids, (std::vector<gid_t>{4}));
+  EXPECT_FALSE(c.role(Role::kCtlAdmin).anyone);
+  EXPECT_EQ(c.limits.max_clients, 10u);
+  EXPECT_EQ(c.limits.sessions_per_client, 20u);
+  EXPECT_EQ(c.limits.records_per_s, 30u);
+  EXPECT_EQ(c.limits.messages_per_s, 40u);
+  EXPECT_EQ(c.limits.pump_batch, 50u);
+  EXPECT_EQ(c.event_slots, 128u);
+  EXPECT_EQ(c.directive_slots, 64u);
+
+  std::string d = describe(c);
+  EXPECT_THAT(d, HasSubstr("/etc/tandem/tandemd.toml"));
+  EXPECT_THAT(d, HasSubstr("mars, tick 20 ms"));
+  EXPECT_THAT(d, HasSubstr("window_max = 64"));
+  EXPECT_THAT(d, HasSubstr("uids 1000, 1001, 0"));
+  EXPECT_THAT(d, HasSubstr("runner    anyone"));
+}
+
+TEST(Config, BooleanParamsAreSwitches) {
+  auto r = parse_config("[policy.params]\nresidency = false\noffload = true\n", "t.toml");
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->policy_params.at("residency"), 0.0);
+  EXPECT_EQ(r->policy_params.at("offload"), 1.0);
+}
+
+TEST(Config, UnknownTopLevelKey) {
+  std::string e = bad("runtime_dri = \"/run/x\"\n");
+  EXPECT_THAT(e, HasSubstr("tandemd.toml: runtime_dri: unknown key"));
+  EXPECT_THAT(e, HasSubstr("runtime_dir")) << "lists the known keys";
+}
+
+TEST(Config, UnknownTable) {
+  EXPECT_THAT(bad("[limit]\nmax_clients = 3\n"), HasSubstr("tandemd.toml: limit: unknown table"));
+  EXPECT_THAT(bad("[limits]\nmax_client = 3\n"), HasSubstr("limits.max_client: unknown key"));
+  EXPECT_THAT(bad("[policy]\ntick = 3\n"), HasSubstr("policy.tick: unknown key"));
+  EXPECT_THAT(bad("[roles.admin]\nanyone = true\n"), HasSubstr("roles.admin: unknown role"));
+  EXPECT_THAT(bad("[roles.engine]\nusers = [1]\n"), HasSubstr("roles.engine.users: unknown key"));
+  EXPECT_THAT(bad("[ipc]\nslots = 64\n"), HasSubstr("ipc.slots: unknown key"));
+}
+
+TEST(Config, WrongType) {
+  EXPECT_THAT(bad("[limits]\nmax_clients = \"many\"\n"),
+              HasSubstr("limits.max_clients: expected an integer, got a string"));
+  EXPECT_THAT(bad("runtime_dir = 5\n"), HasSubstr("runtime_dir: expected a string, got an integer"));
+  EXPECT_THAT(bad("policy = \"mars\"\n"), HasSubstr("policy: expected a table, got a string"));
+  EXPECT_THAT(bad("[policy]\ntick_ms = 2.5\n"), HasSubstr("policy.tick_ms: expected an integer, got a float"));
+  EXPECT_THAT(bad("[roles.runner]\nanyone = 1\n"), HasSubstr("roles.runner.anyone: expected a boolean"));
+  EXPECT_THAT(bad("[roles.runner]\nuids = 1000\n"), HasSubstr("roles.runner.uids: expected an array"));
+  EXPECT_THAT(bad("[roles.runner]\nuids = [1000, 1.5]\n"),
+              HasSubstr("roles.runner.uids[1]: expected a user id or name, got a float"));
+  EXPECT_THAT(bad("[policy.params]\nwindow_max = \"64\"\n"),
+              HasSubstr("policy.params.window_max: expected a number or a boolean, got a string"));
+}
+
+TEST(Config, OutOfRangeNumbers) {
+  EXPECT_THAT(bad("[limits]\nmax_clients = 0\n"),
+              HasSubstr("tandemd.toml: limits.max_clients: must be between 1 and 65536, got 0"));
+  EXPECT_THAT(bad("[limits]\nsessions_per_client = 1048577\n"),
+              HasSubstr("limits.sessions_per_client: must be between 1 and 1048576, got 1048577"));
+  EXPECT_THAT(bad("[limits]\nrecords_per_s = -1\n"), HasSubstr("limits.records_per_s: must be between"));
+  // Larger than uint32: caught before narrowing, not wrapped.
+  EXPECT_THAT(bad("[limits]\nmessages_per_s = 4294967297\n"), HasSubstr("got 4294967297"));
+  EXPECT_THAT(bad("[limits]\npump_batch = 65537\n"), HasSubstr("limits.pump_batch"));
+  EXPECT_THAT(bad("[policy]\ntick_ms = 0\n"), HasSubstr("policy.tick_ms: must be between 1 and 10000, got 0"));
+  EXPECT_THAT(bad("[policy]\ntick_ms = 10001\n"), HasSubstr("policy.tick_ms"));
+  EXPECT_THAT(bad("[ipc]\nevent_slots = 32\n"), HasSubstr("ipc.event_slots: must be between 64 and 1048576, got 32"));
+  EXPECT_THAT(bad("[roles.engine]\nuids = [-1]\n"), HasSubstr("roles.engine.uids[0]: must be between 0 and"));
+  EXPECT_THAT(bad("[roles.engine]\ngids = [\"4294967295\"]\n"), HasSubstr("roles.engine.gids[0]"));
+
+  // The edges are accepted.
+  auto r = parse_config("[limits]\nmax_clients = 65536\n[policy]\ntick_ms = 10000\n[ipc]\nevent_slots = 1048576\n",
+                        "t.toml");
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->tick, 10s);
+}
+
+TEST(Config, SlotsMustBePowersOfTwo) {
+  EXPECT_THAT(bad("[ipc]\nevent_slots = 1000\n"), HasSubstr("ipc.event_slots: must be a power of two, got 1000"));
+  EXPECT_THAT(bad("[ipc]\ndirective_slots = 96\n"), HasSubstr("ipc.directive_slots: must be a power of two"));
+}
+
+TEST(Config, RuntimeDirMustBeAbsolute) {
+  EXPECT_THAT(bad("runtime_dir = \"run/tandem\"\n"), HasSubstr("runtime_dir: must be an absolute path"));
+  EXPECT_THAT(bad("runtime_dir = \"\"\n"), HasSubstr("runtime_dir"));
+}
+
+TEST(Config, BadLogLevel) {
+  std::string e = bad("log_level = \"verbose\"\n");
+  EXPECT_THAT(e, HasSubstr("log_level: must be one of trace, debug, info, warn, error, got 'verbose'"));
+}
+
+TEST(Config, UnknownPolicyListsKnownOnes) {
+  std::string e = bad("[policy]\nname = \"lottery\"\n");
+  EXPECT_THAT(e, HasSubstr("policy.name: unknown policy 'lottery'"));
+  for (const sched::PolicyEntry& p : sched::policy_registry()) EXPECT_THAT(e, HasSubstr(p.name));
+}
+
+TEST(Config, UnknownPolicyParam) {
+  std::string e = bad("[policy.params]\nwindow_maxx = 3\n");
+  EXPECT_THAT(e, HasSubstr("policy.params.window_maxx: not a parameter of policy 'tandem'"));
+  EXPECT_THAT(e, HasSubstr("window_max,")) << "lists what it takes";
+  // A parameter of another policy is not one of fcfs's (which takes none).
+  EXPECT_THAT(bad("[policy]\nname = \"fcfs\"\n[policy.params]\nwindow_max = 3\n"),
+              HasSubstr("policy.params.window_max: not a parameter of policy 'fcfs' (it takes: none)"));
+}
+
+TEST(Config, PolicyParamOutOfRange) {
+  EXPECT_THAT(bad("[policy.params]\nwindow_max = 0\n"),
+              HasSubstr("policy.params.window_max: must be between 1 and 4096, got 0"));
+  EXPECT_THAT(bad("[policy.params]\nhorizon_s = nan\n"), HasSubstr("policy.params.horizon_s"));
+}
+
+TEST(Config, UserAndGroupNames) {
+  auto r = parse_config("[roles.ctl_admin]\nuids = [\"root\"]\ngids = [\"root\"]\n", "t.toml");
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->role(Role::kCtlAdmin).uids, std::vector<uid_t>{0});
+  EXPECT_EQ(r->role(Role::kCtlAdmin).gids, std::vector<gid_t>{0});
+
+  EXPECT_THAT(bad("[roles.engine]\nuids = [0, \"no-such-user-tandem\"]\n"),
+              HasSubstr("roles.engine.uids[1]: unknown user 'no-such-user-tandem'"));
+  EXPECT_THAT(bad("[roles.engine]\ngids = [\"no-such-group-tandem\"]\n"),
+              HasSubstr("roles.engine.gids[0]: unknown group 'no-such-group-tandem'"));
+}
+
+TEST(Config, SyntaxErrorHasLineNumber) {
+  std::string e = bad("log_level = \"info\"\n[limits]\nmax_clients = = 3\n");
+  EXPECT_THAT(e, HasSubstr("tandemd.toml: line 3"));
+  EXPECT_THAT(e, HasSubstr("TOML syntax error"));
+  EXPECT_THAT(bad("[limits]\n[limits]\n"), HasSubstr("line 2"));
+}
+
+TEST(Config, LoadMissingFileNamesPath) {
+  auto r = load_config("/nonexistent/tandem/tandemd.toml");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), ENOENT);
+  EXPECT_THAT(r.error().message(), HasSubstr("/nonexistent/tandem/tandemd.toml"));
+}
+
+TEST(Config, LoadNamesTheFileInErrors) {
+  auto r = load_config(TANDEM_SOURCE_DIR "/examples");
+  ASSERT_FALSE(r) << "a directory is not a config";
+  EXPECT_THAT(r.error().message(), HasSubstr("examples"));
+}
+
+TEST(Config, ExampleFileIsTheDefaults) {
+  std::string path = TANDEM_SOURCE_DIR "/examples/tandemd.toml";
+  auto r = load_config(path);
+  ASSERT_TRUE(r) << r.error().message();
+  Config d;
+  EXPECT_EQ(r->source, path);
+  EXPECT_EQ(r->runtime_dir, d.runtime_dir);
+  EXPECT_EQ(r->log_level, d.log_level);
+  EXPECT_EQ(r->policy, d.policy);
+  EXPECT_EQ(r->policy_params, d.policy_params);
+  EXPECT_EQ(r->tick, d.tick);
+  EXPECT_EQ(r->event_slots, d.event_slots);
+  EXPECT_EQ(r->directive_slots, d.directive_slots);
+  for (std::size_t i = 0; i < kRoleCount; ++i) {
+    EXPECT_EQ(r->roles[i].anyone, d.roles[i].anyone) << i;
+    EXPECT_EQ(r->roles[i].uids, d.roles[i].uids) << i;
+    EXPECT_EQ(r->roles[i].gids, d.roles[i].gids) << i;
+  }
+  EXPECT_EQ(r->limits.max_clients, d.limits.max_clients);
+  EXPECT_EQ(r->limits.sessions_per_client, d.limits.sessions_per_client);
+  EXPECT_EQ(r->limits.records_per_s, d.limits.records_per_s);
+  EXPECT_EQ(r->limits.messages_per_s, d.limits.messages_per_s);
+  EXPECT_EQ(r->limits.pump_batch, d.limits.pump_batch);
+}
+
+TEST(CompiledConfig, FillsPolicyDefaults) {
+  Config c;
+  c.policy = "mars";
+  c.policy_params["window_max"] = 64;
+  auto cc = CompiledConfig::compile(c);
+  ASSERT_TRUE(cc) << cc.error().message();
+  EXPECT_EQ((*cc)->config().policy, "mars");
+  EXPECT_EQ((*cc)->policy().name, "mars");
+  EXPECT_EQ((*cc)->params().get("window_max"), 64.0);
+  EXPECT_EQ((*cc)->params().get("window_min"), 4.0) << "default filled in";
+}
+
+TEST(CompiledConfig, RejectsAHandBuiltBadConfig) {
+  Config c;
+  c.source = "built";
+  c.event_slots = 100;
+  auto cc = CompiledConfig::compile(c);
+  ASSERT_FALSE(cc);
+  EXPECT_EQ(cc.error().code(), EINVAL);
+  EXPECT_THAT(cc.error().context(), HasSubstr("built: ipc.event_slots: must be a power of two"));
+
+  Config p;
+  p.policy = "nope";
+  ASSERT_FALSE(CompiledConfig::compile(p));
+  Config t;
+  t.tick = 500us;
+  auto ct = CompiledConfig::compile(t);
+  ASSERT_FALSE(ct);
+  EXPECT_THAT(ct.error().context(), HasSubstr("policy.tick_ms: must be between 1 and 10000, got 0.5"));
+}
+
+TEST(CompiledConfig, RootAndDaemonUserAlwaysAllowed) {
+  auto cc = CompiledConfig::compile(Config{});
+  ASSERT_TRUE(cc);
+  const CompiledConfig& k = **cc;
+  constexpr uid_t kDaemon = 991;
+  for (Role r : {Role::kEngine, Role::kRunner, Role::kCtlRead, Role::kCtlAdmin}) {
+    EXPECT_TRUE(k.allowed(r, 0, 12345, kDaemon)) << to_string(r);
+    EXPECT_TRUE(k.allowed(r, kDaemon, 12345, kDaemon)) << to_string(r);
+  }
+  EXPECT_FALSE(k.allowed(Role::kEngine, 1000, 1000, kDaemon));
+  EXPECT_FALSE(k.allowed(Role::kRunner, 1000, 1000, kDaemon));
+  EXPECT_FALSE(k.allowed(Role::kCtlAdmin, 1000, 1000, kDaemon));
+  EXPECT_TRUE(k.allowed(Role::kCtlRead, 1000, 1000, kDaemon)) << "ctl_read is open by default";
+}
+
+TEST(CompiledConfig, UidGidAndAnyoneGrants) {
+  auto parsed = parse_config(R"(
+[roles.engine]
+uids = [1000, 1001]
+[roles.runner]
+gids = [50]
+[roles.ctl_read]
+anyone = false
+[roles.ctl_admin]
+anyone = true
+)",
+                             "t.toml");
+  ASSERT_TRUE(parsed) << parsed.error().message();
+  auto cc = CompiledConfig::compile(*parsed);
+  ASSERT_TRUE(cc) << cc.error().message();
+  const CompiledConfig& k = **cc;
+  constexpr uid_t kDaemon = 991;
+  EXPECT_TRUE(k.allowed(Role::kEngine, 1001, 7, kDaemon));
+  EXPECT_FALSE(k.allowed(Role::kEngine, 1002, 7, kDaemon));
+  EXPECT_FALSE(k.allowed(Role::kEngine, 1002, 1000, kDaemon)) << "a uid list does not match gids";
+  EXPECT_TRUE(k.allowed(Role::kRunner, 2000, 50, kDaemon));
+  EXPECT_FALSE(k.allowed(Role::kRunner, 50, 51, kDaemon)) << "a gid list does not match uids";
+  EXPECT_FALSE(k.allowed(Role::kCtlRead, 1000, 1000, kDaemon));
+  EXPECT_TRUE(k.allowed(Role::kCtlRead, 0, 0, kDaemon));
+  EXPECT_TRUE(k.allowed(Role::kCtlAdmin, 4242, 4242, kDaemon));
+}
+
+}  // namespace
+}  // namespace tandem::daemon

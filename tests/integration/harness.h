@@ -1,0 +1,146 @@
+// Integration-test harness: the real tandemd in a temporary runtime dir, and
+// a raw protocol client for the tests that must send what libtandem never
+// would (wrong versions, garbage, a scribbled segment).
+#pragma once
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+#include "ipc/channel.h"
+#include "ipc/messages.h"
+
+namespace tandem::it {
+
+// A temporary directory removed (recursively) at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A child process started with fork/exec; killed (SIGKILL) at destruction if
+// still running. stdout and stderr go to files.
+class Process {
+ public:
+  Process() = default;
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  // Starts `argv` with extra environment `env` ("K=V"); output to
+  // `out_path` (stdout) and `err_path` (stderr), appended.
+  void start(const std::vector<std::string>& argv, const std::string& out_path, const std::string& err_path,
+             const std::vector<std::string>& env = {});
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0; }
+  void kill9();
+  // Sends `sig` and waits; returns the wait status (-1 if not running).
+  int stop(int sig, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// tandemd in `runtime_dir` with a config file holding `config_text`.
+class Daemon {
+ public:
+  Daemon(std::string runtime_dir, std::string config_text = "");
+  // Starts it and waits until its socket accepts connections (5 s at most).
+  void start();
+  void kill9() { proc_.kill9(); }
+  int stop() { return proc_.stop(SIGTERM); }
+  pid_t pid() const { return proc_.pid(); }
+  std::string log() const;
+  const std::string& socket_path() const { return socket_; }
+  const std::string& runtime_dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::string socket_;
+  std::string config_path_;
+  Process proc_;
+};
+
+// Whether `path` accepts a SOCK_SEQPACKET connection now.
+bool socket_accepts(const std::string& path);
+
+// Polls `pred` every 10 ms until it is true or `timeout` passes.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    ::usleep(10'000);
+  }
+  return pred();
+}
+
+// A client that speaks the socket protocol by hand.
+class RawClient {
+ public:
+  static base::Result<RawClient> connect(const std::string& socket_path);
+
+  base::Result<void> send(const std::vector<std::uint8_t>& bytes);
+  // Sends raw bytes as one datagram (no verification).
+  base::Result<void> send_raw(const void* data, std::size_t size);
+  // Waits up to `timeout` for one message.
+  base::Result<ipc::ReceivedMessage> recv(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  // Whether the daemon closed the connection within `timeout`.
+  bool closed_by_peer(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  // Hello as `role`, then the Welcome: attaches the channel for engines and
+  // runners. On an Error reply, returns it as an error (code and message).
+  base::Result<void> hello(wire::Role role, const std::string& name,
+                           const std::optional<ipc::EngineInfo>& engine = std::nullopt);
+  // A ctl request (after hello as CtlRead/CtlAdmin); the reply's JSON body.
+  base::Result<nlohmann::json> ctl(const std::string& command);
+
+  // Pushes one record on the event ring and rings the doorbell.
+  bool push(const ipc::Slot& slot);
+  // Pops directives for up to `timeout`.
+  std::vector<ipc::Record> directives(std::chrono::milliseconds timeout);
+
+  int fd() const { return sock_.get(); }
+  std::uint32_t client_id() const { return client_id_; }
+  ipc::Channel& channel() { return *channel_; }
+
+ private:
+  base::UniqueFd sock_;
+  std::uint32_t client_id_ = 0;
+  std::optional<ipc::Channel> channel_;
+  ipc::RingProducer events_;
+  ipc::RingConsumer directives_;
+  ipc::Doorbell event_bell_;
+};
+
+// A record with `session` and now's timestamp.
+template <class T>
+ipc::Slot record(T r, std::uint64_t session) {
+  r.header.session = session;
+  r.header.timestamp_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                              .count();
+  return ipc::encode(r);
+}
+
+// ctl `command` over a fresh connection; aborts the test on failure.
+nlohmann::json ctl(const std::string& socket_path, const std::string& command);
+
+}  // namespace tandem::it

@@ -1,0 +1,1078 @@
+// libtandem through its C ABI (and the C++ wrapper): fail-open behaviour
+// without a daemon, argument and role checks, in-process step planning, and
+// the protocol against a fake daemon that lives in the test — it binds
+// <tmpdir>/tandemd.sock, answers Hello with a Welcome carrying a real
+// ipc::Channel, reads the event ring, pushes directives and reads resyncs.
+//
+// The client never blocks, so the fake daemon runs on the test's own thread:
+// each step is "let the client act (tandem_poll), then let the daemon act".
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "base/ids.h"
+#include "base/unique_fd.h"
+#include "ipc/channel.h"
+#include "ipc/messages.h"
+#include "ipc/records.h"
+#include "tandem/tandem.h"
+#include "tandem/tandem.hpp"
+
+namespace tandem {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr std::uint8_t kWaiting = 0;  // sched::SessionState values
+constexpr std::uint8_t kReasoning = 1;
+constexpr std::uint8_t kActing = 2;
+
+std::int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// A fresh directory, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/libclient-test-XXXXXX";
+    char* d = ::mkdtemp(tmpl);
+    EXPECT_NE(d, nullptr);
+    path_ = d != nullptr ? d : "/tmp";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+tandem_options options(const char* dir, std::uint32_t cap = 0, std::uint32_t min_ms = 0, std::uint32_t max_ms = 0) {
+  tandem_options o{};
+  o.sz = sizeof o;
+  o.runtime_dir = dir;
+  o.name = "test-client";
+  o.fallback_cap = cap;
+  o.reconnect_min_ms = min_ms;
+  o.reconnect_max_ms = max_ms;
+  return o;
+}
+
+tandem_engine_params engine_params() {
+  tandem_engine_params p{};
+  p.sz = sizeof p;
+  p.gpu_index = 0;
+  p.block_size = 16;
+  p.total_blocks = 4096;
+  p.max_seqs = 64;
+  p.token_budget = 2048;
+  p.saturating_tokens = 512;
+  p.max_model_len = 32768;
+  return p;
+}
+
+tandem_round make_round(std::uint32_t round, std::uint32_t prompt = 100, std::uint32_t cached = 0) {
+  tandem_round r{};
+  r.sz = sizeof r;
+  r.round = round;
+  r.prompt_tokens = prompt;
+  r.cached_tokens = cached;
+  r.projected_blocks = 8;
+  r.max_output_tokens = 256;
+  return r;
+}
+
+tandem_client_stats get_stats(const tandem_client* c) {
+  tandem_client_stats s{};
+  s.sz = sizeof s;
+  EXPECT_EQ(tandem_get_stats(c, &s), 0);
+  return s;
+}
+
+// Calls tandem_poll (10 ms at a time) until `done` or `timeout`.
+bool pump_until(tandem_client* c, const std::function<bool()>& done, milliseconds timeout = milliseconds(3000)) {
+  const auto deadline = steady_clock::now() + timeout;
+  while (!done()) {
+    if (steady_clock::now() >= deadline) return false;
+    EXPECT_GE(tandem_poll(c, 10, 0, nullptr), 0);
+  }
+  return true;
+}
+
+// One snapshot entry as the fake daemon read it.
+struct Snap {
+  std::uint8_t state = 0;
+  std::uint8_t residency = 0;
+  std::uint32_t round = 0;
+  std::uint32_t blocks_held = 0;
+  bool in_tool = false;
+  std::uint64_t tool_kind = 0;
+  std::string name;
+};
+
+// The daemon end of one client connection.
+class FakeDaemon {
+ public:
+  explicit FakeDaemon(const std::string& dir) : path_(dir + "/tandemd.sock") {
+    listener_ = base::UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    EXPECT_TRUE(listener_.valid());
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path_.c_str(), sizeof addr.sun_path - 1);
+    ::unlink(path_.c_str());
+    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+    EXPECT_EQ(::listen(listener_.get(), 8), 0);
+  }
+  ~FakeDaemon() { stop(); }
+
+  // The daemon dies: connection and listener close, the socket file goes.
+  void stop() {
+    conn_.reset();
+    listener_.reset();
+    ::unlink(path_.c_str());
+    event_consumer_.reset();
+    directive_producer_.reset();
+    channel_.reset();
+  }
+
+  // Accepts a pending connection (waiting up to `timeout_ms`).
+  bool accept(int timeout_ms) {
+    pollfd p{listener_.get(), POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) != 1) return false;
+    conn_ = base::UniqueFd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    return conn_.valid();
+  }
+
+  // The next message on the connection, waiting up to `timeout_ms`.
+  std::optional<ipc::ReceivedMessage> recv(int timeout_ms = 2000) {
+    pollfd p{conn_.get(), POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) != 1) return std::nullopt;
+    auto m = ipc::recv_message(conn_.get());
+    if (!m) return std::nullopt;
+    return std::move(*m);
+  }
+
+  // Reads the Hello and answers with a Welcome (and, for engines, a
+  // PolicyConfig naming `policy`).
+  void handshake(std::uint32_t client_id, const char* policy = "fcfs") {
+    auto hello = recv();
+    ASSERT_TRUE(hello.has_value());
+    const wire::Hello* h = hello->message()->payload_as_Hello();
+    ASSERT_NE(h, nullptr);
+    hello_role = h->role();
+    hello_name = h->name()->str();
+    hello_pid = h->pid();
+    if (h->engine() != nullptr) hello_block_size = h->engine()->block_size();
+    auto channel = ipc::Channel::create(ipc::ChannelConfig{64, 64});
+    ASSERT_TRUE(channel.has_value());
+    channel_ = std::make_unique<ipc::Channel>(std::move(*channel));
+    auto consumer = channel_->event_consumer();
+    auto producer = channel_->directive_producer();
+    ASSERT_TRUE(consumer && producer);
+    event_consumer_.emplace(*consumer);
+    directive_producer_.emplace(*producer);
+    ipc::WelcomeInfo info{client_id, channel_->segment().bytes().size(), channel_->event_slots(),
+                          channel_->directive_slots()};
+    const int fds[] = {channel_->segment_fd(), channel_->event_bell_fd(), channel_->directive_bell_fd()};
+    ASSERT_TRUE(ipc::send_message(conn_.get(), ipc::build_welcome(info), fds).has_value());
+    if (hello_role == wire::Role::Engine && policy != nullptr) send_policy(policy, {}, {});
+  }
+
+  void send_policy(const std::string& name, std::vector<std::string> keys, std::vector<double> values) {
+    ASSERT_TRUE(ipc::send_message(conn_.get(), ipc::build_policy_config(++epoch_, name, keys, values)).has_value());
+  }
+  void send(const std::vector<std::uint8_t>& message) {
+    ASSERT_TRUE(ipc::send_message(conn_.get(), message).has_value());
+  }
+
+  // Reads one whole resync (messages until `more` is false); nullopt if
+  // none came. SessionName messages seen on the way are collected in names.
+  std::optional<std::map<std::uint64_t, Snap>> resync(int timeout_ms = 2000) {
+    std::map<std::uint64_t, Snap> out;
+    while (true) {
+      auto m = recv(timeout_ms);
+      if (!m) return std::nullopt;
+      if (const wire::SessionName* n = m->message()->payload_as_SessionName()) {
+        names[n->session()] = n->name()->str();
+        continue;
+      }
+      const wire::Resync* r = m->message()->payload_as_Resync();
+      if (r == nullptr) continue;
+      ++resync_messages;
+      if (r->sessions() != nullptr) {
+        for (const wire::SessionSnapshot* s : *r->sessions()) {
+          out[s->session()] = Snap{s->state(),
+                                   s->residency(),
+                                   s->round(),
+                                   s->blocks_held(),
+                                   s->in_tool(),
+                                   s->tool_kind(),
+                                   s->name() != nullptr ? s->name()->str() : ""};
+        }
+      }
+      if (!r->more()) return out;
+    }
+  }
+
+  template <class T>
+  void push(T record, std::uint64_t session) {
+    record.header.session = session;
+    record.header.timestamp_ns = now_ns();
+    ASSERT_TRUE(directive_producer_->try_push(ipc::encode(record)));
+    channel_->directive_doorbell().notify();
+  }
+
+  // Every record on the event ring, decoded (bad ones fail the test).
+  std::vector<ipc::Record> events() {
+    std::vector<ipc::Record> out;
+    ipc::RecordDecoder decoder(ipc::Direction::kToDaemon);
+    ipc::Slot slot;
+    while (event_consumer_->try_pop(slot)) {
+      ipc::Record r;
+      std::string_view problem;
+      EXPECT_EQ(decoder.decode(slot, r, &problem), ipc::DecodeStatus::kOk) << problem;
+      out.push_back(r);
+    }
+    return out;
+  }
+
+  wire::Role hello_role = wire::Role::Unknown;
+  std::string hello_name;
+  std::int32_t hello_pid = 0;
+  std::uint32_t hello_block_size = 0;
+  int resync_messages = 0;
+  std::map<std::uint64_t, std::string> names;
+
+ private:
+  std::string path_;
+  base::UniqueFd listener_;
+  base::UniqueFd conn_;
+  std::unique_ptr<ipc::Channel> channel_;
+  std::optional<ipc::RingConsumer> event_consumer_;
+  std::optional<ipc::RingProducer> directive_producer_;
+  std::uint64_t epoch_ = 0;
+};
+
+// Lets the client connect to `daemon` and completes the handshake.
+void connect(tandem_client* c, FakeDaemon& daemon, std::uint32_t client_id, const char* policy = "fcfs") {
+  ASSERT_TRUE(pump_until(c, [&] { return daemon.accept(0); })) << "the client never connected";
+  daemon.handshake(client_id, policy);
+  ASSERT_TRUE(pump_until(c, [&] { return tandem_connected(c) == 1; })) << "no Welcome processed";
+}
+
+// ---- fail-open ----------------------------------------------------------------
+
+TEST(FailOpen, EngineRunsUnderTheLocalCapWithoutADaemon) {
+  TempDir dir;  // no daemon ever listens here
+  auto o = options(dir.path().c_str(), 2);
+  auto p = engine_params();
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_engine_open(&o, &p, &c), 0);
+  EXPECT_EQ(tandem_connected(c), 0);
+  EXPECT_EQ(tandem_client_id(c), 0u);
+  EXPECT_STREQ(tandem_last_error(c), "");
+
+  const std::uint64_t a = tandem_session_id("a"), b = tandem_session_id("b"), d = tandem_session_id("d");
+  EXPECT_EQ(tandem_session_runnable(c, tandem_session_id("never-submitted")), 1);
+  for (std::uint64_t s : {a, b, d}) {
+    auto r = make_round(0);
+    EXPECT_EQ(tandem_round_submit(c, s, &r), 0);
+  }
+  EXPECT_EQ(tandem_session_runnable(c, a), 1);
+  EXPECT_EQ(tandem_session_runnable(c, b), 1);
+  EXPECT_EQ(tandem_session_runnable(c, d), 0) << "beyond fallback_cap";
+  EXPECT_EQ(tandem_session_runnable(c, d), 0);
+  EXPECT_EQ(tandem_round_first_token(c, a, 0, 1000, 2000), 0);
+  EXPECT_EQ(tandem_round_end(c, a, 0, 50, 4, 1), 0);
+  EXPECT_EQ(tandem_session_runnable(c, d), 1) << "a's slot came back at its round end";
+  // a's next round waits for a slot again.
+  auto r1 = make_round(1);
+  EXPECT_EQ(tandem_round_submit(c, a, &r1), 0);
+  EXPECT_EQ(tandem_session_runnable(c, a), 0);
+  EXPECT_EQ(tandem_round_end(c, b, 0, 5, 0, 0), 0);
+  EXPECT_EQ(tandem_session_runnable(c, a), 1);
+
+  tandem_kv_stats kv{};
+  kv.sz = sizeof kv;
+  kv.blocks_total = 100;
+  kv.blocks_free = 50;
+  EXPECT_EQ(tandem_kv_stats_report(c, &kv), 0);
+  EXPECT_EQ(tandem_kv_event(c, a, TANDEM_KV_EVICTED, 4, 0), 0);
+  EXPECT_EQ(tandem_session_name(c, a, "session a"), 0);
+
+  auto stats = get_stats(c);
+  EXPECT_EQ(stats.connects, 0u);
+  EXPECT_EQ(stats.records_sent, 0u);
+  EXPECT_EQ(stats.records_dropped, 9u);  // 4 submits, 1 first token, 2 ends, kv stats, kv event
+
+  // tandem_poll waits the timeout, not longer.
+  const auto t0 = steady_clock::now();
+  tandem_directive dirs[4];
+  EXPECT_EQ(tandem_poll(c, 100, 4, dirs), 0);
+  const auto waited = steady_clock::now() - t0;
+  EXPECT_GE(waited, milliseconds(95));
+  EXPECT_LT(waited, milliseconds(1000));
+  EXPECT_EQ(tandem_poll(c, 0, 0, nullptr), 0);
+  tandem_close(c);
+}
+
+TEST(FailOpen, SlotsGoToQueuedRoundsInSubmitOrder) {
+  TempDir dir;
+  auto o = options(dir.path().c_str(), 2);
+  auto p = engine_params();
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_engine_open(&o, &p, &c), 0);
+  const std::uint64_t s1 = tandem_session_id("1"), s2 = tandem_session_id("2"), s3 = tandem_session_id("3");
+  for (std::uint64_t s : {s1, s2, s3}) {
+    auto r = make_round(0);
+    ASSERT_EQ(tandem_round_submit(c, s, &r), 0);
+  }
+  // Asking about the newest first still hands the slots to the oldest.
+  EXPECT_EQ(tandem_session_runnable(c, s3), 0);
+  EXPECT_EQ(tandem_session_runnable(c, s1), 1);
+  EXPECT_EQ(tandem_session_runnable(c, s2), 1);
+  tandem_close(c);
+}
+
+TEST(FailOpen, RunnerCallsSucceedWithoutADaemon) {
+  TempDir dir;
+  auto o = options(dir.path().c_str());
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_runner_open(&o, &c), 0);
+  std::uint64_t s = 0;
+  tandem_session_hints hints{sizeof(tandem_session_hints), 2, 5};
+  ASSERT_EQ(tandem_session_open(c, "runner-session", &hints, &s), 0);
+  EXPECT_EQ(s, tandem_session_id("runner-session"));
+  EXPECT_EQ(tandem_tool_begin(c, s, "pytest", 1, 1234), 0);
+  tandem_tool_usage usage{sizeof(tandem_tool_usage), 1000, 500, 4096};
+  EXPECT_EQ(tandem_tool_end(c, s, "pytest", 1, -9, &usage), 0);
+  EXPECT_EQ(tandem_session_close(c, s, TANDEM_CLOSE_CANCELLED), 0);
+  EXPECT_EQ(get_stats(c).records_dropped, 4u);
+  tandem_close(c);
+}
+
+// ---- argument and role checks -----------------------------------------------
+
+TEST(Validation, OpenRejectsBadOptionsAndParams) {
+  tandem_client* c = nullptr;
+  auto p = engine_params();
+  auto o = options("/nonexistent");
+  EXPECT_EQ(tandem_engine_open(&o, &p, nullptr), -EINVAL);
+  EXPECT_EQ(tandem_engine_open(&o, nullptr, &c), -EINVAL);
+  auto bad = p;
+  bad.block_size = 0;
+  EXPECT_EQ(tandem_engine_open(&o, &bad, &c), -EINVAL);
+  bad = p;
+  bad.gpu_index = -2;
+  EXPECT_EQ(tandem_engine_open(&o, &bad, &c), -EINVAL);
+  bad = p;
+  bad.sz = 8;
+  EXPECT_EQ(tandem_engine_open(&o, &bad, &c), -EINVAL);
+  auto bo = o;
+  bo.reconnect_min_ms = 500;
+  bo.reconnect_max_ms = 100;
+  EXPECT_EQ(tandem_engine_open(&bo, &p, &c), -EINVAL);
+  bo = o;
+  bo.runtime_dir = "";
+  EXPECT_EQ(tandem_runner_open(&bo, &c), -EINVAL);
+  const std::string long_dir(200, 'x');
+  bo.runtime_dir = long_dir.c_str();
+  EXPECT_EQ(tandem_runner_open(&bo, &c), -EINVAL);
+  bo = o;
+  bo.name = "";
+  EXPECT_EQ(tandem_runner_open(&bo, &c), -EINVAL);
+  bo = o;
+  bo.sz = 0;
+  EXPECT_EQ(tandem_runner_open(&bo, &c), -EINVAL);
+  EXPECT_EQ(c, nullptr) << "untouched on failure";
+  // An old, shorter options struct: the fields it lacks take defaults.
+  bo = o;
+  bo.sz = offsetof(tandem_options, fallback_cap);
+  ASSERT_EQ(tandem_runner_open(&bo, &c), 0);
+  tandem_close(c);
+}
+
+TEST(Validation, CallsRejectBadArgumentsNamingTheField) {
+  auto o = options("/nonexistent");
+  auto p = engine_params();
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_engine_open(&o, &p, &c), 0);
+  const std::uint64_t s = tandem_session_id("v");
+  auto r = make_round(0);
+
+  EXPECT_EQ(tandem_round_submit(nullptr, s, &r), -EINVAL);
+  EXPECT_EQ(tandem_round_submit(c, 0, &r), -EINVAL);
+  EXPECT_NE(std::strstr(tandem_last_error(c), "session"), nullptr) << tandem_last_error(c);
+  EXPECT_EQ(tandem_round_submit(c, s, nullptr), -EINVAL);
+  auto bad = make_round(0, 10, 11);
+  EXPECT_EQ(tandem_round_submit(c, s, &bad), -EINVAL);
+  EXPECT_NE(std::strstr(tandem_last_error(c), "cached_tokens"), nullptr) << tandem_last_error(c);
+  bad = make_round(0, 0);
+  EXPECT_EQ(tandem_round_submit(c, s, &bad), -EINVAL);
+  EXPECT_NE(std::strstr(tandem_last_error(c), "prompt_tokens"), nullptr) << tandem_last_error(c);
+  bad = make_round(0);
+  bad.sz = 4;
+  EXPECT_EQ(tandem_round_submit(c, s, &bad), -EINVAL);
+
+  EXPECT_EQ(tandem_round_end(c, s, 0, 1, 1, 0), -ENOENT) << "no round in flight";
+  EXPECT_EQ(tandem_round_first_token(c, s, 0, 1, 1), -ENOENT);
+  ASSERT_EQ(tandem_round_submit(c, s, &r), 0);
+  EXPECT_EQ(tandem_round_submit(c, s, &r), -EBUSY);
+  EXPECT_EQ(tandem_round_end(c, s, 3, 1, 1, 0), -EINVAL) << "not the round in flight";
+  EXPECT_NE(std::strstr(tandem_last_error(c), "round"), nullptr);
+  EXPECT_EQ(tandem_round_end(c, s, 0, 1, 1, 0), 0);
+
+  tandem_kv_stats kv{};
+  kv.sz = sizeof kv;
+  EXPECT_EQ(tandem_kv_stats_report(c, &kv), -EINVAL);
+  EXPECT_NE(std::strstr(tandem_last_error(c), "blocks_total"), nullptr);
+  kv.blocks_total = 10;
+  kv.blocks_free = 11;
+  EXPECT_EQ(tandem_kv_stats_report(c, &kv), -EINVAL);
+  kv.blocks_free = 8;
+  kv.blocks_pinned = 3;
+  EXPECT_EQ(tandem_kv_stats_report(c, &kv), -EINVAL);
+  EXPECT_EQ(tandem_kv_stats_report(c, nullptr), -EINVAL);
+  EXPECT_EQ(tandem_kv_event(c, s, 0, 1, 0), -EINVAL);
+  EXPECT_EQ(tandem_kv_event(c, s, 5, 1, 0), -EINVAL);
+  EXPECT_NE(std::strstr(tandem_last_error(c), "kind"), nullptr);
+
+  tandem_directive d[2];
+  EXPECT_EQ(tandem_poll(c, -1, 2, d), -EINVAL);
+  EXPECT_EQ(tandem_poll(c, 0, -1, d), -EINVAL);
+  EXPECT_EQ(tandem_poll(c, 0, 2, nullptr), -EINVAL);
+  EXPECT_EQ(tandem_poll(nullptr, 0, 0, nullptr), -EINVAL);
+  EXPECT_EQ(tandem_session_runnable(c, 0), -EINVAL);
+  EXPECT_EQ(tandem_session_priority(c, 0), -EINVAL);
+  EXPECT_EQ(tandem_session_name(c, s, ""), -EINVAL);
+  EXPECT_EQ(tandem_session_name(c, s, nullptr), -EINVAL);
+  EXPECT_EQ(tandem_session_name(c, 0, "x"), -EINVAL);
+  tandem_client_stats st{};
+  EXPECT_EQ(tandem_get_stats(c, &st), -EINVAL) << "sz 0";
+  EXPECT_EQ(tandem_get_stats(c, nullptr), -EINVAL);
+  EXPECT_EQ(tandem_session_id(nullptr), 0u);
+  EXPECT_EQ(tandem_session_id("x"), base::session_id("x"));
+  EXPECT_EQ(tandem_tool_kind("pytest"), base::tool_kind_id("pytest"));
+  tandem_close(c);
+
+  tandem_client* runner = nullptr;
+  ASSERT_EQ(tandem_runner_open(&o, &runner), 0);
+  std::uint64_t id = 0;
+  EXPECT_EQ(tandem_session_open(runner, "", nullptr, &id), -EINVAL);
+  EXPECT_EQ(tandem_session_open(runner, "x", nullptr, nullptr), -EINVAL);
+  tandem_session_hints hints{sizeof(tandem_session_hints), 4, 0};
+  EXPECT_EQ(tandem_session_open(runner, "x", &hints, &id), -EINVAL);
+  EXPECT_NE(std::strstr(tandem_last_error(runner), "priority_class"), nullptr);
+  EXPECT_EQ(id, 0u) << "untouched on failure";
+  ASSERT_EQ(tandem_session_open(runner, "x", nullptr, &id), 0);
+  EXPECT_EQ(tandem_session_open(runner, "x", nullptr, &id), -EEXIST);
+  EXPECT_EQ(tandem_session_close(runner, id, 7), -EINVAL);
+  EXPECT_EQ(tandem_tool_begin(runner, id, "", 1, 0), -EINVAL);
+  EXPECT_EQ(tandem_tool_begin(runner, id, "sh", 1, -5), -EINVAL);
+  EXPECT_EQ(tandem_tool_end(runner, id, "sh", 1, 0, nullptr), -ENOENT) << "never begun";
+  ASSERT_EQ(tandem_tool_begin(runner, id, "sh", 1, 0), 0);
+  EXPECT_EQ(tandem_tool_begin(runner, id, "sh", 1, 0), -EEXIST);
+  EXPECT_EQ(tandem_tool_end(runner, id, "sh", 1, 300, nullptr), -EINVAL);
+  EXPECT_EQ(tandem_tool_end(runner, id, "other", 1, 0, nullptr), -EINVAL);
+  EXPECT_EQ(tandem_tool_end(runner, id, "sh", 1, 0, nullptr), 0);
+  EXPECT_EQ(tandem_tool_begin(runner, tandem_session_id("not-open"), "sh", 2, 0), -ENOENT);
+  EXPECT_EQ(tandem_session_close(runner, id, TANDEM_CLOSE_ERROR), 0);
+  EXPECT_EQ(tandem_session_close(runner, id, TANDEM_CLOSE_ERROR), -ENOENT);
+  tandem_close(runner);
+}
+
+TEST(Validation, RoleChecks) {
+  auto o = options("/nonexistent");
+  auto p = engine_params();
+  tandem_client* engine = nullptr;
+  tandem_client* runner = nullptr;
+  ASSERT_EQ(tandem_engine_open(&o, &p, &engine), 0);
+  ASSERT_EQ(tandem_runner_open(&o, &runner), 0);
+  std::uint64_t id = 0;
+  EXPECT_EQ(tandem_session_open(engine, "x", nullptr, &id), -EPERM);
+  EXPECT_NE(std::strstr(tandem_last_error(engine), "runner"), nullptr);
+  EXPECT_EQ(tandem_session_close(engine, 1, 0), -EPERM);
+  EXPECT_EQ(tandem_tool_begin(engine, 1, "sh", 1, 0), -EPERM);
+  EXPECT_EQ(tandem_tool_end(engine, 1, "sh", 1, 0, nullptr), -EPERM);
+  auto r = make_round(0);
+  EXPECT_EQ(tandem_round_submit(runner, 1, &r), -EPERM);
+  EXPECT_NE(std::strstr(tandem_last_error(runner), "engine"), nullptr);
+  EXPECT_EQ(tandem_round_first_token(runner, 1, 0, 0, 0), -EPERM);
+  EXPECT_EQ(tandem_round_end(runner, 1, 0, 0, 0, 0), -EPERM);
+  tandem_kv_stats kv{sizeof(tandem_kv_stats), 10, 5, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(tandem_kv_stats_report(runner, &kv), -EPERM);
+  EXPECT_EQ(tandem_kv_event(runner, 1, TANDEM_KV_DROPPED, 1, 0), -EPERM);
+  tandem_step_input in{};
+  in.sz = sizeof in;
+  tandem_step_plan plan{};
+  plan.sz = sizeof plan;
+  EXPECT_EQ(tandem_engine_plan_step(runner, &in, &plan), -EPERM);
+  tandem_round_end_info info{};
+  info.sz = sizeof info;
+  info.session = 1;
+  int decision = -1;
+  std::int64_t until = -1;
+  EXPECT_EQ(tandem_engine_keep_decision(runner, &info, &decision, &until), -EPERM);
+  EXPECT_STREQ(tandem_engine_policy(runner), "");
+  EXPECT_STREQ(tandem_engine_policy(engine), "fcfs");
+  // Either role: names, polls, runnable, priority.
+  EXPECT_EQ(tandem_session_name(runner, 5, "five"), 0);
+  EXPECT_EQ(tandem_session_runnable(runner, 5), 1);
+  EXPECT_EQ(tandem_session_priority(runner, 5), 0);
+  EXPECT_EQ(tandem_poll(runner, 0, 0, nullptr), 0);
+  tandem_close(engine);
+  tandem_close(runner);
+}
+
+// ---- in-process step planning ---------------------------------------------------
+
+tandem_step_request request(std::uint64_t id, std::uint32_t phase, std::uint32_t prompt, std::uint32_t computed,
+                            std::uint32_t blocks) {
+  tandem_step_request r{};
+  r.id = id;
+  r.session = 100 + id;
+  r.phase = phase;
+  r.prompt_tokens = prompt;
+  r.computed_tokens = computed;
+  r.blocks_held = blocks;
+  r.arrival_ns = static_cast<std::int64_t>(id) * 1000;
+  return r;
+}
+
+struct PlanBuffers {
+  explicit PlanBuffers(std::size_t n) : run(n), preempt(n), unpin(n + 1) {
+    plan.sz = sizeof plan;
+    plan.run = run.data();
+    plan.preempt = preempt.data();
+    plan.unpin = unpin.data();
+  }
+  std::vector<tandem_chunk> run;
+  std::vector<std::uint32_t> preempt;
+  std::vector<std::uint64_t> unpin;
+  tandem_step_plan plan{};
+};
+
+TEST(PlanStep, FcfsSchedulesRunningThenWaitingWithChunkedPrefill) {
+  auto o = options("/nonexistent");
+  auto p = engine_params();
+  Client c;
+  ASSERT_EQ(Client::open_engine(&o, p, c), 0);
+  // r0 decodes; r1's prompt fits whole; r2 gets what is left of the budget
+  // (chunked prefill); r3 finds the budget spent.
+  const tandem_step_request reqs[] = {
+      request(0, TANDEM_REQ_RUNNING, 50, 50, 4), request(1, TANDEM_REQ_WAITING, 60, 0, 0),
+      request(2, TANDEM_REQ_WAITING, 80, 0, 0), request(3, TANDEM_REQ_PREEMPTED, 30, 0, 0)};
+  tandem_step_input in{};
+  in.sz = sizeof in;
+  in.token_budget = 100;
+  in.max_seqs = 8;
+  in.block_size = 16;
+  in.free_blocks = 100;
+  in.requests = reqs;
+  in.n_requests = 4;
+  in.now_ns = 1'000'000;
+  PlanBuffers out(4);
+  ASSERT_EQ(c.plan_step(in, out.plan), 0) << c.last_error();
+  ASSERT_EQ(out.plan.n_run, 3u);
+  EXPECT_EQ(out.run[0].request, 0u);
+  EXPECT_EQ(out.run[0].tokens, 1u);
+  EXPECT_EQ(out.run[1].request, 1u);
+  EXPECT_EQ(out.run[1].tokens, 60u);
+  EXPECT_EQ(out.run[2].request, 2u);
+  EXPECT_EQ(out.run[2].tokens, 39u);
+  EXPECT_EQ(out.plan.n_preempt, 0u);
+  EXPECT_EQ(out.plan.n_unpin, 0u);
+
+  // Head-of-line blocking: the first waiting request that does not fit stops
+  // admission, even if a later one would fit.
+  const tandem_step_request hol[] = {request(0, TANDEM_REQ_WAITING, 64, 0, 0),
+                                     request(1, TANDEM_REQ_WAITING, 16, 0, 0)};
+  in.requests = hol;
+  in.n_requests = 2;
+  in.free_blocks = 2;  // 64 tokens need 4 blocks
+  PlanBuffers out2(2);
+  ASSERT_EQ(c.plan_step(in, out2.plan), 0);
+  EXPECT_EQ(out2.plan.n_run, 0u);
+}
+
+TEST(PlanStep, FcfsPreemptsTheNewestRunningRequest) {
+  auto o = options("/nonexistent");
+  auto p = engine_params();
+  Client c;
+  ASSERT_EQ(Client::open_engine(&o, p, c), 0);
+  // r0 has 32 tokens in 2 full blocks and needs a third for its next token;
+  // nothing is free, so r1 (the newest running) is preempted and nothing
+  // waiting is admitted in a step that preempted.
+  const tandem_step_request reqs[] = {request(0, TANDEM_REQ_RUNNING, 32, 32, 2),
+                                      request(1, TANDEM_REQ_RUNNING, 32, 32, 2),
+                                      request(2, TANDEM_REQ_WAITING, 8, 0, 0)};
+  tandem_step_input in{};
+  in.sz = sizeof in;
+  in.token_budget = 100;
+  in.max_seqs = 8;
+  in.block_size = 16;
+  in.free_blocks = 0;
+  in.requests = reqs;
+  in.n_requests = 3;
+  PlanBuffers out(3);
+  ASSERT_EQ(c.plan_step(in, out.plan), 0);
+  ASSERT_EQ(out.plan.n_run, 1u);
+  EXPECT_EQ(out.run[0].request, 0u);
+  EXPECT_EQ(out.run[0].tokens, 1u);
+  ASSERT_EQ(out.plan.n_preempt, 1u);
+  EXPECT_EQ(out.preempt[0], 1u);
+
+  // fcfs releases KV to the prefix cache at every round end.
+  tandem_round_end_info info{};
+  info.sz = sizeof info;
+  info.session = 7;
+  info.tool_follows = 1;
+  info.tool_kind = tandem_tool_kind("pytest");
+  info.context_tokens = 1000;
+  info.blocks = 63;
+  info.now_ns = 5;
+  int decision = -1;
+  std::int64_t until = -1;
+  ASSERT_EQ(c.keep_decision(info, decision, until), 0);
+  EXPECT_EQ(decision, TANDEM_KEEP_RELEASE);
+  EXPECT_EQ(until, 0);
+}
+
+TEST(PlanStep, RejectsBadInput) {
+  auto o = options("/nonexistent");
+  auto p = engine_params();
+  Client c;
+  ASSERT_EQ(Client::open_engine(&o, p, c), 0);
+  tandem_step_request reqs[] = {request(0, TANDEM_REQ_WAITING, 10, 0, 0)};
+  tandem_step_input in{};
+  in.sz = sizeof in;
+  in.token_budget = 100;
+  in.max_seqs = 8;
+  in.block_size = 16;
+  in.free_blocks = 10;
+  in.n_requests = 1;
+  PlanBuffers out(1);
+  out.plan.n_run = 99;
+  EXPECT_EQ(c.plan_step(in, out.plan), -EINVAL) << "NULL requests";
+  EXPECT_NE(std::strstr(c.last_error(), "requests"), nullptr);
+  in.requests = reqs;
+  reqs[0].phase = 3;
+  EXPECT_EQ(c.plan_step(in, out.plan), -EINVAL);
+  EXPECT_NE(std::strstr(c.last_error(), "phase"), nullptr);
+  reqs[0].phase = TANDEM_REQ_WAITING;
+  reqs[0].priority = 8;
+  EXPECT_EQ(c.plan_step(in, out.plan), -EINVAL);
+  reqs[0].priority = 0;
+  in.block_size = 0;
+  EXPECT_EQ(c.plan_step(in, out.plan), -EINVAL);
+  in.block_size = 16;
+  in.n_pinned = 1;
+  EXPECT_EQ(c.plan_step(in, out.plan), -EINVAL) << "NULL pinned";
+  in.n_pinned = 0;
+  auto bad_plan = out.plan;
+  bad_plan.run = nullptr;
+  EXPECT_EQ(c.plan_step(in, bad_plan), -EINVAL);
+  EXPECT_EQ(out.plan.n_run, 99u) << "untouched on failure";
+  ASSERT_EQ(c.plan_step(in, out.plan), 0);
+  EXPECT_EQ(out.plan.n_run, 1u);
+}
+
+// ---- against a fake daemon ----------------------------------------------------------
+
+TEST(FakeDaemon, HandshakeRecordsAndResync) {
+  TempDir dir;
+  FakeDaemon daemon(dir.path());
+  auto o = options(dir.path().c_str());
+  auto p = engine_params();
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_engine_open(&o, &p, &c), 0);
+  // Before the Welcome: fail-open, and the record is dropped.
+  const std::uint64_t early = tandem_session_id("early");
+  auto r0 = make_round(3, 500, 100);
+  ASSERT_EQ(tandem_round_submit(c, early, &r0), 0);
+  ASSERT_EQ(tandem_session_name(c, early, "early"), 0);
+  EXPECT_EQ(get_stats(c).records_dropped, 1u);
+
+  ASSERT_NO_FATAL_FAILURE(connect(c, daemon, 7));
+  EXPECT_EQ(daemon.hello_role, wire::Role::Engine);
+  EXPECT_EQ(daemon.hello_name, "test-client");
+  EXPECT_EQ(daemon.hello_pid, ::getpid());
+  EXPECT_EQ(daemon.hello_block_size, 16u);
+  EXPECT_EQ(tandem_client_id(c), 7u);
+
+  // The resync after Welcome carries the session submitted while away.
+  auto snap = daemon.resync();
+  ASSERT_TRUE(snap.has_value());
+  ASSERT_EQ(snap->size(), 1u);
+  const Snap& e = snap->at(early);
+  EXPECT_EQ(e.state, kWaiting);
+  EXPECT_EQ(e.round, 3u);
+  EXPECT_EQ(e.name, "early");
+  EXPECT_EQ(get_stats(c).resyncs, 1u);
+  EXPECT_EQ(tandem_session_runnable(c, early), 0) << "connected: waits for ADMIT";
+
+  // Records arrive on the event ring with the right fields.
+  const std::uint64_t s = tandem_session_id("s");
+  const std::int64_t t0 = now_ns();
+  auto r = make_round(0, 300, 200);
+  ASSERT_EQ(tandem_round_submit(c, s, &r), 0);
+  ASSERT_EQ(tandem_round_first_token(c, s, 0, 11, 22), 0);
+  ASSERT_EQ(tandem_round_end(c, s, 0, 40, 21, 1), 0);
+  tandem_kv_stats kv{sizeof(tandem_kv_stats), 4096, 1000, 10, 5, 3, 2, 256, 900};
+  ASSERT_EQ(tandem_kv_stats_report(c, &kv), 0);
+  ASSERT_EQ(tandem_kv_event(c, s, TANDEM_KV_OFFLOADED, 21, 0), 0);
+  const std::int64_t t1 = now_ns();
+  auto events = daemon.events();
+  ASSERT_EQ(events.size(), 5u);
+  for (const auto& ev : events) {
+    EXPECT_GE(ev.timestamp_ns(), t0);
+    EXPECT_LE(ev.timestamp_ns(), t1);
+  }
+  ASSERT_EQ(events[0].type(), ipc::RecordType::kRoundSubmit);
+  auto submit = events[0].as<ipc::RoundSubmit>();
+  EXPECT_EQ(submit.header.session, s);
+  EXPECT_EQ(submit.prompt_tokens, 300u);
+  EXPECT_EQ(submit.cached_tokens, 200u);
+  EXPECT_EQ(submit.projected_blocks, 8u);
+  EXPECT_EQ(submit.max_output_tokens, 256u);
+  ASSERT_EQ(events[1].type(), ipc::RecordType::kRoundFirstToken);
+  EXPECT_EQ(events[1].as<ipc::RoundFirstToken>().queue_delay_ns, 11u);
+  EXPECT_EQ(events[1].as<ipc::RoundFirstToken>().prefill_ns, 22u);
+  ASSERT_EQ(events[2].type(), ipc::RecordType::kRoundEnd);
+  auto end = events[2].as<ipc::RoundEnd>();
+  EXPECT_EQ(end.output_tokens, 40u);
+  EXPECT_EQ(end.blocks_held, 21u);
+  EXPECT_EQ(end.header.flags & ipc::kRoundEndToolFollows, ipc::kRoundEndToolFollows);
+  ASSERT_EQ(events[3].type(), ipc::RecordType::kKvStats);
+  EXPECT_EQ(events[3].session(), 0u);
+  EXPECT_EQ(events[3].as<ipc::KvStats>().blocks_total, 4096u);
+  EXPECT_EQ(events[3].as<ipc::KvStats>().step_time_us, 900u);
+  ASSERT_EQ(events[4].type(), ipc::RecordType::kKvEvent);
+  EXPECT_EQ(events[4].as<ipc::KvEvent>().kind, static_cast<std::uint8_t>(ipc::KvEventKind::kOffloaded));
+  EXPECT_EQ(events[4].as<ipc::KvEvent>().blocks, 21u);
+  EXPECT_EQ(get_stats(c).records_sent, 5u);
+
+  // A ResyncRequest gets a fresh snapshot: s is acting with its KV offloaded.
+  daemon.send(ipc::build_resync_request("test"));
+  ASSERT_TRUE(pump_until(c, [&] { return get_stats(c).resyncs == 2; }));
+  snap = daemon.resync();
+  ASSERT_TRUE(snap.has_value());
+  ASSERT_EQ(snap->size(), 2u);
+  EXPECT_EQ(snap->at(s).state, kActing);
+  EXPECT_EQ(snap->at(s).blocks_held, 21u);
+  EXPECT_EQ(snap->at(s).residency, 3u);  // sched::Residency::kOffloaded
+  tandem_close(c);
+}
+
+TEST(FakeDaemon, DirectivesChangeRunnableAndPriority) {
+  TempDir dir;
+  FakeDaemon daemon(dir.path());
+  auto o = options(dir.path().c_str());
+  auto p = engine_params();
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_engine_open(&o, &p, &c), 0);
+  ASSERT_NO_FATAL_FAILURE(connect(c, daemon, 7));
+  ASSERT_TRUE(daemon.resync().has_value());
+
+  const std::uint64_t s = tandem_session_id("s");
+  auto r = make_round(0);
+  ASSERT_EQ(tandem_round_submit(c, s, &r), 0);
+  EXPECT_EQ(tandem_session_runnable(c, s), 0);
+
+  tandem_directive d[8];
+  daemon.push(ipc::Admit{}, s);
+  ASSERT_EQ(tandem_poll(c, 1000, 8, d), 1);
+  EXPECT_EQ(d[0].type, static_cast<std::uint32_t>(TANDEM_DIR_ADMIT));
+  EXPECT_EQ(d[0].session, s);
+  EXPECT_EQ(tandem_session_runnable(c, s), 1);
+
+  ipc::Priority prio;
+  prio.level = 3;
+  daemon.push(prio, s);
+  daemon.push(ipc::Pause{}, s);
+  ASSERT_EQ(tandem_poll(c, 1000, 8, d), 2);
+  EXPECT_EQ(d[0].type, static_cast<std::uint32_t>(TANDEM_DIR_PRIORITY));
+  EXPECT_EQ(d[0].value, 3);
+  EXPECT_EQ(d[1].type, static_cast<std::uint32_t>(TANDEM_DIR_PAUSE));
+  EXPECT_EQ(tandem_session_priority(c, s), 3);
+  EXPECT_EQ(tandem_session_runnable(c, s), 0);
+
+  ipc::Restore elsewhere;
+  elsewhere.engine = 9;
+  daemon.push(elsewhere, s);
+  ASSERT_EQ(tandem_poll(c, 1000, 8, d), 1);
+  EXPECT_EQ(d[0].value, 9);
+  EXPECT_EQ(tandem_session_runnable(c, s), 0) << "restored on another engine";
+  ipc::Restore here;
+  here.engine = 7;
+  daemon.push(here, s);
+  ASSERT_EQ(tandem_poll(c, 1000, 8, d), 1);
+  EXPECT_EQ(tandem_session_runnable(c, s), 1) << "restored here";
+
+  // Bad records are counted and skipped: an event type on the directive
+  // ring, and a priority out of range. The good one behind them arrives.
+  daemon.push(ipc::RoundSubmit{}, s);
+  ipc::Priority bad;
+  bad.level = 200;
+  daemon.push(bad, s);
+  ipc::Pin pin;
+  pin.until_ns = 123456789;
+  daemon.push(pin, s);
+  ASSERT_EQ(tandem_poll(c, 1000, 8, d), 1);
+  EXPECT_EQ(d[0].type, static_cast<std::uint32_t>(TANDEM_DIR_PIN));
+  EXPECT_EQ(d[0].value, 123456789);
+  EXPECT_EQ(get_stats(c).directives, 6u);
+
+  // More directives than `max`: the rest wait for the next poll, already
+  // applied.
+  const std::uint64_t s2 = tandem_session_id("s2");
+  ASSERT_EQ(tandem_round_submit(c, s2, &r), 0);
+  daemon.push(ipc::Unpin{}, s);
+  daemon.push(ipc::Admit{}, s2);
+  ASSERT_EQ(tandem_poll(c, 0, 1, d), 1);
+  EXPECT_EQ(d[0].type, static_cast<std::uint32_t>(TANDEM_DIR_UNPIN));
+  EXPECT_EQ(tandem_session_runnable(c, s2), 1);
+  ASSERT_EQ(tandem_poll(c, 0, 1, d), 1);
+  EXPECT_EQ(d[0].type, static_cast<std::uint32_t>(TANDEM_DIR_ADMIT));
+  tandem_close(c);
+}
+
+TEST(FakeDaemon, PollSleepsOnTheDoorbellAndWakesForADirective) {
+  TempDir dir;
+  FakeDaemon daemon(dir.path());
+  auto o = options(dir.path().c_str());
+  auto p = engine_params();
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_engine_open(&o, &p, &c), 0);
+  ASSERT_NO_FATAL_FAILURE(connect(c, daemon, 7));
+  ASSERT_TRUE(daemon.resync().has_value());
+  const std::uint64_t s = tandem_session_id("s");
+
+  // Nothing to get: the full timeout passes.
+  auto t0 = steady_clock::now();
+  tandem_directive d[2];
+  EXPECT_EQ(tandem_poll(c, 50, 2, d), 0);
+  EXPECT_GE(steady_clock::now() - t0, milliseconds(45));
+
+  // A directive pushed while the client sleeps wakes it long before the
+  // timeout (the daemon's push rings the doorbell the client armed).
+  std::thread pusher([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    daemon.push(ipc::Admit{}, s);
+  });
+  t0 = steady_clock::now();
+  const int n = tandem_poll(c, 5000, 2, d);
+  const auto waited = steady_clock::now() - t0;
+  pusher.join();
+  EXPECT_EQ(n, 1);
+  EXPECT_LT(waited, milliseconds(4000));
+  tandem_close(c);
+}
+
+TEST(FakeDaemon, DaemonDeathFailsOpenThenReconnectsAndResyncs) {
+  TempDir dir;
+  auto daemon = std::make_unique<FakeDaemon>(dir.path());
+  auto o = options(dir.path().c_str(), 1, 20, 100);
+  auto p = engine_params();
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_engine_open(&o, &p, &c), 0);
+  ASSERT_NO_FATAL_FAILURE(connect(c, *daemon, 7));
+  ASSERT_TRUE(daemon->resync().has_value());
+
+  const std::uint64_t a = tandem_session_id("a"), b = tandem_session_id("b"), d = tandem_session_id("d");
+  for (std::uint64_t s : {a, b, d}) {
+    auto r = make_round(1);
+    ASSERT_EQ(tandem_round_submit(c, s, &r), 0);
+  }
+  daemon->push(ipc::Admit{}, a);
+  tandem_directive dirs[4];
+  ASSERT_EQ(tandem_poll(c, 1000, 4, dirs), 1);
+  EXPECT_EQ(tandem_session_runnable(c, a), 1);
+  EXPECT_EQ(tandem_session_runnable(c, b), 0);
+
+  // The daemon dies: the client notices in tandem_poll and runs fail-open.
+  daemon->stop();
+  ASSERT_TRUE(pump_until(c, [&] { return tandem_connected(c) == 0; }));
+  EXPECT_EQ(get_stats(c).disconnects, 1u);
+  EXPECT_EQ(tandem_session_runnable(c, a), 1) << "admitted before the daemon went away";
+  EXPECT_EQ(tandem_session_runnable(c, b), 1) << "the one local slot";
+  EXPECT_EQ(tandem_session_runnable(c, d), 0) << "beyond fallback_cap";
+  const auto dropped = get_stats(c).records_dropped;
+  ASSERT_EQ(tandem_round_first_token(c, a, 1, 1, 1), 0);
+  EXPECT_EQ(get_stats(c).records_dropped, dropped + 1);
+
+  // A new daemon at the same path: the client reconnects within the backoff
+  // (≤ 100 ms here) and resyncs the same sessions; b keeps running.
+  daemon.reset();  // (its destructor unlinks the path)
+  daemon = std::make_unique<FakeDaemon>(dir.path());
+  ASSERT_NO_FATAL_FAILURE(connect(c, *daemon, 8));
+  EXPECT_EQ(tandem_client_id(c), 8u);
+  auto snap = daemon->resync();
+  ASSERT_TRUE(snap.has_value());
+  ASSERT_EQ(snap->size(), 3u);
+  EXPECT_EQ(snap->at(a).state, kReasoning);
+  EXPECT_EQ(snap->at(a).round, 1u);
+  EXPECT_EQ(snap->at(b).state, kReasoning) << "ran on a slot: reported admitted";
+  EXPECT_EQ(snap->at(d).state, kWaiting);
+  EXPECT_EQ(tandem_session_runnable(c, a), 1);
+  EXPECT_EQ(tandem_session_runnable(c, b), 1);
+  EXPECT_EQ(tandem_session_runnable(c, d), 0);
+  auto stats = get_stats(c);
+  EXPECT_EQ(stats.connects, 2u);
+  EXPECT_EQ(stats.resyncs, 2u);
+  tandem_close(c);
+}
+
+TEST(FakeDaemon, ErrorMessageDropsTheConnectionAndTheClientRetries) {
+  TempDir dir;
+  FakeDaemon daemon(dir.path());
+  auto o = options(dir.path().c_str(), 0, 20, 40);
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_runner_open(&o, &c), 0);
+  ASSERT_TRUE(pump_until(c, [&] { return daemon.accept(0); }));
+  ASSERT_TRUE(daemon.recv().has_value());  // Hello
+  daemon.send(ipc::build_error(EACCES, "role not granted"));
+  // The client gives up on this connection and comes back after the backoff.
+  ASSERT_TRUE(pump_until(c, [&] { return daemon.accept(0); })) << "no second attempt";
+  EXPECT_EQ(tandem_connected(c), 0);
+  daemon.handshake(3);
+  ASSERT_TRUE(pump_until(c, [&] { return tandem_connected(c) == 1; }));
+  EXPECT_EQ(get_stats(c).connects, 1u);
+  EXPECT_EQ(get_stats(c).disconnects, 0u) << "never welcomed before";
+  tandem_close(c);
+}
+
+TEST(FakeDaemon, NoWelcomeWithinASecondCountsAsFailure) {
+  TempDir dir;
+  FakeDaemon daemon(dir.path());
+  auto o = options(dir.path().c_str(), 0, 20, 40);
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_runner_open(&o, &c), 0);
+  ASSERT_TRUE(pump_until(c, [&] { return daemon.accept(0); }));
+  const auto t0 = steady_clock::now();
+  // The daemon never answers; the client must try again after ~1 s.
+  ASSERT_TRUE(pump_until(
+      c, [&] { return daemon.accept(0); }, milliseconds(5000)));
+  EXPECT_GE(steady_clock::now() - t0, milliseconds(900));
+  tandem_close(c);
+}
+
+TEST(FakeDaemon, RunnerResyncListsOpenSessionsAndTools) {
+  TempDir dir;
+  auto o = options(dir.path().c_str(), 0, 20, 40);
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_runner_open(&o, &c), 0);
+  std::uint64_t s1 = 0, s2 = 0, s3 = 0;
+  ASSERT_EQ(tandem_session_open(c, "one", nullptr, &s1), 0);
+  ASSERT_EQ(tandem_session_open(c, "two", nullptr, &s2), 0);
+  ASSERT_EQ(tandem_session_open(c, "three", nullptr, &s3), 0);
+  ASSERT_EQ(tandem_tool_begin(c, s2, "pytest", 4, 0), 0);
+  ASSERT_EQ(tandem_session_close(c, s3, TANDEM_CLOSE_NORMAL), 0);
+
+  FakeDaemon daemon(dir.path());  // the daemon starts late
+  ASSERT_NO_FATAL_FAILURE(connect(c, daemon, 5));
+  EXPECT_EQ(daemon.hello_role, wire::Role::Runner);
+  auto snap = daemon.resync();
+  ASSERT_TRUE(snap.has_value());
+  ASSERT_EQ(snap->size(), 2u);
+  EXPECT_EQ(snap->at(s1).state, kReasoning);
+  EXPECT_FALSE(snap->at(s1).in_tool);
+  EXPECT_EQ(snap->at(s1).name, "one");
+  EXPECT_EQ(snap->at(s2).state, kActing);
+  EXPECT_TRUE(snap->at(s2).in_tool);
+  EXPECT_EQ(snap->at(s2).tool_kind, tandem_tool_kind("pytest"));
+
+  // Connected: a session opened now is named over the socket and its
+  // records go on the ring.
+  std::uint64_t s4 = 0;
+  ASSERT_EQ(tandem_session_open(c, "four", nullptr, &s4), 0);
+  auto m = daemon.recv();
+  ASSERT_TRUE(m.has_value());
+  const wire::SessionName* name = m->message()->payload_as_SessionName();
+  ASSERT_NE(name, nullptr);
+  EXPECT_EQ(name->session(), s4);
+  EXPECT_EQ(name->name()->str(), "four");
+  ASSERT_EQ(tandem_tool_end(c, s2, "pytest", 4, 1, nullptr), 0);
+  auto events = daemon.events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].type(), ipc::RecordType::kSessionOpen);
+  ASSERT_EQ(events[1].type(), ipc::RecordType::kToolEnd);
+  EXPECT_EQ(events[1].as<ipc::ToolEnd>().tool_call, 4u);
+  EXPECT_EQ(events[1].as<ipc::ToolEnd>().exit_code, 1);
+  EXPECT_EQ(events[1].as<ipc::ToolEnd>().tool_kind, tandem_tool_kind("pytest"));
+  tandem_close(c);
+}
+
+TEST(FakeDaemon, LargeResyncIsSplitInBatches) {
+  TempDir dir;
+  auto o = options(dir.path().c_str(), 0, 20, 40);
+  auto p = engine_params();
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_engine_open(&o, &p, &c), 0);
+  constexpr int kSessions = 600;
+  for (int i = 0; i < kSessions; ++i) {
+    auto r = make_round(0);
+    ASSERT_EQ(tandem_round_submit(c, tandem_session_id(("s" + std::to_string(i)).c_str()), &r), 0);
+  }
+  FakeDaemon daemon(dir.path());
+  ASSERT_NO_FATAL_FAILURE(connect(c, daemon, 5));
+  auto snap = daemon.resync();
+  ASSERT_TRUE(snap.has_value());
+  EXPECT_EQ(snap->size(), static_cast<std::size_t>(kSessions));
+  EXPECT_EQ(daemon.resync_messages, 3) << "256 + 256 + 88";
+  tandem_close(c);
+}
+
+TEST(FakeDaemon, PolicyConfigSwitchesThePolicyAndBadOnesAreIgnored) {
+  TempDir dir;
+  FakeDaemon daemon(dir.path());
+  auto o = options(dir.path().c_str());
+  auto p = engine_params();
+  Client c;
+  ASSERT_EQ(Client::open_engine(&o, p, c), 0);
+  ASSERT_NO_FATAL_FAILURE(connect(c.get(), daemon, 7, "mars"));
+  EXPECT_STREQ(c.policy(), "mars");
+  daemon.send_policy("no-such-policy", {}, {});
+  daemon.send_policy("fcfs", {"no_such_param"}, {1.0});
+  daemon.send(ipc::build_resync_request("marker"));  // a marker: processed after the two above
+  ASSERT_TRUE(pump_until(c.get(), [&] {
+    tandem_client_stats s{};
+    c.stats(s);
+    return s.resyncs == 2;
+  }));
+  EXPECT_STREQ(c.policy(), "mars") << "configs that fail to build are ignored";
+  daemon.send_policy("fcfs", {}, {});
+  ASSERT_TRUE(pump_until(c.get(), [&] { return std::strcmp(c.policy(), "fcfs") == 0; }));
+
+  // The wrapper moves ownership.
+  Client moved(std::move(c));
+  EXPECT_FALSE(static_cast<bool>(c));  // NOLINT(bugprone-use-after-move): checking the moved-from state
+  EXPECT_TRUE(moved.connected());
+  Client& alias = moved;
+  moved = std::move(alias);  // self-move keeps the handle
+  EXPECT_TRUE(moved.connected());
+}
+
+}  // namespace
+}  // namespace tandem

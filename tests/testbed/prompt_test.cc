@@ -1,0 +1,178 @@
+// Token counting, prefix sharing, request validation and reply shapes of the
+// emulator's HTTP API (testbed/prompt.h).
+#include "testbed/prompt.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::testbed {
+namespace {
+
+using nlohmann::json;
+
+TEST(Tokens, CeilOfBytesOverFourAtLeastOne) {
+  EXPECT_EQ(count_tokens(""), 1u);
+  EXPECT_EQ(count_tokens("a"), 1u);
+  EXPECT_EQ(count_tokens("abcd"), 1u);
+  EXPECT_EQ(count_tokens("abcde"), 2u);
+  EXPECT_EQ(count_tokens(std::string(400, 'x')), 100u);
+  EXPECT_EQ(filler_text(3), " tok tok tok");
+  EXPECT_EQ(count_tokens(filler_text(7)), 7u);
+}
+
+TEST(Tokens, CommonPrefixCountsWholeTokens) {
+  EXPECT_EQ(common_prefix_tokens("abcdefgh", "abcdefgh"), 2u);
+  EXPECT_EQ(common_prefix_tokens("abcdefgX", "abcdefgh"), 1u);
+  EXPECT_EQ(common_prefix_tokens("abcdef", "abcdefgh"), 1u);  // "ef" is a partial token of "efgh"
+  EXPECT_EQ(common_prefix_tokens("abcdef", "abcdef"), 2u);    // both end there: the same token
+  EXPECT_EQ(common_prefix_tokens("xbcd", "abcd"), 0u);
+  EXPECT_EQ(common_prefix_tokens("", "abcd"), 0u);
+}
+
+RequestLimits limits() { return {.max_model_len = 1024, .block_size = 16, .total_blocks = 100}; }
+
+CompletionRequest parse_ok(std::string_view body, bool chat = false) {
+  auto r = parse_request(body, chat, limits());
+  EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().field + ": " + r.error().message);
+  return r.value_or(CompletionRequest{});
+}
+
+std::string bad_field(std::string_view body, bool chat = false) {
+  auto r = parse_request(body, chat, limits());
+  if (r) return "(accepted)";
+  EXPECT_NE(r.error().message.find(r.error().field == "body" ? "JSON" : r.error().field.substr(0, 8)),
+            std::string::npos)
+      << r.error().message;
+  return r.error().field;
+}
+
+TEST(Parse, CompletionDefaults) {
+  const CompletionRequest r = parse_ok(R"({"prompt":"hello world!"})");
+  EXPECT_FALSE(r.chat);
+  EXPECT_EQ(r.prompt, "hello world!");
+  EXPECT_EQ(r.prompt_tokens, 3u);
+  EXPECT_EQ(r.max_tokens, kDefaultMaxTokens);
+  EXPECT_FALSE(r.stream);
+  EXPECT_TRUE(r.tool_follows);
+  EXPECT_TRUE(r.session_name.empty());
+}
+
+TEST(Parse, ChatConcatenatesContents) {
+  const CompletionRequest r = parse_ok(
+      R"({"messages":[{"role":"system","content":"abcd"},{"role":"user","content":[{"type":"text","text":"efgh"}]},
+          {"role":"assistant","content":null}],"session_id":"s","max_tokens":4,"stream":true,"tool_follows":false})",
+      true);
+  EXPECT_TRUE(r.chat);
+  EXPECT_EQ(r.prompt, "abcdefgh");
+  EXPECT_EQ(r.prompt_tokens, 2u);
+  EXPECT_EQ(r.session_name, "s");
+  EXPECT_EQ(r.max_tokens, 4u);
+  EXPECT_TRUE(r.stream);
+  EXPECT_FALSE(r.tool_follows);
+}
+
+TEST(Parse, PromptTokensOverridesTheCount) {
+  const CompletionRequest r = parse_ok(R"({"prompt":"x","prompt_tokens":500})");
+  EXPECT_EQ(r.prompt_tokens, 500u);
+  EXPECT_TRUE(r.prompt_tokens_given);
+}
+
+TEST(Parse, ErrorsNameTheField) {
+  EXPECT_EQ(bad_field("{not json"), "body");
+  EXPECT_EQ(bad_field("[1,2]"), "body");
+  EXPECT_EQ(bad_field(R"({"max_tokens":3})"), "prompt");
+  EXPECT_EQ(bad_field(R"({"prompt":7})"), "prompt");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","max_tokens":0})"), "max_tokens");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","max_tokens":-2})"), "max_tokens");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","max_tokens":2.5})"), "max_tokens");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","max_tokens":1025})"), "max_tokens");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","stream":"yes"})"), "stream");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","tool_follows":1})"), "tool_follows");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":5})"), "session_id");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":""})"), "session_id");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","prompt_tokens":0})"), "prompt_tokens");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","prompt_tokens":1000,"max_tokens":100})"), "max_tokens");
+  EXPECT_EQ(bad_field(R"({"prompt":"a"})", true), "messages");
+  EXPECT_EQ(bad_field(R"({"messages":[]})", true), "messages");
+  EXPECT_EQ(bad_field(R"({"messages":[{"role":"user"}]})", true), "messages[0].content");
+  EXPECT_EQ(bad_field(R"({"messages":[{"content":"a"},{"content":3}]})", true), "messages[1].content");
+}
+
+TEST(Parse, ContextMustFitThePool) {
+  // 100 blocks of 16 tokens: 1600 tokens, more than max_model_len here, so use a smaller pool.
+  auto r = parse_request(R"({"prompt":"x","prompt_tokens":100,"max_tokens":100})", false,
+                         {.max_model_len = 1024, .block_size = 16, .total_blocks = 10});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().field, "max_tokens");
+  EXPECT_NE(r.error().message.find("KV blocks"), std::string::npos);
+}
+
+TEST(Prefix, CountedPromptsShareTheirCommonTokens) {
+  SessionHistory h;
+  CompletionRequest r1 = parse_ok(R"({"prompt":"0123456789ab"})");  // 3 tokens
+  EXPECT_EQ(shared_prefix(h, r1), 0u);
+  advance_history(h, r1, 2);
+  EXPECT_EQ(h.context, "0123456789ab tok tok");
+  EXPECT_EQ(h.context_tokens, 5u);
+  // Appends to the previous context: shares all of it.
+  const CompletionRequest r2 = parse_ok(R"({"prompt":"0123456789ab tok tok and more"})");
+  EXPECT_EQ(shared_prefix(h, r2), 5u);
+  // Rewrites the middle: shares up to the change.
+  const CompletionRequest r3 = parse_ok(R"({"prompt":"01234567XXXX tok tok"})");
+  EXPECT_EQ(shared_prefix(h, r3), 2u);
+  // A shorter prompt shares no more than itself.
+  const CompletionRequest r4 = parse_ok(R"({"prompt":"01234567"})");
+  EXPECT_EQ(shared_prefix(h, r4), 2u);
+}
+
+TEST(Prefix, GivenTokenCountsShareWhenTheTextExtends) {
+  SessionHistory h;
+  const CompletionRequest r1 = parse_ok(R"({"prompt":"task","prompt_tokens":300})");
+  advance_history(h, r1, 20);
+  EXPECT_EQ(h.context_tokens, 320u);
+  EXPECT_EQ(shared_prefix(h, parse_ok(R"({"prompt":"task+tool","prompt_tokens":400})")), 320u);
+  EXPECT_EQ(shared_prefix(h, parse_ok(R"({"prompt":"task","prompt_tokens":310})")), 310u);
+  EXPECT_EQ(shared_prefix(h, parse_ok(R"({"prompt":"task","prompt_tokens":200})")), 0u);  // shorter: rewritten
+  EXPECT_EQ(shared_prefix(h, parse_ok(R"({"prompt":"other","prompt_tokens":400})")), 0u);
+}
+
+TEST(Replies, OpenAiShapes) {
+  const CompletionRequest r = parse_ok(R"({"prompt":"hello world!","max_tokens":3})");
+  ReplyInfo info{.id = "cmpl-1",
+                 .created = 5,
+                 .model = "m",
+                 .prompt_tokens = 3,
+                 .completion_tokens = 3,
+                 .cached_tokens = 0,
+                 .session = ""};
+  const json j = json::parse(completion_reply(r, info));
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "m");
+  EXPECT_EQ(j["choices"][0]["text"], " tok tok tok");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(j["usage"]["total_tokens"], 6);
+  const json c0 = json::parse(stream_chunk(r, info, 0));
+  EXPECT_TRUE(c0["choices"][0]["finish_reason"].is_null());
+  EXPECT_FALSE(c0.contains("usage"));
+  const json c2 = json::parse(stream_chunk(r, info, 2));
+  EXPECT_EQ(c2["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(c2["usage"]["total_tokens"], 6);
+
+  const CompletionRequest chat = parse_ok(R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3})", true);
+  const json cj = json::parse(completion_reply(chat, info));
+  EXPECT_EQ(cj["object"], "chat.completion");
+  EXPECT_EQ(cj["choices"][0]["message"]["content"], " tok tok tok");
+  const json cc = json::parse(stream_chunk(chat, info, 0));
+  EXPECT_EQ(cc["object"], "chat.completion.chunk");
+  EXPECT_EQ(cc["choices"][0]["delta"]["role"], "assistant");
+
+  const json e = json::parse(error_reply("'max_tokens' must be", "invalid_request_error", "max_tokens"));
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(e["error"]["param"], "max_tokens");
+}
+
+}  // namespace
+}  // namespace tandem::testbed
