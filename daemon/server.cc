@@ -821,6 +821,15 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
   ++c.accepted;
   ++stats_.records_accepted;
   if (r.type() == ipc::RecordType::kKvStats) return;
+  if (r.type() == ipc::RecordType::kRoundSubmit) {
+    // A session admitted before this round reached an engine (a runner opened
+    // it, the policy admitted it), or one that moved engines: this engine has
+    // not been told it may run, so tell it now.
+    const sched::Session* s = model_.sessions().find(r.session());
+    if (s != nullptr && s->state == SessionState::kReasoning) {
+      send_directive(c.id, directive_slot(ipc::Admit{}, r.session(), now));
+    }
+  }
   if (!known && model_.sessions().find(r.session()) == nullptr) return;
   SessionMeta& m = meta_for(c, r.session());
   if (c.role == Role::kRunner && m.owner == 0) m.owner = c.id;  // a runner takes over an engine-opened session

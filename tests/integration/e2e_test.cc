@@ -1,0 +1,270 @@
+// End to end: the real tandemd, the engine emulator serving HTTP, runners
+// through libtandem, and tandemctl — admission as the policy says, a daemon
+// killed with SIGKILL under load and restarted, and 64 clients × 1,000
+// sessions.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <future>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "tandem/tandem.h"
+#include "tests/integration/harness.h"
+
+namespace tandem::it {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// tandem-engine-emu on an ephemeral port in `dir`.
+class Emulator {
+ public:
+  void start(const std::string& dir, const std::string& name) {
+    out_ = dir + "/" + name + ".out";
+    proc_.start({EMU_PATH, "--port", "0", "--runtime-dir", dir, "--name", name, "--speedup", "20", "--kv-blocks",
+                 "4000"},
+                out_, dir + "/" + name + ".log");
+    const std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
+    ASSERT_TRUE(eventually([&] {
+      std::smatch m;
+      const std::string text = slurp(out_);
+      if (!std::regex_search(text, m, re)) return false;
+      port_ = std::stoi(m[1]);
+      return true;
+    })) << slurp(dir + "/" + name + ".log");
+  }
+  int stop() { return proc_.stop(SIGTERM); }
+  int port() const { return port_; }
+
+  // One completion of `max_tokens` for session `session`; the HTTP status.
+  int complete(const std::string& session, int max_tokens, std::chrono::seconds timeout = 30s) const {
+    httplib::Client http("127.0.0.1", port_);
+    http.set_read_timeout(timeout);
+    json body = {{"prompt", "hello from " + session}, {"max_tokens", max_tokens}, {"session_id", session}};
+    auto r = http.Post("/v1/completions", body.dump(), "application/json");
+    return r ? r->status : -1;
+  }
+
+ private:
+  Process proc_;
+  std::string out_;
+  int port_ = 0;
+};
+
+// A runner handle through libtandem.
+struct Runner {
+  explicit Runner(const std::string& dir, const char* name = "it-runner") {
+    tandem_options o{};
+    o.sz = sizeof o;
+    o.runtime_dir = dir.c_str();
+    o.name = name;
+    o.reconnect_min_ms = 20;
+    o.reconnect_max_ms = 200;
+    EXPECT_EQ(tandem_runner_open(&o, &handle), 0);
+  }
+  ~Runner() { tandem_close(handle); }
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  std::uint64_t open(const std::string& name) {
+    std::uint64_t id = 0;
+    EXPECT_EQ(tandem_session_open(handle, name.c_str(), nullptr, &id), 0) << tandem_last_error(handle);
+    pump();
+    return id;
+  }
+  void pump() { tandem_poll(handle, 0, 0, nullptr); }
+  bool connected() const { return tandem_connected(handle) == 1; }
+
+  tandem_client* handle = nullptr;
+};
+
+// tandemctl's output for `args` (exit status in *status).
+std::string tandemctl(const std::string& dir, const std::string& args, int* status = nullptr) {
+  const std::string cmd = std::string(TANDEMCTL_PATH) + " --runtime-dir " + dir + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (p != nullptr && std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int st = p != nullptr ? ::pclose(p) : -1;
+  if (status != nullptr) *status = st;
+  return out;
+}
+
+// name → state from `tandemctl sessions --json`.
+std::map<std::string, std::string> session_states(const std::string& dir) {
+  int st = 0;
+  const std::string out = tandemctl(dir, "sessions --json", &st);
+  std::map<std::string, std::string> m;
+  if (st != 0) return m;
+  auto j = json::parse(out, nullptr, false);
+  if (j.is_discarded()) return m;
+  for (const auto& s : j["sessions"]) m[s["name"].get<std::string>()] = s["state"].get<std::string>();
+  return m;
+}
+
+TEST(EndToEnd, RoundsAreAdmittedAsThePolicySays) {
+  TempDir dir;
+  // mars with a window of one session: the second session waits for the first to close.
+  Daemon daemon(dir.path(),
+                "[policy]\nname = \"mars\"\n[policy.params]\nwindow_max = 1\nwindow_min = 1\nwindow_init = 1\n");
+  daemon.start();
+  Emulator emu;
+  emu.start(dir.path(), "emu-0");
+  Runner runner(dir.path());
+  ASSERT_TRUE(eventually([&] {
+    runner.pump();
+    return runner.connected();
+  }));
+  const std::uint64_t a = runner.open("agent-a");
+  ASSERT_TRUE(eventually([&] { return session_states(dir.path())["agent-a"] == "reasoning"; })) << daemon.log();
+  ASSERT_EQ(emu.complete("agent-a", 8), 200) << daemon.log() << tandemctl(dir.path(), "sessions");
+  // a's round ended with a tool to follow: acting, and still in the window.
+  runner.open("agent-b");
+  ASSERT_TRUE(eventually([&] {
+    auto s = session_states(dir.path());
+    return s["agent-a"] == "acting" && s["agent-b"] == "waiting";
+  })) << tandemctl(dir.path(), "sessions");
+
+  // b's round is held: the window is full while a lives.
+  auto b_done = std::async(std::launch::async, [&] { return emu.complete("agent-b", 8); });
+  EXPECT_EQ(b_done.wait_for(1500ms), std::future_status::timeout);
+  const std::string table = tandemctl(dir.path(), "sessions");
+  EXPECT_NE(table.find("agent-b"), std::string::npos) << table;
+  EXPECT_NE(table.find("waiting"), std::string::npos) << table;
+
+  // a closes: b is admitted and its round completes.
+  ASSERT_EQ(tandem_session_close(runner.handle, a, TANDEM_CLOSE_NORMAL), 0);
+  runner.pump();
+  ASSERT_EQ(b_done.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(b_done.get(), 200);
+  ASSERT_TRUE(eventually([&] {
+    auto s = session_states(dir.path());
+    return s.count("agent-a") == 0 && s["agent-b"] == "acting";
+  })) << tandemctl(dir.path(), "sessions");
+  EXPECT_EQ(emu.stop(), 0);
+}
+
+TEST(EndToEnd, DaemonKilledUnderLoadRestartsAndResyncs) {
+  TempDir dir;
+  Daemon daemon(dir.path());
+  daemon.start();
+  Emulator emu;
+  emu.start(dir.path(), "emu-0");
+  Runner runner(dir.path());
+  ASSERT_TRUE(eventually([&] {
+    runner.pump();
+    return runner.connected();
+  }));
+  const std::vector<std::string> names = {"s0", "s1", "s2", "s3"};
+  for (const std::string& n : names) runner.open(n);
+
+  // Four agents send rounds back to back until told to stop.
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> agents;
+  agents.reserve(names.size());
+  for (const std::string& n : names) {
+    agents.emplace_back([&, n] {
+      while (!stop) {
+        (emu.complete(n, 4, 10s) == 200 ? ok : failed)++;
+      }
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return ok >= 8; }, 20s));
+  std::map<std::string, std::string> before;
+  ASSERT_TRUE(eventually([&] {
+    before = session_states(dir.path());
+    return before.size() == names.size();
+  }));
+
+  daemon.kill9();
+  const int at_kill = ok;
+  // Fail-open: requests keep completing with no daemon.
+  EXPECT_TRUE(eventually([&] { return ok >= at_kill + 8; }, 20s)) << "ok " << ok << " failed " << failed;
+
+  daemon.start();
+  // The emulator and the runner reconnect and resync: the same live sessions.
+  std::map<std::string, std::string> after;
+  EXPECT_TRUE(eventually(
+      [&] {
+        runner.pump();
+        after = session_states(dir.path());
+        return after.size() == names.size();
+      },
+      10s))
+      << tandemctl(dir.path(), "sessions") << daemon.log();
+  for (const std::string& n : names) EXPECT_EQ(after.count(n), 1u) << n;
+  const json engines = json::parse(tandemctl(dir.path(), "engines --json"), nullptr, false);
+  ASSERT_FALSE(engines.is_discarded());
+  ASSERT_EQ(engines["engines"].size(), 1u);
+  EXPECT_EQ(engines["engines"][0]["name"], "emu-0");
+
+  stop = true;
+  for (auto& t : agents) t.join();
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(emu.stop(), 0);
+}
+
+TEST(EndToEnd, SixtyFourClientsWithAThousandSessionsEach) {
+  TempDir dir;
+  Daemon daemon(dir.path());
+  daemon.start();
+  constexpr int kClients = 64;
+  constexpr int kSessions = 1000;
+  std::vector<std::unique_ptr<Runner>> runners;
+  runners.reserve(kClients);
+  for (int c = 0; c < kClients; ++c) {
+    runners.push_back(std::make_unique<Runner>(dir.path(), ("load-" + std::to_string(c)).c_str()));
+  }
+  ASSERT_TRUE(eventually([&] {
+    bool all = true;
+    for (auto& r : runners) {
+      r->pump();
+      all &= r->connected();
+    }
+    return all;
+  }));
+  for (int c = 0; c < kClients; ++c) {
+    for (int s = 0; s < kSessions; ++s) runners[c]->open("load-" + std::to_string(c) + "-" + std::to_string(s));
+  }
+  json status;
+  EXPECT_TRUE(eventually(
+      [&] {
+        for (auto& r : runners) r->pump();
+        status = ctl(daemon.socket_path(), "status");
+        return status["sessions"]["total"] == kClients * kSessions;
+      },
+      30s))
+      << status.dump();
+  EXPECT_EQ(status["clients"]["runner"], kClients);
+  EXPECT_EQ(status["records"]["rejected"], 0);
+
+  runners.clear();  // every runner leaves: its sessions close with it
+  EXPECT_TRUE(eventually(
+      [&] {
+        status = ctl(daemon.socket_path(), "status");
+        return status["sessions"]["total"] == 0 && status["clients"]["runner"] == 0;
+      },
+      10s))
+      << status.dump();
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+}  // namespace
+}  // namespace tandem::it
