@@ -29,11 +29,12 @@
 //     count thus stays at --sessions plus the sessions whose tool is still
 //     running, and every fresh session yields one decision and one directive.
 //   Fresh sessions are opened by their ROUND_SUBMIT, not by a SESSION_OPEN:
-//   the two would travel on different rings, and if the tick admitted a
-//   session between its SESSION_OPEN and its ROUND_SUBMIT the ADMIT would go
-//   to no engine (the session has none yet), and an engine waiting for it
-//   would never see one. The set-up avoids the same race by submitting the
-//   initial rounds only after ctl `status` shows every opened session admitted.
+//   the two would travel on different rings, and a SESSION_OPEN that reached
+//   the daemon after the ROUND_SUBMIT had opened the session would be
+//   rejected. The set-up opens the initial sessions with SESSION_OPEN and
+//   submits their rounds only after ctl `status` shows all of them admitted;
+//   the daemon then tells each engine at its ROUND_SUBMIT (one ADMIT per
+//   initial session, stamped when the record is taken, outside the window).
 //
 // Engines wait on their directive doorbell (Doorbell::wait, no spinning) with
 // a timeout at their next send; --wake poll makes them poll the ring every
@@ -84,6 +85,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -95,6 +97,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -381,9 +384,9 @@ class DaemonProcess {
 
 // CPU time of a live process (all its threads).
 struct ProcCpu {
-  double stat_user_s = 0;  // /proc/<pid>/stat utime
-  double stat_sys_s = 0;   // /proc/<pid>/stat stime
-  std::int64_t clock_ns = 0;  // clock_getcpuclockid: user + sys, ns
+  double stat_user_s = 0;                // /proc/<pid>/stat utime
+  double stat_sys_s = 0;                 // /proc/<pid>/stat stime
+  std::int64_t clock_ns = 0;             // clock_getcpuclockid: user + sys, ns
   std::uint64_t voluntary_switches = 0;  // over all threads
   std::uint64_t involuntary_switches = 0;
   int threads = 0;
@@ -573,6 +576,7 @@ struct EngineStats {
   std::uint64_t directives = 0;
   std::uint64_t directives_in_window = 0;
   std::uint64_t admits = 0;
+  std::uint64_t admits_at_submit = 0;   // initial sessions, told at their ROUND_SUBMIT
   std::uint64_t admits_unexpected = 0;  // for a session this engine was not waiting on
   std::uint64_t undecodable = 0;
   std::uint64_t push_failed = 0;
@@ -585,8 +589,9 @@ struct EngineStats {
 
 void engine_main(const Options& o, Shared& sh, Conn& conn, int index, std::vector<std::uint64_t> initial,
                  EngineStats& st) {
-  std::deque<std::uint64_t> live;                          // admitted, round in flight; oldest first
+  std::deque<std::uint64_t> live;                           // admitted, round in flight; oldest first
   std::unordered_map<std::uint64_t, std::int64_t> waiting;  // fresh session → submit time
+  std::unordered_set<std::uint64_t> initial_unannounced(initial.begin(), initial.end());
   std::uint64_t fresh_seq = 0;
   bool churning = false;
   ipc::RecordDecoder decoder(ipc::Direction::kToClient);
@@ -614,7 +619,13 @@ void engine_main(const Options& o, Shared& sh, Conn& conn, int index, std::vecto
         ++st.admits;
         auto it = waiting.find(r.session());
         if (it == waiting.end()) {
-          ++st.admits_unexpected;
+          // An initial session: admitted before its round was submitted, so
+          // the daemon tells this engine at the ROUND_SUBMIT. Once each.
+          if (initial_unannounced.erase(r.session()) == 1) {
+            ++st.admits_at_submit;
+          } else {
+            ++st.admits_unexpected;
+          }
           continue;
         }
         if (sh.in_window(it->second)) st.admit_delay_ns.push_back(seen - it->second);
@@ -801,9 +812,9 @@ struct RunResult {
   double involuntary_per_s = 0;
   int daemon_threads = 0;
   double ticks_per_s = 0;
-  double records_per_s = 0;  // accepted by the daemon
+  double records_per_s = 0;       // accepted by the daemon
   double records_sent_per_s = 0;  // pushed by the bench
-  double directives_per_s = 0;  // sent by the daemon (ctl)
+  double directives_per_s = 0;    // sent by the daemon (ctl)
   double actions_per_s = 0;
   std::uint64_t live_sessions = 0;  // ctl status at the window's end
   std::uint64_t rejected = 0;
@@ -927,6 +938,7 @@ Result<RunResult> run_once(const Options& o) {
     ~StopGuard() { sh.stop = true; }
   } stop_guard{sh};
 
+  threads.reserve(static_cast<std::size_t>(o.engines) + 1);
   for (int e = 0; e < o.engines; ++e) {
     threads.emplace_back(engine_main, std::cref(o), std::ref(sh), std::ref(*engines[e]), e, initial[e],
                          std::ref(estats[e]));
@@ -953,10 +965,11 @@ Result<RunResult> run_once(const Options& o) {
       const auto waiting = ss.at("waiting").get<std::uint64_t>();
       if (total == all.size() && waiting == 0) break;
       if (std::chrono::steady_clock::now() > deadline) {
-        return fail(fmt::format("set-up: after {} s the daemon holds {} sessions, {} of them waiting; expected {} "
-                                "all admitted (does policy '{}' admit every waiting session?)",
-                                std::chrono::duration_cast<std::chrono::seconds>(kSetupTimeout).count(), total,
-                                waiting, all.size(), o.policy));
+        return fail(
+            fmt::format("set-up: after {} s the daemon holds {} sessions, {} of them waiting; expected {} "
+                        "all admitted (does policy '{}' admit every waiting session?)",
+                        std::chrono::duration_cast<std::chrono::seconds>(kSetupTimeout).count(), total, waiting,
+                        all.size(), o.policy));
       }
       std::this_thread::sleep_for(kCtlPoll);
     }
@@ -1083,9 +1096,11 @@ Result<RunResult> run_once(const Options& o) {
   }
   if (push_failed != 0) problems.push_back(fmt::format("{} records did not fit in an event ring", push_failed));
   if (undecodable != 0) problems.push_back(fmt::format("{} directives failed validation", undecodable));
-  if (unexpected != 0) problems.push_back(fmt::format("{} ADMITs for sessions the engine was not waiting on", unexpected));
+  if (unexpected != 0)
+    problems.push_back(fmt::format("{} ADMITs for sessions the engine was not waiting on", unexpected));
   if (skipped != 0) problems.push_back(fmt::format("{} churn steps found no admitted session to finish", skipped));
-  if (o.churn_hz > 0 && r.latency.count == 0) problems.push_back("no directive stamped in the window reached an engine");
+  if (o.churn_hz > 0 && r.latency.count == 0)
+    problems.push_back("no directive stamped in the window reached an engine");
   if (socket_errors != 0) {
     problems.push_back(fmt::format("the daemon sent {} Error messages (first: {})", socket_errors, first_error));
   }
@@ -1140,14 +1155,16 @@ void print_run(const Options& o, int index, const RunResult& r) {
              r.cpu_clock_s, r.cpu_percent, kTargetCpuPercent, r.cpu_percent <= kTargetCpuPercent ? "met" : "MISSED");
   fmt::print("  daemon CPU, window (/proc stat ticks)   {:8.2f} s = {:6.3f} % (user {:.2f} s, sys {:.2f} s)\n",
              r.cpu_stat_s, r.cpu_stat_percent, r.cpu_stat_user_s, r.cpu_stat_sys_s);
-  fmt::print("  daemon CPU, whole life (getrusage)      {:8.3f} s over {:.1f} s wall (set-up included); "
-             "max RSS {:.1f} MiB\n",
-             r.lifetime_cpu_s, r.lifetime_wall_s, r.lifetime_max_rss_mib);
+  fmt::print(
+      "  daemon CPU, whole life (getrusage)      {:8.3f} s over {:.1f} s wall (set-up included); "
+      "max RSS {:.1f} MiB\n",
+      r.lifetime_cpu_s, r.lifetime_wall_s, r.lifetime_max_rss_mib);
   fmt::print("  daemon wake-ups                         {:8.0f} /s voluntary, {:.0f} /s involuntary ({} thread{})\n",
              r.wakeups_per_s, r.involuntary_per_s, r.daemon_threads, r.daemon_threads == 1 ? "" : "s");
-  fmt::print("  daemon work                             {:8.0f} records/s accepted ({:.0f}/s sent), {:.0f} "
-             "directives/s, {:.1f} ticks/s, {} live sessions\n",
-             r.records_per_s, r.records_sent_per_s, r.directives_per_s, r.ticks_per_s, r.live_sessions);
+  fmt::print(
+      "  daemon work                             {:8.0f} records/s accepted ({:.0f}/s sent), {:.0f} "
+      "directives/s, {:.1f} ticks/s, {} live sessions\n",
+      r.records_per_s, r.records_sent_per_s, r.directives_per_s, r.ticks_per_s, r.live_sessions);
   fmt::print("  decision → engine sees directive        n={} p50 {:.1f} µs  p99 {:.1f} µs  max {:.1f} µs\n",
              r.latency.count, r.latency.p50_us, r.latency.p99_us, r.latency.max_us);
   fmt::print("  ROUND_SUBMIT → ADMIT seen (waits a tick) n={} p50 {:.2f} ms  p99 {:.2f} ms  max {:.2f} ms\n",
@@ -1166,20 +1183,21 @@ int run_main(int argc, char** argv) {
   Options o;
   if (int rc = parse_args(argc, argv, o); rc != 0) return rc == 1 ? 0 : 2;
 
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_fatal_signal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGHUP, &sa, nullptr);
 
   const unsigned cores = std::thread::hardware_concurrency();
-  fmt::print("daemon_bench: tandemd ({}) with {} engines (KV_STATS {} Hz, {} fresh sessions/s each) and 1 runner, "
-             "{} live sessions\n",
-             TANDEMD_PATH, o.engines, o.stats_hz, o.churn_hz, o.sessions);
+  fmt::print(
+      "daemon_bench: tandemd ({}) with {} engines (KV_STATS {} Hz, {} fresh sessions/s each) and 1 runner, "
+      "{} live sessions\n",
+      TANDEMD_PATH, o.engines, o.stats_hz, o.churn_hz, o.sessions);
   fmt::print("policy {}{}, tick {} ms, engines wait by {}, tool {} ms; window {} s after {} s warm-up; {} CPU{}\n",
              o.policy, (o.policy == "mars" || o.policy == "tandem") ? fmt::format(" (window {})", kOpenWindow) : "",
-             o.tick_ms > 0 ? o.tick_ms : 50, o.wake == Wake::kDoorbell ? "doorbell" : "polling every 1 ms",
-             o.tool_ms, o.seconds, o.warmup, cores, cores == 1 ? "" : "s");
+             o.tick_ms > 0 ? o.tick_ms : 50, o.wake == Wake::kDoorbell ? "doorbell" : "polling every 1 ms", o.tool_ms,
+             o.seconds, o.warmup, cores, cores == 1 ? "" : "s");
 
   std::vector<RunResult> runs;
   for (int i = 0; i < o.repeat; ++i) {
@@ -1194,11 +1212,11 @@ int run_main(int argc, char** argv) {
 
   json out;
   out["bench"] = "daemon_bench";
-  out["config"] = {{"engines", o.engines},     {"sessions", o.sessions}, {"stats_hz", o.stats_hz},
-                   {"churn_hz", o.churn_hz},   {"tool_ms", o.tool_ms},   {"tick_ms", o.tick_ms > 0 ? o.tick_ms : 50},
-                   {"policy", o.policy},       {"seconds", o.seconds},   {"warmup", o.warmup},
-                   {"repeat", o.repeat},       {"cores", cores},
-                   {"wake", o.wake == Wake::kDoorbell ? "doorbell" : "poll"}};
+  out["config"] = {
+      {"engines", o.engines},   {"sessions", o.sessions}, {"stats_hz", o.stats_hz},
+      {"churn_hz", o.churn_hz}, {"tool_ms", o.tool_ms},   {"tick_ms", o.tick_ms > 0 ? o.tick_ms : 50},
+      {"policy", o.policy},     {"seconds", o.seconds},   {"warmup", o.warmup},
+      {"repeat", o.repeat},     {"cores", cores},         {"wake", o.wake == Wake::kDoorbell ? "doorbell" : "poll"}};
   json list = json::array();
   for (const RunResult& r : runs) list.push_back(to_json(r));
   out["runs"] = list;
@@ -1235,4 +1253,13 @@ int run_main(int argc, char** argv) {
 }  // namespace
 }  // namespace tandem::bench
 
-int main(int argc, char** argv) { return tandem::bench::run_main(argc, argv); }
+int main(int argc, char** argv) {
+  try {
+    return tandem::bench::run_main(argc, argv);
+  } catch (const std::exception& e) {
+    // (json::at on an unexpected ctl reply, bad_alloc, …): the daemon is
+    // already killed and reaped by the unwinding.
+    std::fprintf(stderr, "daemon_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -281,7 +281,16 @@ base::Result<std::string> render(std::string_view command, std::string_view body
   if (command == "engines") table = engines_table(reply);
   if (command == "sessions") table = sessions_table(reply);
   if (!table) return base::propagate(std::move(table.error()));
-  return format_table(*table);
+  std::string out = format_table(*table);
+  // A reply is one datagram: the daemon lists what fits and says so.
+  const json* truncated = at_path(reply, "truncated");
+  const json* total = at_path(reply, "total");
+  if (truncated != nullptr && truncated->is_boolean() && truncated->get<bool>() && total != nullptr &&
+      total->is_number_unsigned()) {
+    out += fmt::format("({} of {} shown: the reply holds what fits in one message; counts are in tandemctl status)\n",
+                       table->rows.size(), total->get<std::uint64_t>());
+  }
+  return out;
 }
 
 }  // namespace tandem::ctl

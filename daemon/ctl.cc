@@ -24,6 +24,9 @@ std::string lower(E value) {
 }
 
 constexpr std::string_view kVersion = "0.1.0";
+// A ctl reply is one datagram (ipc::kMaxMessageSize): a session list stops
+// growing past this many bytes and says it was truncated.
+constexpr std::size_t kCtlListBudget = ipc::kMaxMessageSize - 4096;
 
 }  // namespace
 
@@ -122,8 +125,12 @@ std::string Server::ctl_engines() const {
 
 std::string Server::ctl_sessions(base::Time now) const {
   json list = json::array();
+  std::size_t total = 0;
+  std::size_t bytes = 0;
   for (const auto& [id, s] : model_.sessions().sessions()) {
     if (s.state == sched::SessionState::kDone) continue;
+    ++total;
+    if (bytes > kCtlListBudget) continue;  // counted, not listed: the reply must fit one datagram
     auto m = meta_.find(id);
     const SessionMeta meta = m != meta_.end() ? m->second : SessionMeta{};
     list.push_back({
@@ -145,8 +152,9 @@ std::string Server::ctl_sessions(base::Time now) const {
         {"cpu_weight", optional_int(meta.cpu_weight)},
         {"cpu_quota_us", optional_int(meta.cpu_quota)},
     });
+    bytes += list.back().dump().size() + 1;
   }
-  return json{{"sessions", list}}.dump();
+  return json{{"sessions", list}, {"total", total}, {"truncated", list.size() < total}}.dump();
 }
 
 }  // namespace tandem::daemon

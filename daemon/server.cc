@@ -412,7 +412,8 @@ void Server::sweep() {
 
 void Server::release_sessions(Client& c, Time now) {
   if (c.role == Role::kEngine) {
-    for (sched::SessionId s : model_.engine_gone(c.id, now)) (void)s;
+    // Its rounds in flight are lost; their runners may submit them elsewhere.
+    (void)model_.engine_gone(c.id, now);
     policy_.control->on_event(sched::EngineLeft{c.id}, model_, now);
   }
   // Sessions that die with the client: a runner's own, and those an engine
@@ -645,13 +646,15 @@ void Server::on_resync(Client& c, const wire::Resync& resync) {
 bool Server::admit_session(Client& c, sched::SessionId id) {
   const std::uint32_t limit = config_->config().limits.sessions_per_client;
   if (c.sessions >= limit) {
-    if (!c.limit_warned) {
+    if (!c.limit_warned) {  // told once: a client over its limit would otherwise get an Error per record
       spdlog::warn("client {} ({}): at limits.sessions_per_client = {}; further new sessions are rejected", c.id,
                    c.name, limit);
+      send_message(c, ipc::build_error(
+                          ENOSPC, fmt::format("session {:#018x} rejected: limits.sessions_per_client = {}; further "
+                                              "new sessions are rejected until some close",
+                                              id, limit)));
       c.limit_warned = true;
     }
-    send_message(c, ipc::build_error(ENOSPC, fmt::format("session {:#018x} rejected: limits.sessions_per_client = {}",
-                                                         id, limit)));
     return false;
   }
   return true;

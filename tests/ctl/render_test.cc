@@ -174,6 +174,15 @@ TEST(RenderSessions, EmptyListPrintsNone) {
   EXPECT_EQ(*text, "ID  NAME  STATE  KV  BLOCKS  ENGINE  ROUND  AGE  TOOL  CPU.W\n(none)\n");
 }
 
+TEST(RenderSessions, ATruncatedListSaysHowManyItShows) {
+  auto text = render("sessions", R"({"sessions":[{"id":"0x1"}],"total":5000,"truncated":true})", false);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_NE(text->find("(1 of 5000 shown"), std::string::npos) << *text;
+  auto whole = render("sessions", R"({"sessions":[{"id":"0x1"}],"total":1,"truncated":false})", false);
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->find("shown"), std::string::npos) << *whole;
+}
+
 TEST(Render, JsonIsPrettyPrinted) {
   auto text = render("engines", R"({"engines":[{"id":3}]})", true);
   ASSERT_TRUE(text) << text.error().message();

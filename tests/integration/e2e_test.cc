@@ -254,6 +254,11 @@ TEST(EndToEnd, SixtyFourClientsWithAThousandSessionsEach) {
       << status.dump();
   EXPECT_EQ(status["clients"]["runner"], kClients);
   EXPECT_EQ(status["records"]["rejected"], 0);
+  // The session list is one datagram: it lists what fits and says so.
+  const json sessions = ctl(daemon.socket_path(), "sessions");
+  EXPECT_EQ(sessions["total"], kClients * kSessions);
+  EXPECT_EQ(sessions["truncated"], true);
+  EXPECT_GT(sessions["sessions"].size(), 50u);
 
   runners.clear();  // every runner leaves: its sessions close with it
   EXPECT_TRUE(eventually(
