@@ -8,15 +8,17 @@
 // -----------
 // The real tandemd binary (TANDEMD_PATH) runs as a child in a fresh temporary
 // runtime dir, with a config written for the run (stderr to tandemd.log in
-// that dir). The default policy is `mars` with window_min = window_max =
-// window_init = 4096: its admission window then never binds at 1,000 sessions
-// (not even before the first KV_STATS, when mars drops the window to
-// window_min), so every waiting session is admitted at the next tick and the
-// bench measures the daemon, not a policy's backlog. `tandem` gets the same
-// three parameters; other policies get none.
+// that dir). The default policy is the daemon's, `tandem`, with window_min =
+// window_max = window_init = 4096: its admission window (mars's) then never
+// binds at 1,000 sessions (not even before the first KV_STATS, when it drops
+// the window to window_min), so every waiting session is admitted at the next
+// tick and the bench measures the daemon, not a policy's backlog. `mars` gets
+// the same three parameters; other policies get none.
 //
 // The clients speak the raw protocol (Hello, Welcome with the segment and two
-// doorbells, the rings), as libtandem does, from one process:
+// doorbells, the rings), as libtandem does, from one process; they ring the
+// event doorbell as libtandem's EventSender does, honouring the daemon's
+// wake-up watermark (Doorbell::notify_if):
 //   - one runner: SESSION_OPEN for sessions "bench-<i>" at set-up; then, for
 //     every session an engine hands over, TOOL_START on its next wake-up
 //     (every 2 ms) and TOOL_END + SESSION_CLOSE --tool-ms later;
@@ -183,29 +185,30 @@ struct Options {
   int churn_hz = 100;  // per engine
   int tool_ms = 50;
   int tick_ms = 0;  // 0: the daemon's default
-  std::string policy = "mars";
+  std::string policy = "tandem";
   int repeat = 1;
   Wake wake = Wake::kDoorbell;
   bool keep = false;
 };
 
 void print_usage(std::FILE* to) {
-  fmt::print(to,
-             "usage: daemon_bench [flags]\n"
-             "  --seconds N     measurement window, seconds (default 20)\n"
-             "  --warmup N      steady state before the window, seconds (default 3)\n"
-             "  --engines N     engine clients (default 8)\n"
-             "  --sessions N    live sessions (default 1000)\n"
-             "  --stats-hz N    KV_STATS per engine per second (default 100)\n"
-             "  --churn-hz N    sessions each engine finishes and replaces per second (default 100)\n"
-             "  --tool-ms N     how long each finished session's tool runs before it closes (default 50)\n"
-             "  --tick-ms N     the daemon's control tick (default: the daemon's, 50)\n"
-             "  --policy NAME   policy (default mars, with its window opened to 4096)\n"
-             "  --wake MODE     engines wait for directives on the doorbell (doorbell, default) or poll\n"
-             "                  the ring every 1 ms (poll)\n"
-             "  --repeat N      runs, each with a fresh daemon; medians are printed (default 1)\n"
-             "  --keep          keep the runtime dir (config, tandemd.log) and print its path\n"
-             "  --help          show this text\n");
+  fmt::print(
+      to,
+      "usage: daemon_bench [flags]\n"
+      "  --seconds N     measurement window, seconds (default 20)\n"
+      "  --warmup N      steady state before the window, seconds (default 3)\n"
+      "  --engines N     engine clients (default 8)\n"
+      "  --sessions N    live sessions (default 1000)\n"
+      "  --stats-hz N    KV_STATS per engine per second (default 100)\n"
+      "  --churn-hz N    sessions each engine finishes and replaces per second (default 100)\n"
+      "  --tool-ms N     how long each finished session's tool runs before it closes (default 50)\n"
+      "  --tick-ms N     the daemon's control tick (default: the daemon's, 50)\n"
+      "  --policy NAME   policy (default tandem, the daemon's; mars and tandem get their window opened to 4096)\n"
+      "  --wake MODE     engines wait for directives on the doorbell (doorbell, default) or poll\n"
+      "                  the ring every 1 ms (poll)\n"
+      "  --repeat N      runs, each with a fresh daemon; medians are printed (default 1)\n"
+      "  --keep          keep the runtime dir (config, tandemd.log) and print its path\n"
+      "  --help          show this text\n");
 }
 
 // Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed).
@@ -508,10 +511,11 @@ class Conn {
     }
   }
 
-  // Pushes one record and rings the doorbell; false if the ring is full.
+  // Pushes one record and rings the doorbell as libtandem's EventSender
+  // does (honouring the daemon's wake-up watermark); false if the ring is full.
   bool push(const ipc::Slot& slot) {
     if (!events_.try_push(slot)) return false;
-    event_bell_.notify();
+    event_bell_.notify_if([this] { return events_.in_flight(); });
     return true;
   }
 
@@ -877,8 +881,11 @@ Result<RunResult> run_once(const Options& o) {
   const std::string sock = dir.path() + "/tandemd.sock";
   std::ofstream(config) << config_text(o);
 
+  // Shows the daemon's log, then fails the run with `why`.
   auto fail = [&](std::string why) -> Result<RunResult> {
-    return base::make_error(EIO, fmt::format("{}\n--- tandemd.log (tail) ---\n{}", why, tail_of_file(log)));
+    std::fflush(stdout);
+    fmt::print(stderr, "--- tandemd.log (tail) ---\n{}\n--------------------------\n", tail_of_file(log));
+    return base::make_error(EIO, std::move(why));
   };
 
   rusage children_before{};
@@ -1199,6 +1206,7 @@ int run_main(int argc, char** argv) {
              o.tick_ms > 0 ? o.tick_ms : 50, o.wake == Wake::kDoorbell ? "doorbell" : "polling every 1 ms", o.tool_ms,
              o.seconds, o.warmup, cores, cores == 1 ? "" : "s");
 
+  std::fflush(stdout);
   std::vector<RunResult> runs;
   for (int i = 0; i < o.repeat; ++i) {
     auto r = run_once(o);
@@ -1207,6 +1215,7 @@ int run_main(int argc, char** argv) {
       return 1;
     }
     print_run(o, i, *r);
+    std::fflush(stdout);
     runs.push_back(std::move(*r));
   }
 

@@ -44,9 +44,9 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
   } else if (command == "sessions") {
     send_message(c, ipc::build_ctl_response(0, ctl_sessions(now)));
   } else {
-    send_message(c, ipc::build_ctl_response(
-                        EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions)",
-                                            command.substr(0, 64))));
+    send_message(
+        c, ipc::build_ctl_response(EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions)",
+                                                       command.substr(0, 64))));
   }
 }
 

@@ -87,8 +87,8 @@ std::uint64_t TokenBucket::available(Time now) {
   return tokens_ >= 1.0 ? static_cast<std::uint64_t>(tokens_) : 0;
 }
 
-base::Result<std::unique_ptr<Server>> Server::create(std::shared_ptr<const CompiledConfig> config,
-                                                     HostEffects& effects, Notifier& notifier, ConfigLoader reload) {
+base::Result<std::unique_ptr<Server>> Server::create(std::shared_ptr<const CompiledConfig> config, HostEffects& effects,
+                                                     Notifier& notifier, ConfigLoader reload) {
   std::unique_ptr<Server> s(new Server());
   s->config_ = std::move(config);
   s->effects_ = &effects;
@@ -106,9 +106,8 @@ base::Result<std::unique_ptr<Server>> Server::create(std::shared_ptr<const Compi
   if (!s->lock_) return base::errno_error(fmt::format("open {}", lock_path));
   if (::flock(s->lock_.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) {
-      return base::make_error(EADDRINUSE,
-                              fmt::format("another tandemd is running with runtime dir {} (it holds {})",
-                                          cfg.runtime_dir, lock_path));
+      return base::make_error(EADDRINUSE, fmt::format("another tandemd is running with runtime dir {} (it holds {})",
+                                                      cfg.runtime_dir, lock_path));
     }
     return base::errno_error(fmt::format("flock {}", lock_path));
   }
@@ -117,8 +116,8 @@ base::Result<std::unique_ptr<Server>> Server::create(std::shared_ptr<const Compi
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (s->socket_path_.size() >= sizeof addr.sun_path) {
-    return base::make_error(ENAMETOOLONG, fmt::format("socket path {} is longer than {} bytes", s->socket_path_,
-                                                      sizeof addr.sun_path - 1));
+    return base::make_error(
+        ENAMETOOLONG, fmt::format("socket path {} is longer than {} bytes", s->socket_path_, sizeof addr.sun_path - 1));
   }
   std::memcpy(addr.sun_path, s->socket_path_.c_str(), s->socket_path_.size() + 1);
   ::unlink(s->socket_path_.c_str());  // stale from a daemon that died; we hold the lock
@@ -269,12 +268,15 @@ void Server::on_timer() {
       doom(c, "sent no Hello within 5 s", true);
       continue;
     }
-    // Safety net: a lost wake-up (only a client's own doing) stalls it one
-    // tick at most; a throttled socket is read again.
+    // Every ring is drained at each tick: records below a ring's wake-up
+    // watermark wait for it (policies decide only at ticks), and a lost
+    // wake-up (only a client's own doing) stalls it one tick at most. A
+    // throttled socket is read again.
     if (c.has_channel) c.pending = true;
     if (!c.sock_armed) arm_socket(c);
   }
-  tick(now);
+  pump();
+  tick(clock_.now());  // the decision's time stamps the directives
 }
 
 void Server::arm_socket(Client& c) {
@@ -392,9 +394,9 @@ void Server::sweep() {
       ++it;
       continue;
     }
-    const std::string who =
-        c.phase == Phase::kActive ? fmt::format("client {} ({} \"{}\", pid {})", c.id, to_string(c.role), c.name, c.pid)
-                                  : fmt::format("connection {} (pid {}, uid {})", c.id, c.pid, c.uid);
+    const std::string who = c.phase == Phase::kActive
+                                ? fmt::format("client {} ({} \"{}\", pid {})", c.id, to_string(c.role), c.name, c.pid)
+                                : fmt::format("connection {} (pid {}, uid {})", c.id, c.pid, c.uid);
     if (c.misbehaved) {
       ++stats_.clients_dropped;
       spdlog::warn("{} dropped: {}", who, c.doom_reason);
@@ -495,9 +497,8 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
   ipc::WelcomeInfo welcome;
   welcome.client_id = c.id;
   if (c.role == Role::kEngine || c.role == Role::kRunner) {
-    auto channel =
-        ipc::Channel::create(ipc::ChannelConfig{cfg.event_slots, cfg.directive_slots},
-                             fmt::format("tandem-{}-{}", to_string(c.role), c.id));
+    auto channel = ipc::Channel::create(ipc::ChannelConfig{cfg.event_slots, cfg.directive_slots},
+                                        fmt::format("tandem-{}-{}", to_string(c.role), c.id));
     if (!channel) {
       spdlog::error("client {}: cannot create its segment: {}", c.id, channel.error().message());
       refuse(c, channel.error().code(), "the daemon could not create the shared-memory segment");
@@ -649,10 +650,10 @@ bool Server::admit_session(Client& c, sched::SessionId id) {
     if (!c.limit_warned) {  // told once: a client over its limit would otherwise get an Error per record
       spdlog::warn("client {} ({}): at limits.sessions_per_client = {}; further new sessions are rejected", c.id,
                    c.name, limit);
-      send_message(c, ipc::build_error(
-                          ENOSPC, fmt::format("session {:#018x} rejected: limits.sessions_per_client = {}; further "
-                                              "new sessions are rejected until some close",
-                                              id, limit)));
+      send_message(
+          c, ipc::build_error(ENOSPC, fmt::format("session {:#018x} rejected: limits.sessions_per_client = {}; further "
+                                                  "new sessions are rejected until some close",
+                                                  id, limit)));
       c.limit_warned = true;
     }
     return false;
@@ -688,6 +689,7 @@ void Server::pump() {
   for (auto& [id, c] : clients_) {
     if (!c.doomed && c.has_channel && !c.backlog.empty()) flush_backlog(c);
   }
+  ring_directive_bells();
 }
 
 bool Server::pump_client(Client& c, Time now) {
@@ -724,9 +726,11 @@ bool Server::pump_client(Client& c, Time now) {
     send_message(c, ipc::build_resync_request("events were lost: the event ring and its overflow were full"));
   }
   if (n == allowed) return true;  // more may be waiting: another round
-  // Drained: announce we sleep, re-check, and wait on the doorbell.
-  c.event_bell.arm();
-  if (!c.events.empty()) {
+  // Drained: announce we sleep with a watermark, re-check, and wait on the
+  // doorbell. The tick drains whatever stays below the watermark.
+  const std::uint32_t watermark = wake_watermark(c);
+  c.event_bell.arm(watermark);
+  if (c.events.available() >= watermark) {
     c.event_bell.disarm();
     return true;
   }
@@ -753,9 +757,8 @@ bool Server::authorize(Client& c, const ipc::Record& r, const char** why) {
   using T = ipc::RecordType;
   const T type = r.type();
   const sched::SessionId id = r.session();
-  const bool engine_record =
-      type == T::kRoundSubmit || type == T::kRoundFirstToken || type == T::kRoundEnd || type == T::kKvStats ||
-      type == T::kKvEvent;
+  const bool engine_record = type == T::kRoundSubmit || type == T::kRoundFirstToken || type == T::kRoundEnd ||
+                             type == T::kKvStats || type == T::kKvEvent;
   if (engine_record != (c.role == Role::kEngine)) {
     *why = c.role == Role::kEngine ? "an engine sent a runner's record" : "a runner sent an engine's record";
     return false;
@@ -816,7 +819,6 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     reject_record(c, "a directive on the event ring");
     return;
   }
-  const bool known = model_.sessions().find(r.session()) != nullptr;
   if (!feed(*event, now)) {
     reject_record(c, fmt::format("{}: not legal in the session's state", ipc::record_type_name(r.type())));
     return;
@@ -824,18 +826,17 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
   ++c.accepted;
   ++stats_.records_accepted;
   if (r.type() == ipc::RecordType::kKvStats) return;
-  if (r.type() == ipc::RecordType::kRoundSubmit) {
-    // A session admitted before this round reached an engine (a runner opened
-    // it, the policy admitted it), or one that moved engines: this engine has
-    // not been told it may run, so tell it now.
-    const sched::Session* s = model_.sessions().find(r.session());
-    if (s != nullptr && s->state == SessionState::kReasoning) {
-      send_directive(c.id, directive_slot(ipc::Admit{}, r.session(), now));
-    }
-  }
-  if (!known && model_.sessions().find(r.session()) == nullptr) return;
+  const sched::Session* s = model_.sessions().find(r.session());
+  if (s == nullptr) return;
   SessionMeta& m = meta_for(c, r.session());
   if (c.role == Role::kRunner && m.owner == 0) m.owner = c.id;  // a runner takes over an engine-opened session
+  if (r.type() == ipc::RecordType::kRoundSubmit && s->state == SessionState::kReasoning && m.told != c.id) {
+    // Admitted before this round reached this engine (a runner opened it and
+    // the policy admitted it, or it moved engines): the engine has not been
+    // told it may run, so tell it now.
+    send_directive(c.id, directive_slot(ipc::Admit{}, r.session(), now));
+    m.told = c.id;
+  }
 }
 
 bool Server::feed(const sched::Event& e, Time now) {
@@ -862,6 +863,7 @@ void Server::tick(Time now) {
   for (auto& [id, c] : clients_) {
     if (!c.doomed && c.role == Role::kEngine && c.has_channel) publish_status(c, now);
   }
+  ring_directive_bells();
 }
 
 void Server::session_done(sched::SessionId id) {
@@ -895,11 +897,13 @@ void Server::apply(const sched::Action& a, Time now) {
     case K::kAdmit:
       if (table.transition(a.session, SessionState::kReasoning, now)) {
         send_directive(engine, directive_slot(ipc::Admit{}, a.session, now));
+        if (m != meta_.end()) m->second.told = engine;
       }
       break;
     case K::kPause:
       if (table.transition(a.session, SessionState::kPaused, now)) {
         send_directive(engine, directive_slot(ipc::Pause{}, a.session, now));
+        if (m != meta_.end()) m->second.told = sched::kNoEngine;
       }
       break;
     case K::kRestore:
@@ -909,6 +913,7 @@ void Server::apply(const sched::Action& a, Time now) {
         const ipc::Slot slot = directive_slot(r, a.session, now);
         send_directive(engine, slot);
         if (a.engine != engine) send_directive(a.engine, slot);
+        if (m != meta_.end()) m->second.told = a.engine;
       }
       break;
     case K::kSetPriority: {
@@ -957,7 +962,7 @@ void Server::send_directive(sched::EngineId engine, const ipc::Slot& record) {
   if (c == nullptr || c->role != Role::kEngine || !c->has_channel) return;
   ++stats_.directives;
   if (c->backlog.empty() && c->directives.try_push(record)) {
-    c->directive_bell.notify();
+    c->bell_due = true;  // rung once for all of this tick's directives
     return;
   }
   if (c->backlog.size() >= kBacklogLimit) {
@@ -978,7 +983,21 @@ void Server::flush_backlog(Client& c) {
     c.backlog.pop_front();
     pushed = true;
   }
-  if (pushed) c.directive_bell.notify();
+  if (pushed) c.bell_due = true;
+}
+
+void Server::ring_directive_bells() {
+  for (auto& [id, c] : clients_) {
+    if (!c.bell_due || c.doomed) continue;
+    c.directive_bell.notify();
+    c.bell_due = false;
+  }
+}
+
+std::uint32_t Server::wake_watermark(const Client& c) {
+  // An eighth of the ring: a client far below it waits at most one tick; one
+  // that sends faster wakes the loop about eight times per ring's worth.
+  return std::max<std::uint32_t>(1, c.channel.event_slots() / 8);
 }
 
 void Server::publish_status(Client& c, Time now) {
@@ -1004,9 +1023,10 @@ void Server::reload() {
   if (cfg.event_slots != old_cfg.event_slots) restart_only = "ipc.event_slots";
   if (cfg.directive_slots != old_cfg.directive_slots) restart_only = "ipc.directive_slots";
   if (!restart_only.empty()) {
-    spdlog::error("reload refused: {} changed and takes effect only at a restart; the running configuration is "
-                  "unchanged",
-                  restart_only);
+    spdlog::error(
+        "reload refused: {} changed and takes effect only at a restart; the running configuration is "
+        "unchanged",
+        restart_only);
     notifier_->ready();
     return;
   }

@@ -151,6 +151,7 @@ class Server {
     bool sock_armed = false;        // a POLLIN on the socket is outstanding
     bool pidfd_armed = false;       // a POLLIN on the pidfd is outstanding
     bool pending = false;           // the pump should look at its ring
+    bool bell_due = false;          // directives pushed since its doorbell was last rung
     bool doomed = false;            // to be removed by sweep()
     bool misbehaved = false;        // removed for breaking the protocol or the limits
     std::string doom_reason;
@@ -164,10 +165,10 @@ class Server {
     std::uint64_t accepted = 0;
     std::uint64_t rejected = 0;
     std::uint64_t rejected_this_round = 0;
-    bool warned = false;            // logged its first bad record
-    bool limit_warned = false;      // logged hitting its session limit
-    bool throttle_logged = false;   // logged hitting its message rate
-    bool backlog_warned = false;    // logged dropping directives
+    bool warned = false;           // logged its first bad record
+    bool limit_warned = false;     // logged hitting its session limit
+    bool throttle_logged = false;  // logged hitting its message rate
+    bool backlog_warned = false;   // logged dropping directives
     std::uint32_t sm_partition = 0;
     bool sm_partition_set = false;
   };
@@ -179,6 +180,7 @@ class Server {
     std::int64_t cpu_weight = -1;
     std::int64_t cpu_quota = -1;
     std::uint8_t priority = 0;
+    sched::EngineId told = sched::kNoEngine;  // engine last sent ADMIT or RESTORE for it
   };
 
   Server() = default;
@@ -229,6 +231,11 @@ class Server {
   void apply(const sched::Action& a, base::Time now);
   void send_directive(sched::EngineId engine, const ipc::Slot& record);
   void flush_backlog(Client& c);
+  // Rings each engine's directive doorbell once for the directives pushed
+  // since the last call (after a pump and after a tick).
+  void ring_directive_bells();
+  // Records that must wait in a client's ring before it wakes the loop.
+  static std::uint32_t wake_watermark(const Client& c);
   void publish_status(Client& c, base::Time now);
   void session_done(sched::SessionId id);
   base::Result<void> install_policy(const CompiledConfig& config);

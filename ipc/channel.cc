@@ -88,7 +88,7 @@ bool EventSender::send(const Slot& record) {
   // the overflow queue.
   flush();
   if (overflow_.empty() && ring_.try_push(record)) {
-    bell_.notify();
+    bell_.notify_if([this] { return ring_.in_flight(); });
     return true;
   }
   if (overflow_.size() < overflow_capacity_) {
@@ -107,7 +107,7 @@ void EventSender::flush() {
     overflow_.pop_front();
     pushed = true;
   }
-  if (pushed) bell_.notify();
+  if (pushed) bell_.notify_if([this] { return ring_.in_flight(); });
 }
 
 }  // namespace tandem::ipc

@@ -19,8 +19,8 @@ bool Doorbell::ring_eventfd() {
   return true;
 }
 
-void Doorbell::arm() {
-  std::atomic_ref<std::uint32_t>(*flag_).store(1, std::memory_order_relaxed);
+void Doorbell::arm(std::uint32_t watermark) {
+  std::atomic_ref<std::uint32_t>(*flag_).store(watermark > 0 ? watermark : 1, std::memory_order_relaxed);
   // SYNC: full fence orders the flag store before the caller's re-check of the
   // ring (RingConsumer::empty(): tail hint, then slot turn). Pairs with the
   // fence in notify().

@@ -45,20 +45,35 @@ class Doorbell {
   // asleep and a wake-up was written (the only case that makes a syscall).
   // Inline: it runs after every push or batch.
   bool notify() {
+    return notify_if([] { return ~std::uint32_t{0}; });
+  }
+
+  // Producer: as notify(), for a consumer that may have armed with a
+  // watermark W > 1 ("wake me when W records wait"): `pending()` gives the
+  // records in the ring not yet handed back (an upper bound is fine), and is
+  // called only while the consumer sleeps.
+  template <class Pending>
+  bool notify_if(Pending&& pending) {
     // SYNC: full fence orders the caller's publishing stores (slot turn,
     // tail) before the flag load. Pairs with the fence in arm(): either we
     // see the flag, or the consumer's re-check after arm() sees the record.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     std::atomic_ref<std::uint32_t> flag(*flag_);
-    if (flag.load(std::memory_order_relaxed) == 0) return false;  // awake: no syscall
+    const std::uint32_t want = flag.load(std::memory_order_relaxed);
+    if (want == 0) return false;                     // awake: no syscall
+    if (want > 1 && pending() < want) return false;  // asleep, below its watermark
     // Clear before writing so a burst of pushes rings once per sleep.
     if (flag.exchange(0, std::memory_order_relaxed) == 0) return false;
     return ring_eventfd();
   }
 
   // Consumer: announce that we are about to sleep. The caller must re-check
-  // the ring after arm() and only then block on fd().
-  void arm();
+  // the ring after arm() and only then block on fd(). With a `watermark` W >
+  // 1, a producer using notify_if() wakes us only once W records wait: a
+  // consumer that polls anyway on a timer (tandemd pumps every ring at each
+  // control tick) trades latency for fewer wake-ups. Its re-check should then
+  // look for W records, not one.
+  void arm(std::uint32_t watermark = 1);
   // Consumer: we are awake again.
   void disarm();
   // Consumer: resets the eventfd counter after a wake-up (non-blocking).

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 #include "sched/session_table.h"
@@ -93,7 +94,7 @@ class NodeModel {
     std::uint32_t round = 0;
     std::uint64_t blocks = 0;
   };
-  std::map<SessionId, QueuedRound> queued_;  // rounds counted in an engine's queued_blocks
+  std::unordered_map<SessionId, QueuedRound> queued_;  // rounds counted in an engine's queued_blocks (never walked)
   void unqueue(SessionId s);
 };
 

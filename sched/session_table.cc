@@ -62,6 +62,7 @@ Session& SessionTable::create(SessionId id, Time now) {
   s.opened = now;
   s.state_since = now;
   index_add(s);
+  index_[id] = &s;
   return s;
 }
 
@@ -108,22 +109,21 @@ bool SessionTable::abort_round(SessionId id, Time now) {
 }
 
 std::size_t SessionTable::reap_done() {
-  std::size_t n = 0;
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    if (it->second.state == SessionState::kDone) {
-      index_remove(it->second);
-      it = sessions_.erase(it);
-      ++n;
-    } else {
-      ++it;
-    }
+  // Walks the DONE index, not the table: a host reaps every tick.
+  auto& done = by_state_[static_cast<std::size_t>(SessionState::kDone)];
+  const std::size_t n = done.size();
+  while (!done.empty()) {
+    const SessionId id = done.back()->id;
+    done.pop_back();
+    index_.erase(id);
+    sessions_.erase(id);
   }
   return n;
 }
 
 const Session* SessionTable::find(SessionId id) const {
-  auto it = sessions_.find(id);
-  return it == sessions_.end() ? nullptr : &it->second;
+  auto it = index_.find(id);
+  return it == index_.end() ? nullptr : it->second;
 }
 
 bool SessionTable::apply(const Event& event, Time now) {

@@ -38,6 +38,8 @@ void walk(Sink& sink, const wire::EngineParams* e) {
   sink.add(e->total_blocks());
   sink.add(e->max_seqs());
   sink.add(e->token_budget());
+  sink.add(e->saturating_tokens());
+  sink.add(e->max_model_len());
 }
 
 void walk(Sink& sink, const wire::Hello* m) {
@@ -102,6 +104,19 @@ void walk(Sink& sink, const wire::CtlResponse* m) {
   sink.add_string(m->body());
 }
 
+void walk(Sink& sink, const wire::PolicyConfig* m) {
+  sink.add(m->epoch());
+  sink.add_string(m->name());
+  if (const auto* keys = m->keys(); keys != nullptr) {
+    sink.add(keys->size());
+    for (flatbuffers::uoffset_t i = 0; i < keys->size(); ++i) sink.add_string(keys->Get(i));
+  }
+  if (const auto* values = m->values(); values != nullptr) {
+    sink.add(values->size());
+    for (flatbuffers::uoffset_t i = 0; i < values->size(); ++i) sink.add(static_cast<std::uint64_t>(values->Get(i)));
+  }
+}
+
 // verify_message() promises a known type with a table; trap if it lied.
 template <class T>
 void walk_payload(Sink& sink, const T* payload) {
@@ -128,6 +143,8 @@ void walk(Sink& sink, const wire::Message* m) {
       return walk_payload(sink, m->payload_as_CtlRequest());
     case wire::Payload::CtlResponse:
       return walk_payload(sink, m->payload_as_CtlResponse());
+    case wire::Payload::PolicyConfig:
+      return walk_payload(sink, m->payload_as_PolicyConfig());
     case wire::Payload::NONE:
       break;
   }

@@ -36,9 +36,9 @@ class Emulator {
  public:
   void start(const std::string& dir, const std::string& name) {
     out_ = dir + "/" + name + ".out";
-    proc_.start({EMU_PATH, "--port", "0", "--runtime-dir", dir, "--name", name, "--speedup", "20", "--kv-blocks",
-                 "4000"},
-                out_, dir + "/" + name + ".log");
+    proc_.start(
+        {EMU_PATH, "--port", "0", "--runtime-dir", dir, "--name", name, "--speedup", "20", "--kv-blocks", "4000"}, out_,
+        dir + "/" + name + ".log");
     const std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
     ASSERT_TRUE(eventually([&] {
       std::smatch m;

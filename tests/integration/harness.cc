@@ -79,7 +79,7 @@ int Process::stop(int sig, std::chrono::milliseconds timeout) {
   return -1;
 }
 
-Daemon::Daemon(std::string runtime_dir, std::string config_text)
+Daemon::Daemon(std::string runtime_dir, const std::string& config_text)
     : dir_(std::move(runtime_dir)), socket_(dir_ + "/tandemd.sock"), config_path_(dir_ + "/tandemd.toml") {
   std::ofstream(config_path_) << config_text;
 }

@@ -61,7 +61,7 @@ class Process {
 // tandemd in `runtime_dir` with a config file holding `config_text`.
 class Daemon {
  public:
-  Daemon(std::string runtime_dir, std::string config_text = "");
+  explicit Daemon(std::string runtime_dir, const std::string& config_text = "");
   // Starts it and waits until its socket accepts connections (5 s at most).
   void start();
   void kill9() { proc_.kill9(); }
@@ -134,9 +134,8 @@ class RawClient {
 template <class T>
 ipc::Slot record(T r, std::uint64_t session) {
   r.header.session = session;
-  r.header.timestamp_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now().time_since_epoch())
-                              .count();
+  r.header.timestamp_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   return ipc::encode(r);
 }
 

@@ -41,6 +41,13 @@ class ProtocolTest : public ::testing::Test {
     ASSERT_TRUE(h) << h.error().message();
   }
 
+  // The daemon survived it all and shuts down cleanly (under the sanitizers,
+  // that includes no leak).
+  void TearDown() override {
+    good_.reset();
+    EXPECT_EQ(daemon_.stop(), 0) << daemon_.log();
+  }
+
   // The good engine still gets its records taken, and ctl answers.
   void expect_good_client_served() {
     const auto before = ctl(daemon_.socket_path(), "status")["records"]["accepted"].get<std::uint64_t>();

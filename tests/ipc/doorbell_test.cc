@@ -56,6 +56,26 @@ TEST_F(DoorbellTest, ArmedConsumerGetsExactlyOneWakeupPerSleep) {
   EXPECT_FALSE(producer_side.notify());
 }
 
+TEST_F(DoorbellTest, AWatermarkWakesOnlyOnceThatManyRecordsWait) {
+  Doorbell consumer_side = channel_.event_doorbell();
+  Doorbell producer_side = channel_.event_doorbell();
+  auto producer = channel_.event_producer();
+  ASSERT_TRUE(producer);
+  consumer_side.arm(4);
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(producer->try_push(Slot{}));
+    EXPECT_FALSE(producer_side.notify_if([&] { return producer->in_flight(); })) << i << " records, watermark 4";
+  }
+  EXPECT_EQ(eventfd_count(producer_side.fd()), 0u);
+  ASSERT_TRUE(producer->try_push(Slot{}));
+  EXPECT_TRUE(producer_side.notify_if([&] { return producer->in_flight(); }));
+  EXPECT_FALSE(producer_side.notify_if([&] { return producer->in_flight(); })) << "rings once per sleep";
+  EXPECT_EQ(eventfd_count(producer_side.fd()), 1u);
+  // A plain notify() ignores the watermark: the ring is full, say.
+  consumer_side.arm(1000);
+  EXPECT_TRUE(producer_side.notify());
+}
+
 TEST_F(DoorbellTest, WaitReturnsImmediatelyWhenWorkIsThere) {
   Doorbell bell = channel_.event_doorbell();
   auto r = bell.wait([] { return true; }, 1s);
