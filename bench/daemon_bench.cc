@@ -165,10 +165,8 @@ void sleep_ns(std::int64_t ns) {
 }
 
 template <class T>
-ipc::Slot make_record(T r, std::uint64_t session) {
-  r.header.session = session;
-  r.header.timestamp_ns = now_ns();
-  return ipc::encode(r);
+ipc::Slot make_record(const T& r, std::uint64_t session) {
+  return ipc::encode(r, session, now_ns());
 }
 
 // ---------------------------------------------------------------------------

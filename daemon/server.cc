@@ -71,10 +71,8 @@ std::optional<Role> role_from_wire(wire::Role r) {
 }
 
 template <class T>
-ipc::Slot directive_slot(T record, sched::SessionId session, Time now) {
-  record.header.session = session;
-  record.header.timestamp_ns = base::to_ns(now);
-  return ipc::encode(record);
+ipc::Slot directive_slot(const T& record, sched::SessionId session, Time now) {
+  return ipc::encode(record, session, base::to_ns(now));
 }
 
 }  // namespace

@@ -204,9 +204,9 @@ std::vector<std::uint8_t> build_hello(wire::Role role, std::string_view name, st
   auto name_offset = make_string(fbb, name);
   flatbuffers::Offset<wire::EngineParams> engine_offset;
   if (engine) {
-    engine_offset = wire::CreateEngineParams(fbb, engine->gpu_index, engine->block_size, engine->total_blocks,
-                                             engine->max_seqs, engine->token_budget, engine->saturating_tokens,
-                                             engine->max_model_len);
+    engine_offset =
+        wire::CreateEngineParams(fbb, engine->gpu_index, engine->block_size, engine->total_blocks, engine->max_seqs,
+                                 engine->token_budget, engine->saturating_tokens, engine->max_model_len);
   }
   auto hello = wire::CreateHello(fbb, kProtocolVersion, role, name_offset, pid, engine_offset);
   return finish(fbb, wire::Payload::Hello, hello.Union());

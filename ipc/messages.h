@@ -76,10 +76,10 @@ base::Result<ReceivedMessage> recv_message(int sock);
 // Static description of an engine; mirrors wire::EngineParams.
 struct EngineInfo {
   std::int32_t gpu_index = -1;
-  std::uint32_t block_size = 0;    // tokens per KV block
-  std::uint32_t total_blocks = 0;  // KV blocks in the engine's pool
-  std::uint32_t max_seqs = 0;      // max running sequences per step
-  std::uint32_t token_budget = 0;  // max tokens per step
+  std::uint32_t block_size = 0;         // tokens per KV block
+  std::uint32_t total_blocks = 0;       // KV blocks in the engine's pool
+  std::uint32_t max_seqs = 0;           // max running sequences per step
+  std::uint32_t token_budget = 0;       // max tokens per step
   std::uint32_t saturating_tokens = 0;  // step size from which a step is compute-bound, 0 = unknown
   std::uint32_t max_model_len = 0;      // 0 = unknown
 };

@@ -253,6 +253,15 @@ Slot encode(const T& record) {
   return std::bit_cast<Slot>(record);
 }
 
+// The same, with the header's session and sender's CLOCK_MONOTONIC time
+// (base::to_ns) filled in.
+template <class T>
+Slot encode(T record, std::uint64_t session, std::int64_t timestamp_ns) {
+  record.header.session = session;
+  record.header.timestamp_ns = timestamp_ns;
+  return std::bit_cast<Slot>(record);
+}
+
 // A validated record. Thread-safety: a value type.
 class Record {
  public:

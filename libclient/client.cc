@@ -61,6 +61,10 @@ void Client::shutdown() {
     } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while closing; nothing left to report to
     }
   }
+  drop_connection();
+}
+
+void Client::drop_connection() {
   sender_.reset();
   directives_.reset();
   status_.reset();
@@ -252,14 +256,7 @@ void Client::on_policy_config(const wire::PolicyConfig& config) {
 void Client::lose(std::string reason) {
   if (state_ == ConnState::kConnected) ++stats_.disconnects;
   connection_error_ = std::move(reason);
-  sender_.reset();
-  directives_.reset();
-  status_.reset();
-  directive_bell_ = ipc::Doorbell();
-  channel_.reset();
-  sock_.reset();
-  outbox_.clear();
-  state_ = ConnState::kDisconnected;
+  drop_connection();
   next_attempt_ = clock_.now() + backoff_;
   backoff_ = std::min(backoff_ * 2, config_.reconnect_max);
 }
@@ -349,14 +346,12 @@ void Client::queue_resync() {
 // ---- rings ----------------------------------------------------------------------
 
 template <class T>
-void Client::send_record(T record, std::uint64_t session) {
-  record.header.session = session;
-  record.header.timestamp_ns = base::to_ns(clock_.now());
+void Client::send_record(const T& record, std::uint64_t session) {
   if (state_ != ConnState::kConnected) {
     ++stats_.records_dropped;  // fail-open: the resync after reconnecting carries the state
     return;
   }
-  if (sender_->send(ipc::encode(record))) {
+  if (sender_->send(ipc::encode(record, session, base::to_ns(clock_.now())))) {
     ++stats_.records_sent;
   } else {
     ++stats_.records_dropped;  // ring and overflow full: the daemon was told to ask for a resync

@@ -165,6 +165,8 @@ class Client {
   void on_policy_config(const wire::PolicyConfig& config);
   // Drops the connection and schedules the next attempt.
   void lose(std::string reason);
+  // Releases the socket, the segment and the ring endpoints (no backoff).
+  void drop_connection();
   // Sends what fits of outbox_; false if the connection was lost.
   bool flush_outbox();
   void queue_message(std::vector<std::uint8_t> message);
@@ -174,7 +176,7 @@ class Client {
 
   // ---- rings ----
   template <class T>
-  void send_record(T record, std::uint64_t session);
+  void send_record(const T& record, std::uint64_t session);
   // Moves directives from the ring into ready_, applying each.
   void drain_directives();
   void apply(const ipc::Record& record);

@@ -89,6 +89,13 @@ struct Runner {
   }
   void pump() { tandem_poll(handle, 0, 0, nullptr); }
   bool connected() const { return tandem_connected(handle) == 1; }
+  // Drives the handshake until the daemon welcomed it.
+  bool wait_connected() {
+    return eventually([&] {
+      pump();
+      return connected();
+    });
+  }
 
   tandem_client* handle = nullptr;
 };
@@ -126,10 +133,7 @@ TEST(EndToEnd, RoundsAreAdmittedAsThePolicySays) {
   Emulator emu;
   emu.start(dir.path(), "emu-0");
   Runner runner(dir.path());
-  ASSERT_TRUE(eventually([&] {
-    runner.pump();
-    return runner.connected();
-  }));
+  ASSERT_TRUE(runner.wait_connected());
   const std::uint64_t a = runner.open("agent-a");
   ASSERT_TRUE(eventually([&] { return session_states(dir.path())["agent-a"] == "reasoning"; })) << daemon.log();
   ASSERT_EQ(emu.complete("agent-a", 8), 200) << daemon.log() << tandemctl(dir.path(), "sessions");
@@ -166,10 +170,7 @@ TEST(EndToEnd, DaemonKilledUnderLoadRestartsAndResyncs) {
   Emulator emu;
   emu.start(dir.path(), "emu-0");
   Runner runner(dir.path());
-  ASSERT_TRUE(eventually([&] {
-    runner.pump();
-    return runner.connected();
-  }));
+  ASSERT_TRUE(runner.wait_connected());
   const std::vector<std::string> names = {"s0", "s1", "s2", "s3"};
   for (const std::string& n : names) runner.open(n);
 

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
 #include "ipc/channel.h"
@@ -132,11 +133,8 @@ class RawClient {
 
 // A record with `session` and now's timestamp.
 template <class T>
-ipc::Slot record(T r, std::uint64_t session) {
-  r.header.session = session;
-  r.header.timestamp_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  return ipc::encode(r);
+ipc::Slot record(const T& r, std::uint64_t session) {
+  return ipc::encode(r, session, base::to_ns(base::MonotonicClock().now()));
 }
 
 // ctl `command` over a fresh connection; aborts the test on failure.

@@ -56,9 +56,9 @@ typedef struct tandem_client tandem_client;
 /* ---- connecting ------------------------------------------------------- */
 
 typedef struct tandem_options {
-  size_t sz;              /* sizeof(tandem_options) */
-  const char* runtime_dir;  /* NULL: $TANDEM_RUNTIME_DIR, else "/run/tandem" */
-  const char* name;         /* shown in tandemctl; NULL: "<role>-<pid>" */
+  size_t sz;               /* sizeof(tandem_options) */
+  const char* runtime_dir; /* NULL: $TANDEM_RUNTIME_DIR, else "/run/tandem" */
+  const char* name;        /* shown in tandemctl; NULL: "<role>-<pid>" */
   /* Sessions runnable at once while the daemon is away. 0: 64. */
   uint32_t fallback_cap;
   /* First reconnect delay and its cap, milliseconds. 0: 50 and 2000. */
@@ -67,7 +67,7 @@ typedef struct tandem_options {
 } tandem_options;
 
 typedef struct tandem_engine_params {
-  size_t sz;                /* sizeof(tandem_engine_params) */
+  size_t sz;                  /* sizeof(tandem_engine_params) */
   int32_t gpu_index;          /* -1: none / unknown */
   uint32_t block_size;        /* tokens per KV block, > 0 */
   uint32_t total_blocks;      /* KV blocks in the pool, > 0 */
@@ -99,13 +99,13 @@ TANDEM_API const char* tandem_last_error(const tandem_client* client) TANDEM_NOE
 
 /* Counters, for logs and tests. */
 typedef struct tandem_client_stats {
-  size_t sz; /* sizeof the struct */
-  uint64_t connects;           /* successful handshakes */
-  uint64_t disconnects;        /* connections lost */
-  uint64_t records_sent;       /* ring records handed to the daemon */
-  uint64_t records_dropped;    /* dropped: ring and overflow full (resync flagged) or not connected */
-  uint64_t directives;         /* directives received */
-  uint64_t resyncs;            /* snapshots sent */
+  size_t sz;                /* sizeof the struct */
+  uint64_t connects;        /* successful handshakes */
+  uint64_t disconnects;     /* connections lost */
+  uint64_t records_sent;    /* ring records handed to the daemon */
+  uint64_t records_dropped; /* dropped: ring and overflow full (resync flagged) or not connected */
+  uint64_t directives;      /* directives received */
+  uint64_t resyncs;         /* snapshots sent */
 } tandem_client_stats;
 TANDEM_API int tandem_get_stats(const tandem_client* client, tandem_client_stats* ret_stats) TANDEM_NOEXCEPT;
 
@@ -122,7 +122,7 @@ TANDEM_API int tandem_session_name(tandem_client* client, uint64_t session, cons
 /* ---- runner API ------------------------------------------------------- */
 
 typedef struct tandem_session_hints {
-  size_t sz; /* sizeof the struct */
+  size_t sz;                /* sizeof the struct */
   uint8_t priority_class;   /* 0 (default) .. 3 (background) */
   uint32_t expected_rounds; /* 0 = unknown */
 } tandem_session_hints;
@@ -153,7 +153,7 @@ TANDEM_API int tandem_tool_end(tandem_client* client, uint64_t session, const ch
 /* ---- engine API ------------------------------------------------------- */
 
 typedef struct tandem_round {
-  size_t sz; /* sizeof the struct */
+  size_t sz;                  /* sizeof the struct */
   uint32_t round;             /* 0-based index within the session */
   uint32_t prompt_tokens;     /* whole context of the call */
   uint32_t cached_tokens;     /* prefix already in the KV cache, <= prompt_tokens */
@@ -165,8 +165,7 @@ typedef struct tandem_round {
  * it, tandem_session_runnable() says 0 (fail-open: 1 within the local cap).
  * Errors: -EPERM (not an engine handle), -EINVAL (bad fields), -EBUSY (a
  * round of this session is already in flight). */
-TANDEM_API int tandem_round_submit(tandem_client* client, uint64_t session,
-                                   const tandem_round* round) TANDEM_NOEXCEPT;
+TANDEM_API int tandem_round_submit(tandem_client* client, uint64_t session, const tandem_round* round) TANDEM_NOEXCEPT;
 TANDEM_API int tandem_round_first_token(tandem_client* client, uint64_t session, uint32_t round,
                                         uint64_t queue_delay_ns, uint64_t prefill_ns) TANDEM_NOEXCEPT;
 /* The round finished: it generated `output_tokens`, the session holds
@@ -308,7 +307,12 @@ typedef struct tandem_step_plan {
 TANDEM_API int tandem_engine_plan_step(tandem_client* client, const tandem_step_input* input,
                                        tandem_step_plan* ret_plan) TANDEM_NOEXCEPT;
 
-enum tandem_keep_decision { TANDEM_KEEP_RELEASE = 0, TANDEM_KEEP_PIN = 1, TANDEM_KEEP_OFFLOAD = 2, TANDEM_KEEP_DROP = 3 };
+enum tandem_keep_decision {
+  TANDEM_KEEP_RELEASE = 0,
+  TANDEM_KEEP_PIN = 1,
+  TANDEM_KEEP_OFFLOAD = 2,
+  TANDEM_KEEP_DROP = 3
+};
 
 typedef struct tandem_round_end_info {
   size_t sz; /* sizeof the struct */
