@@ -36,6 +36,10 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
     return;
   }
   const std::string_view command = req.command()->string_view();
+  // Records below a ring's wake-up watermark wait for the tick: take them
+  // now, so an answer is never a tick stale.
+  for (auto& [id, other] : clients_) other.pending = other.has_channel && !other.doomed;
+  pump();
   const base::Time now = clock_.now();
   if (command == "status") {
     send_message(c, ipc::build_ctl_response(0, ctl_status(now)));
