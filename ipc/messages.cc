@@ -87,6 +87,16 @@ base::Result<const wire::Message*> verify_message(std::span<const std::uint8_t> 
     return base::make_error(
         EBADMSG, fmt::format("verify message: payload type {} without a payload table", wire::EnumNamePayload(type)));
   }
+  // The verifier checks a vector's length word for 4-byte alignment only; the
+  // elements of a vector of 8-byte scalars must be 8-aligned as well, or
+  // reading one is a misaligned load (found by fuzz_messages). The builder
+  // always aligns them.
+  if (type == wire::Payload::PolicyConfig) {
+    const auto* values = message->payload_as_PolicyConfig()->values();
+    if (values != nullptr && reinterpret_cast<std::uintptr_t>(values->data()) % alignof(double) != 0) {
+      return base::make_error(EBADMSG, "verify message: PolicyConfig.values is not 8-byte aligned");
+    }
+  }
   return message;
 }
 

@@ -5,6 +5,7 @@
 // For every buffer that verifies, this reads every field of every table the
 // payload can reach (strings byte by byte, vectors element by element), so a
 // gap in the verifier becomes an out-of-bounds read that ASan reports.
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -113,7 +114,8 @@ void walk(Sink& sink, const wire::PolicyConfig* m) {
   }
   if (const auto* values = m->values(); values != nullptr) {
     sink.add(values->size());
-    for (flatbuffers::uoffset_t i = 0; i < values->size(); ++i) sink.add(static_cast<std::uint64_t>(values->Get(i)));
+    for (flatbuffers::uoffset_t i = 0; i < values->size(); ++i)
+      sink.add(std::bit_cast<std::uint64_t>(values->Get(i)));  // any bits, NaN included
   }
 }
 

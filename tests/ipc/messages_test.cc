@@ -186,6 +186,49 @@ TEST(Messages, ResyncRequestRoundTrips) {
   EXPECT_EQ(rr->reason()->string_view(), "daemon restarted");
 }
 
+TEST(Messages, ResyncRoundTrips) {
+  std::vector<SessionSnapshotInfo> sessions(2);
+  sessions[0].session = 7;
+  sessions[0].name = "agent-7";
+  sessions[0].state = 2;
+  sessions[0].round = 3;
+  sessions[0].blocks_held = 40;
+  sessions[0].in_tool = true;
+  sessions[0].tool_kind = 99;
+  sessions[1].session = 8;
+  ReceivedMessage m = round_trip(build_resync(sessions, true));
+  ASSERT_NE(m.message(), nullptr);
+  const wire::Resync* r = m.message()->payload_as_Resync();
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(r->more());
+  ASSERT_EQ(r->sessions()->size(), 2u);
+  const wire::SessionSnapshot* s = r->sessions()->Get(0);
+  EXPECT_EQ(s->session(), 7u);
+  EXPECT_EQ(s->name()->string_view(), "agent-7");
+  EXPECT_EQ(s->state(), 2);
+  EXPECT_EQ(s->round(), 3u);
+  EXPECT_EQ(s->blocks_held(), 40u);
+  EXPECT_TRUE(s->in_tool());
+  EXPECT_EQ(s->tool_kind(), 99u);
+}
+
+TEST(Messages, PolicyConfigRoundTripsWithAlignedValues) {
+  const std::vector<std::string> keys = {"window_max", "residency"};
+  const std::vector<double> values = {30.0, 1.0};
+  Bytes bytes = build_policy_config(4, "tandem", keys, values);
+  ReceivedMessage m = round_trip(bytes);
+  ASSERT_NE(m.message(), nullptr);
+  const wire::PolicyConfig* p = m.message()->payload_as_PolicyConfig();
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->epoch(), 4u);
+  EXPECT_EQ(p->name()->string_view(), "tandem");
+  ASSERT_EQ(p->keys()->size(), 2u);
+  EXPECT_EQ(p->keys()->Get(1)->string_view(), "residency");
+  ASSERT_EQ(p->values()->size(), 2u);
+  EXPECT_EQ(p->values()->Get(0), 30.0);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p->values()->data()) % 8, 0u);
+}
+
 TEST(Messages, CtlRequestRoundTrips) {
   const std::vector<std::string> args = {"--session", "abc", ""};
   ReceivedMessage m = round_trip(build_ctl_request("sessions", args, true));
