@@ -112,6 +112,7 @@
 #include "base/result.h"
 #include "base/unique_fd.h"
 #include "ipc/channel.h"
+#include "ipc/daemon_connection.h"
 #include "ipc/doorbell.h"
 #include "ipc/messages.h"
 #include "ipc/records.h"
@@ -438,115 +439,44 @@ double rusage_seconds(const rusage& r) {
 // ---------------------------------------------------------------------------
 // Raw protocol client
 
-// One connection: the socket and, for engines and runners, the channel.
-class Conn {
- public:
-  static Result<std::unique_ptr<Conn>> open(const std::string& path, wire::Role role, const std::string& name,
-                                            const std::optional<ipc::EngineInfo>& engine = std::nullopt) {
-    auto c = std::make_unique<Conn>();
-    c->sock_ = base::UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    if (!c->sock_) return base::errno_error("socket");
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-    if (::connect(c->sock_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-      return base::errno_error(fmt::format("connect {}", path));
-    }
-    if (auto s = ipc::send_message(c->sock_.get(), ipc::build_hello(role, name, ::getpid(), engine)); !s) {
-      return base::propagate(std::move(s.error()), "Hello");
-    }
-    auto m = c->recv(kReplyTimeout);
-    if (!m) return base::propagate(std::move(m.error()), fmt::format("{}: Welcome", name));
-    const wire::Message* msg = m->message();
-    if (msg->payload_type() == wire::Payload::Error) {
-      const auto* e = msg->payload_as_Error();
-      return base::make_error(e->code(), fmt::format("{}: refused: {}", name, e->message() ? e->message()->str() : ""));
-    }
-    if (msg->payload_type() != wire::Payload::Welcome) return base::make_error(EPROTO, "expected Welcome");
-    c->client_id_ = msg->payload_as_Welcome()->client_id();
-    if (role == wire::Role::Engine || role == wire::Role::Runner) {
-      if (m->fds.size() != 3) return base::make_error(EPROTO, "Welcome without the three fds");
-      auto ch = ipc::Channel::attach(std::move(m->fds[0]), std::move(m->fds[1]), std::move(m->fds[2]));
-      if (!ch) return base::propagate(std::move(ch.error()), "attach");
-      c->channel_ = std::move(*ch);
-      auto ev = c->channel_->event_producer();
-      if (!ev) return base::propagate(std::move(ev.error()), "event ring");
-      auto dir = c->channel_->directive_consumer();
-      if (!dir) return base::propagate(std::move(dir.error()), "directive ring");
-      c->events_ = *ev;
-      c->directives_ = *dir;
-      c->event_bell_ = c->channel_->event_doorbell();
-      c->directive_bell_ = c->channel_->directive_doorbell();
-    }
-    return c;
-  }
+using Conn = ipc::DaemonConnection;
 
-  // One verified message within `timeout`.
-  Result<ipc::ReceivedMessage> recv(std::chrono::milliseconds timeout) {
-    pollfd p{sock_.get(), POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(timeout.count()));
-    if (n == 0) return base::make_error(ETIMEDOUT, "no reply in time");
-    if (n < 0) return base::errno_error("poll");
-    return ipc::recv_message(sock_.get());
+// A connection that said Hello as `role` and was welcomed.
+Result<std::unique_ptr<Conn>> open_conn(const std::string& path, wire::Role role, const std::string& name,
+                                        const std::optional<ipc::EngineInfo>& engine = std::nullopt) {
+  auto c = Conn::connect(path);
+  if (!c) return base::propagate(std::move(c.error()));
+  if (auto h = c->hello(role, name, engine, kReplyTimeout); !h) {
+    return base::propagate(std::move(h.error()), fmt::format("{}: Hello", name));
   }
+  return std::make_unique<Conn>(std::move(*c));
+}
 
-  // ctl `command`: the reply's JSON body.
-  Result<json> ctl(const std::string& command) {
-    if (auto s = ipc::send_message(sock_.get(), ipc::build_ctl_request(command, {}, true)); !s) {
-      return base::propagate(std::move(s.error()), "ctl request");
-    }
-    while (true) {
-      auto m = recv(kReplyTimeout);
-      if (!m) return base::propagate(std::move(m.error()), "ctl reply");
-      const wire::Message* msg = m->message();
-      if (msg->payload_type() != wire::Payload::CtlResponse) continue;
-      const auto* r = msg->payload_as_CtlResponse();
-      std::string body = r->body() ? r->body()->str() : "";
-      if (r->status() != 0) return base::make_error(r->status(), body);
-      json j = json::parse(body, nullptr, false);
-      if (j.is_discarded()) return base::make_error(EBADMSG, "ctl reply is not JSON");
-      return j;
+// ctl `command`'s reply, parsed.
+Result<json> ctl_json(Conn& c, const std::string& command) {
+  auto body = c.ctl(command, kReplyTimeout);
+  if (!body) return base::propagate(std::move(body.error()), "ctl");
+  json j = json::parse(*body, nullptr, false);
+  if (j.is_discarded()) return base::make_error(EBADMSG, "ctl reply is not JSON");
+  return j;
+}
+
+// Error messages the daemon sent on the socket (read without blocking);
+// the first one's text goes to `first`.
+int drain_errors(Conn& c, std::string& first) {
+  int errors = 0;
+  while (true) {
+    pollfd p{c.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) break;
+    auto m = ipc::recv_message(c.fd());
+    if (!m) break;
+    if (m->message()->payload_type() == wire::Payload::Error) {
+      const auto* e = m->message()->payload_as_Error();
+      if (errors++ == 0) first = e->message() ? e->message()->str() : "";
     }
   }
-
-  // Pushes one record and rings the doorbell as libtandem's EventSender
-  // does (honouring the daemon's wake-up watermark); false if the ring is full.
-  bool push(const ipc::Slot& slot) {
-    if (!events_.try_push(slot)) return false;
-    event_bell_.notify_if([this] { return events_.in_flight(); });
-    return true;
-  }
-
-  // Error messages the daemon sent on the socket (read without blocking);
-  // the first one's text goes to `first`.
-  int drain_errors(std::string& first) {
-    int errors = 0;
-    while (true) {
-      pollfd p{sock_.get(), POLLIN, 0};
-      if (::poll(&p, 1, 0) <= 0) break;
-      auto m = ipc::recv_message(sock_.get());
-      if (!m) break;
-      if (m->message()->payload_type() == wire::Payload::Error) {
-        const auto* e = m->message()->payload_as_Error();
-        if (errors++ == 0) first = e->message() ? e->message()->str() : "";
-      }
-    }
-    return errors;
-  }
-
-  ipc::RingConsumer& directives() { return directives_; }
-  ipc::Doorbell& directive_bell() { return directive_bell_; }
-  std::uint32_t client_id() const { return client_id_; }
-
- private:
-  base::UniqueFd sock_;
-  std::uint32_t client_id_ = 0;
-  std::optional<ipc::Channel> channel_;
-  ipc::RingProducer events_;
-  ipc::RingConsumer directives_;
-  ipc::Doorbell event_bell_;
-  ipc::Doorbell directive_bell_;
-};
+  return errors;
+}
 
 // ---------------------------------------------------------------------------
 // The clients
@@ -899,7 +829,7 @@ Result<RunResult> run_once(const Options& o) {
   const auto up_deadline = std::chrono::steady_clock::now() + kStartTimeout;
   while (!ctl) {
     if (daemon.exited()) return fail("tandemd exited at start");
-    if (auto c = Conn::open(sock, wire::Role::CtlRead, "bench-ctl"); c) {
+    if (auto c = open_conn(sock, wire::Role::CtlRead, "bench-ctl"); c) {
       ctl = std::move(*c);
     } else if (std::chrono::steady_clock::now() > up_deadline) {
       return fail(fmt::format("tandemd's socket did not come up: {}", c.error().message()));
@@ -907,9 +837,9 @@ Result<RunResult> run_once(const Options& o) {
       sleep_ns(10'000'000);
     }
   }
-  auto status = [&]() -> Result<json> { return ctl->ctl("status"); };
+  auto status = [&]() -> Result<json> { return ctl_json(*ctl, "status"); };
 
-  auto runner = Conn::open(sock, wire::Role::Runner, "bench-runner");
+  auto runner = open_conn(sock, wire::Role::Runner, "bench-runner");
   if (!runner) return fail(runner.error().message());
   std::vector<std::unique_ptr<Conn>> engines;
   for (int e = 0; e < o.engines; ++e) {
@@ -918,7 +848,7 @@ Result<RunResult> run_once(const Options& o) {
     info.total_blocks = kTotalBlocks;
     info.max_seqs = kMaxSeqs;
     info.token_budget = kTokenBudget;
-    auto c = Conn::open(sock, wire::Role::Engine, fmt::format("bench-engine-{}", e), info);
+    auto c = open_conn(sock, wire::Role::Engine, fmt::format("bench-engine-{}", e), info);
     if (!c) return fail(c.error().message());
     engines.push_back(std::move(*c));
   }
@@ -1064,8 +994,8 @@ Result<RunResult> run_once(const Options& o) {
   r.admit_delay = percentiles(std::move(adm));
 
   std::string first_error;
-  int socket_errors = (*runner)->drain_errors(first_error);
-  for (auto& e : engines) socket_errors += e->drain_errors(first_error);
+  int socket_errors = drain_errors(**runner, first_error);
+  for (auto& e : engines) socket_errors += drain_errors(*e, first_error);
 
   // Stop the daemon: whole-life CPU from the kernel's accounting.
   const int wstatus = daemon.stop();

@@ -18,8 +18,8 @@
 #include "base/clock.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
-#include "ipc/channel.h"
-#include "ipc/messages.h"
+#include "ipc/daemon_connection.h"
+#include "ipc/records.h"
 
 namespace tandem::it {
 
@@ -94,42 +94,7 @@ bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seco
 }
 
 // A client that speaks the socket protocol by hand.
-class RawClient {
- public:
-  static base::Result<RawClient> connect(const std::string& socket_path);
-
-  base::Result<void> send(const std::vector<std::uint8_t>& bytes);
-  // Sends raw bytes as one datagram (no verification).
-  base::Result<void> send_raw(const void* data, std::size_t size);
-  // Waits up to `timeout` for one message.
-  base::Result<ipc::ReceivedMessage> recv(std::chrono::milliseconds timeout = std::chrono::seconds(5));
-  // Whether the daemon closed the connection within `timeout`.
-  bool closed_by_peer(std::chrono::milliseconds timeout = std::chrono::seconds(5));
-
-  // Hello as `role`, then the Welcome: attaches the channel for engines and
-  // runners. On an Error reply, returns it as an error (code and message).
-  base::Result<void> hello(wire::Role role, const std::string& name,
-                           const std::optional<ipc::EngineInfo>& engine = std::nullopt);
-  // A ctl request (after hello as CtlRead/CtlAdmin); the reply's JSON body.
-  base::Result<nlohmann::json> ctl(const std::string& command);
-
-  // Pushes one record on the event ring and rings the doorbell.
-  bool push(const ipc::Slot& slot);
-  // Pops directives for up to `timeout`.
-  std::vector<ipc::Record> directives(std::chrono::milliseconds timeout);
-
-  int fd() const { return sock_.get(); }
-  std::uint32_t client_id() const { return client_id_; }
-  ipc::Channel& channel() { return *channel_; }
-
- private:
-  base::UniqueFd sock_;
-  std::uint32_t client_id_ = 0;
-  std::optional<ipc::Channel> channel_;
-  ipc::RingProducer events_;
-  ipc::RingConsumer directives_;
-  ipc::Doorbell event_bell_;
-};
+using RawClient = ipc::DaemonConnection;
 
 // A record with `session` and now's timestamp.
 template <class T>
