@@ -168,4 +168,82 @@ base::Result<std::vector<CgroupMembership>> parse_proc_cgroup(std::string_view t
   return out;
 }
 
+base::Result<OomControl> parse_oom_control(std::string_view text) {
+  OomControl out;
+  auto done = for_each_counter("memory.oom_control", text, [&](std::string_view key, std::uint64_t v) {
+    if (key == "oom_kill_disable") out.oom_kill_disable = v != 0;
+    if (key == "under_oom") out.under_oom = v != 0;
+    if (key == "oom_kill") out.oom_kill = v;
+  });
+  if (!done) return base::propagate(std::move(done.error()));
+  return out;
+}
+
+base::Result<std::vector<int>> parse_pids(std::string_view text) {
+  std::vector<int> out;
+  for (std::string_view line : base::split(text, '\n', /*skip_empty=*/true)) {
+    auto pid = base::parse_int<int>(base::trim(line));
+    if (!pid || *pid <= 0) return base::make_error(EINVAL, fmt::format("cgroup.procs: '{}' is not a pid", line));
+    out.push_back(*pid);
+  }
+  return out;
+}
+
+namespace {
+
+// mountinfo escapes space, tab, newline and backslash as \ooo (octal).
+std::string unescape_mount_field(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && s.size() - i >= 4) {
+      const auto d = s.substr(i + 1, 3);
+      if (d[0] >= '0' && d[0] <= '3' && d[1] >= '0' && d[1] <= '7' && d[2] >= '0' && d[2] <= '7') {
+        out.push_back(static_cast<char>((d[0] - '0') * 64 + (d[1] - '0') * 8 + (d[2] - '0')));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+base::Result<std::vector<CgroupMount>> parse_mountinfo(std::string_view text) {
+  std::vector<CgroupMount> out;
+  for (std::string_view line : base::split(text, '\n', /*skip_empty=*/true)) {
+    const auto fields = base::split(base::trim(line), ' ', /*skip_empty=*/true);
+    // id parent maj:min root mount-point options [optional...] - fstype source super-options
+    std::size_t dash = 0;
+    for (std::size_t i = 6; i < fields.size(); ++i) {
+      if (fields[i] == "-") {
+        dash = i;
+        break;
+      }
+    }
+    if (dash == 0 || dash + 2 >= fields.size()) {
+      return base::make_error(EINVAL, fmt::format("mountinfo: malformed line '{}'", line));
+    }
+    const std::string_view fstype = fields[dash + 1];
+    if (fstype != "cgroup" && fstype != "cgroup2") continue;
+    CgroupMount m;
+    m.v2 = fstype == "cgroup2";
+    m.root = unescape_mount_field(fields[3]);
+    m.mount_point = unescape_mount_field(fields[4]);
+    if (!m.v2 && dash + 3 < fields.size()) {
+      for (std::string_view opt : base::split(fields[dash + 3], ',', /*skip_empty=*/true)) {
+        if (opt == "rw" || opt == "ro" || opt.starts_with("release_agent=") || opt == "noprefix" ||
+            opt == "clone_children" || opt == "xattr" || opt == "cpuset_v2_mode" || opt == "favordynmods") {
+          continue;
+        }
+        m.controllers.emplace_back(opt);
+      }
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 }  // namespace tandem::cpu

@@ -79,4 +79,28 @@ struct CgroupMembership {
 };
 base::Result<std::vector<CgroupMembership>> parse_proc_cgroup(std::string_view text);
 
+// memory.oom_control (v1): "oom_kill_disable 0\nunder_oom 0\noom_kill 0".
+struct OomControl {
+  bool oom_kill_disable = false;
+  bool under_oom = false;      // a task waits at memory.limit_in_bytes (only with oom_kill_disable)
+  std::uint64_t oom_kill = 0;  // processes the OOM killer ended in this cgroup (kernel ≥ 4.13)
+};
+base::Result<OomControl> parse_oom_control(std::string_view text);
+
+// cgroup.procs: one pid per line.
+base::Result<std::vector<int>> parse_pids(std::string_view text);
+
+// One cgroup filesystem mounted in this mount namespace (from
+// /proc/self/mountinfo). A v1 mount lists its controllers ("cpu", "cpuacct";
+// a named hierarchy shows "name=systemd"); a v2 mount has none listed here
+// (they are in its cgroup.controllers).
+struct CgroupMount {
+  bool v2 = false;
+  std::string mount_point;  // "/sys/fs/cgroup/cpu"
+  std::string root;         // the hierarchy path the mount shows ("/" unless bind-mounted or namespaced)
+  std::vector<std::string> controllers;
+};
+// Every cgroup and cgroup2 mount, in file order; other filesystems are skipped.
+base::Result<std::vector<CgroupMount>> parse_mountinfo(std::string_view text);
+
 }  // namespace tandem::cpu

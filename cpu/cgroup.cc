@@ -1,0 +1,703 @@
+#include "cpu/cgroup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "base/parse.h"
+
+namespace tandem::cpu {
+namespace {
+
+constexpr std::array<std::string_view, kControllers> kControllerNames = {"cpu",    "cpuacct", "cpuset",
+                                                                         "memory", "pids",    "freezer"};
+constexpr std::size_t kMaxControlFile = 64 * 1024;
+
+std::size_t index(Controller c) { return static_cast<std::size_t>(c); }
+
+std::optional<Controller> controller_named(std::string_view n) {
+  for (std::size_t i = 0; i < kControllers; ++i) {
+    if (kControllerNames[i] == n) return static_cast<Controller>(i);
+  }
+  return std::nullopt;
+}
+
+base::Result<std::string> read_path(const std::string& path) { return read_file(AT_FDCWD, path.c_str()); }
+
+// "a/b/c" split into parts; EINVAL for empty, ".", ".." or absolute paths.
+base::Result<std::vector<std::string_view>> rel_parts(std::string_view rel) {
+  std::vector<std::string_view> parts;
+  if (rel.empty()) return parts;
+  if (rel.front() == '/') return base::make_error(EINVAL, fmt::format("cgroup path '{}' must be relative", rel));
+  for (std::string_view p : base::split(rel, '/')) {
+    if (p.empty() || p == "." || p == "..") {
+      return base::make_error(EINVAL, fmt::format("cgroup path '{}' has an empty, '.' or '..' part", rel));
+    }
+    if (p.size() > 255) return base::make_error(EINVAL, fmt::format("cgroup path '{}': a part is too long", rel));
+  }
+  return base::split(rel, '/');
+}
+
+base::Result<base::UniqueFd> open_dir(int at, const std::string& path) {
+  base::UniqueFd fd(::openat(at, path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return base::errno_error(fmt::format("open cgroup {}", path));
+  return fd;
+}
+
+// mkdir -p of `parts` beneath `base_fd`; returns the last directory's fd.
+// `made(fd)` is called on each directory this call created, `passed(fd)` on
+// each one that has a child in `parts` (created or not).
+template <class Made, class Passed>
+base::Result<base::UniqueFd> make_dirs(int base_fd, const std::vector<std::string_view>& parts, const std::string& what,
+                                       Made&& made, Passed&& passed) {
+  auto cur = base::UniqueFd(::fcntl(base_fd, F_DUPFD_CLOEXEC, 0));
+  if (!cur) return base::errno_error(fmt::format("dup {}", what));
+  std::string sofar;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::string part(parts[i]);
+    sofar += (sofar.empty() ? "" : "/") + part;
+    bool created = false;
+    if (::mkdirat(cur.get(), part.c_str(), 0755) == 0) {
+      created = true;
+    } else if (errno != EEXIST) {
+      return base::errno_error(fmt::format("mkdir {}/{}", what, sofar));
+    }
+    auto next = open_dir(cur.get(), part);
+    if (!next) return base::propagate(std::move(next.error()), what);
+    if (created) {
+      auto m = made(cur.get(), next->get());
+      if (!m) return base::propagate(std::move(m.error()), fmt::format("{}/{}", what, sofar));
+    }
+    if (i + 1 < parts.size()) {
+      auto p = passed(next->get());
+      if (!p) return base::propagate(std::move(p.error()), fmt::format("{}/{}", what, sofar));
+    }
+    cur = std::move(*next);
+  }
+  return cur;
+}
+
+// Every cgroup directory beneath `dir` (depth first, children before parents),
+// as paths relative to it; `dir` itself last as "".
+base::Result<void> walk(int dir, const std::string& rel, std::vector<std::string>& out) {
+  base::UniqueFd fd(::openat(dir, rel.empty() ? "." : rel.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return {};
+    return base::errno_error(fmt::format("open {}", rel.empty() ? "." : rel));
+  }
+  DIR* d = ::fdopendir(fd.get());
+  if (d == nullptr) return base::errno_error("fdopendir");
+  (void)fd.release();
+  std::vector<std::string> subdirs;
+  while (const dirent* e = ::readdir(d)) {  // NOLINT(concurrency-mt-unsafe): one DIR per call
+    if (e->d_type != DT_DIR || std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    subdirs.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  for (const auto& s : subdirs) {
+    auto r = walk(dir, rel.empty() ? s : rel + "/" + s, out);
+    if (!r) return r;
+  }
+  out.push_back(rel);
+  return {};
+}
+
+void sleep_ms(int ms) {
+  timespec ts{ms / 1000, static_cast<long>(ms % 1000) * 1000000L};
+  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+std::string format_bytes_or_max(std::uint64_t v) { return v == kUnlimited ? "max" : std::to_string(v); }
+
+}  // namespace
+
+std::string_view name(Controller c) { return kControllerNames[index(c)]; }
+
+std::string Hierarchy::path() const { return root == "/" ? mount_point : mount_point + root; }
+
+base::Result<void> validate(const Limits& l) {
+  if (l.cpu_weight && (*l.cpu_weight < 1 || *l.cpu_weight > 10000)) {
+    return base::make_error(EINVAL, fmt::format("cpu_weight {} is outside 1..10000", *l.cpu_weight));
+  }
+  if (l.cpu_max) {
+    auto f = format_cpu_max(*l.cpu_max);
+    if (!f) return base::propagate(std::move(f.error()), "cpu_max");
+  }
+  if (l.cpus && l.cpus->find_first_not_of("0123456789,-") != std::string::npos) {
+    return base::make_error(EINVAL, fmt::format("cpus '{}' is not a cpu list like 0-3,6", *l.cpus));
+  }
+  if (l.pids_max && *l.pids_max == 0) return base::make_error(EINVAL, "pids_max 0 would forbid the tool itself");
+  return {};
+}
+
+// ---- file access --------------------------------------------------------------
+
+base::Result<std::string> read_file(int dirfd, const char* name) {
+  base::UniqueFd fd(::openat(dirfd, name, O_RDONLY | O_CLOEXEC));
+  if (!fd) return base::errno_error(fmt::format("open {}", name));
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return base::errno_error(fmt::format("read {}", name));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+    if (out.size() > kMaxControlFile) return base::make_error(EFBIG, fmt::format("{} is over 64 KiB", name));
+  }
+  return out;
+}
+
+base::Result<void> write_file(int dirfd, const char* name, std::string_view value) {
+  base::UniqueFd fd(::openat(dirfd, name, O_WRONLY | O_CLOEXEC));
+  if (!fd) return base::errno_error(fmt::format("open {}", name));
+  for (;;) {
+    ssize_t n = ::write(fd.get(), value.data(), value.size());
+    if (n >= 0) return {};
+    if (errno != EINTR) return base::errno_error(fmt::format("write '{}' to {}", value, name));
+  }
+}
+
+base::Result<std::uint64_t> cgroup_id(int dirfd) {
+  alignas(file_handle) unsigned char buf[sizeof(file_handle) + sizeof(std::uint64_t)] = {};
+  auto* handle = reinterpret_cast<file_handle*>(buf);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  handle->handle_bytes = sizeof(std::uint64_t);
+  int mount_id = 0;
+  if (::name_to_handle_at(dirfd, "", handle, &mount_id, AT_EMPTY_PATH) != 0) {
+    return base::errno_error("name_to_handle_at on a cgroup");
+  }
+  if (handle->handle_bytes != sizeof(std::uint64_t)) return base::make_error(EINVAL, "cgroup handle is not 8 bytes");
+  std::uint64_t id = 0;
+  std::memcpy(&id, buf + sizeof(file_handle), sizeof id);
+  return id;
+}
+
+base::Result<Usage> read_usage(const UsageDirs& dirs) {
+  Usage u;
+  if (dirs.cpuacct >= 0) {
+    auto t = read_file(dirs.cpuacct, "cpuacct.usage");
+    if (!t) return base::propagate(std::move(t.error()));
+    auto ns = parse_cpuacct_usage_ns(*t);
+    if (!ns) return base::propagate(std::move(ns.error()));
+    u.cpu_ns = *ns;
+  }
+  const int cpu_stat_dir = dirs.cpu >= 0 ? dirs.cpu : dirs.v2;
+  if (cpu_stat_dir >= 0) {
+    auto t = read_file(cpu_stat_dir, "cpu.stat");
+    if (!t) return base::propagate(std::move(t.error()));
+    auto st = parse_cpu_stat(*t);
+    if (!st) return base::propagate(std::move(st.error()));
+    u.nr_throttled = st->nr_throttled;
+    u.throttled_us = st->throttled_us;
+    if (!u.cpu_ns && cpu_stat_dir == dirs.v2) u.cpu_ns = st->usage_us * 1000;
+  }
+  if (!u.cpu_ns && dirs.v2 >= 0 && dirs.cpu >= 0) {
+    auto t = read_file(dirs.v2, "cpu.stat");
+    if (t) {
+      auto st = parse_cpu_stat(*t);
+      if (st) u.cpu_ns = st->usage_us * 1000;
+    }
+  }
+  auto number = [](int dir, const char* file) -> base::Result<std::uint64_t> {
+    auto t = read_file(dir, file);
+    if (!t) return base::propagate(std::move(t.error()));
+    return base::parse_int<std::uint64_t>(base::trim(*t));
+  };
+  if (dirs.memory >= 0) {
+    auto cur = number(dirs.memory, "memory.usage_in_bytes");
+    if (!cur) return base::propagate(std::move(cur.error()), "memory.usage_in_bytes");
+    u.memory_bytes = *cur;
+    auto peak = number(dirs.memory, "memory.max_usage_in_bytes");
+    if (!peak) return base::propagate(std::move(peak.error()), "memory.max_usage_in_bytes");
+    u.memory_peak = *peak;
+    auto oc = read_file(dirs.memory, "memory.oom_control");
+    if (!oc) return base::propagate(std::move(oc.error()));
+    auto parsed = parse_oom_control(*oc);
+    if (!parsed) return base::propagate(std::move(parsed.error()));
+    u.oom_kills = parsed->oom_kill;
+    u.memory_stalled = parsed->under_oom;
+  } else if (dirs.v2 >= 0) {
+    // Present only where v2's memory controller is enabled for this cgroup.
+    if (auto cur = number(dirs.v2, "memory.current")) {
+      u.memory_bytes = *cur;
+      if (auto peak = number(dirs.v2, "memory.peak")) u.memory_peak = *peak;
+      auto ev = read_file(dirs.v2, "memory.events");
+      if (!ev) return base::propagate(std::move(ev.error()));
+      auto parsed = parse_memory_events(*ev);
+      if (!parsed) return base::propagate(std::move(parsed.error()));
+      u.oom_kills = parsed->oom_kill;
+      u.memory_high_events = parsed->high;
+    }
+  }
+  return u;
+}
+
+// ---- the manager -----------------------------------------------------------------
+
+CgroupManager::~CgroupManager() = default;
+
+base::Result<std::unique_ptr<CgroupManager>> CgroupManager::open(const ManagerOptions& options) {
+  std::unique_ptr<CgroupManager> m(new CgroupManager());
+  auto r = m->init(options);
+  if (!r) return base::propagate(std::move(r.error()), "cgroups");
+  return m;
+}
+
+base::Result<void> CgroupManager::init(const ManagerOptions& options) {
+  if (options.root.empty()) {
+    auto parts = rel_parts(options.subtree);
+    if (!parts) return base::propagate(std::move(parts.error()), "subtree");
+    if (parts->empty()) return base::make_error(EINVAL, "subtree is empty: tandem needs a folder of its own");
+  } else if (options.root.front() != '/' || options.root.find("/../") != std::string::npos ||
+             options.root.ends_with("/..")) {
+    return base::make_error(EINVAL, fmt::format("root '{}' must be an absolute path without '..'", options.root));
+  }
+  auto mi = read_path(options.mountinfo_path);
+  if (!mi) return base::propagate(std::move(mi.error()));
+  auto mounts = parse_mountinfo(*mi);
+  if (!mounts) return base::propagate(std::move(mounts.error()));
+  auto sc = read_path(options.self_cgroup_path);
+  if (!sc) return base::propagate(std::move(sc.error()));
+  auto membership = parse_proc_cgroup(*sc);
+  if (!membership) return base::propagate(std::move(membership.error()));
+
+  // Our own path in a mount's hierarchy, as seen on disk below its mount point.
+  auto own_path = [&](const CgroupMount& m) -> std::optional<std::string> {
+    for (const auto& cm : *membership) {
+      bool match = false;
+      if (m.v2) {
+        match = cm.hierarchy == 0 && cm.controllers.empty();
+      } else {
+        std::set<std::string> a(cm.controllers.begin(), cm.controllers.end());
+        std::set<std::string> b(m.controllers.begin(), m.controllers.end());
+        match = cm.hierarchy != 0 && a == b;
+      }
+      if (!match) continue;
+      if (m.root == "/") return cm.path;
+      if (cm.path == m.root) return std::string("/");
+      if (cm.path.starts_with(m.root + "/")) return cm.path.substr(m.root.size());
+      return std::nullopt;  // we run outside what this mount shows
+    }
+    return std::nullopt;
+  };
+  auto subtree_of = [&](const std::string& own) {
+    if (!options.root.empty()) return options.root;
+    return own == "/" ? "/" + options.subtree : own + "/" + options.subtree;
+  };
+
+  std::set<std::string> seen_points;
+  // v2 first: it serves freezing, killing, cpu accounting and ids always.
+  for (const auto& m : *mounts) {
+    if (!m.v2 || v2_ >= 0) continue;
+    auto own = own_path(m);
+    if (!own) continue;
+    Hierarchy h;
+    h.v2 = true;
+    h.mount_point = m.mount_point;
+    h.root = subtree_of(*own);
+    // Controllers that v2 can hand to our subtree: those the parent of our
+    // root has available.
+    const std::string parent_dir = m.mount_point + (h.root.substr(0, h.root.rfind('/')));
+    auto avail = read_path(parent_dir + "/cgroup.controllers");
+    std::set<std::string> available;
+    if (avail) {
+      for (auto c : base::split(base::trim(*avail), ' ', true)) available.emplace(c);
+    }
+    for (std::size_t i = 0; i < kControllers; ++i) {
+      const auto c = static_cast<Controller>(i);
+      if (!options.want[i]) continue;
+      const bool served = c == Controller::kCpuacct || c == Controller::kFreezer
+                              ? true  // cpu.stat and cgroup.freeze exist without controllers
+                              : available.contains(std::string(name(c)));
+      if (served) {
+        h.controllers.push_back(c);
+        serving_[i] = static_cast<int>(hierarchies_.size());
+      }
+    }
+    v2_ = static_cast<int>(hierarchies_.size());
+    hierarchies_.push_back(std::move(h));
+    seen_points.insert(m.mount_point);
+  }
+  for (const auto& m : *mounts) {
+    if (m.v2) continue;
+    Hierarchy h;
+    for (const auto& cn : m.controllers) {
+      auto c = controller_named(cn);
+      if (c && options.want[index(*c)] && serving_[index(*c)] < 0) h.controllers.push_back(*c);
+    }
+    if (h.controllers.empty()) continue;
+    auto own = own_path(m);
+    if (!own) continue;
+    h.mount_point = m.mount_point;
+    h.root = subtree_of(*own);
+    for (Controller c : h.controllers) serving_[index(c)] = static_cast<int>(hierarchies_.size());
+    hierarchies_.push_back(std::move(h));
+  }
+  if (hierarchies_.empty()) {
+    return base::make_error(ENOENT, "no cgroup hierarchy is mounted that this process can see itself in");
+  }
+
+  // The subtree's root in each hierarchy.
+  for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
+    Hierarchy& h = hierarchies_[i];
+    auto mount = open_dir(AT_FDCWD, h.mount_point);
+    if (!mount) return base::propagate(std::move(mount.error()));
+    auto parts = rel_parts(std::string_view(h.root).substr(1));
+    if (!parts) return base::propagate(std::move(parts.error()), "root");
+    if (h.v2) {
+      // The root's parent must hand our controllers down.
+      const auto slash = h.root.rfind('/');
+      const std::string parent_rel = slash == 0 ? "." : h.root.substr(1, slash - 1);
+      auto pfd = open_dir(mount->get(), parent_rel);
+      if (!pfd) return base::propagate(std::move(pfd.error()));
+      auto en = enable_v2_controllers(pfd->get());
+      if (!en) return base::propagate(std::move(en.error()), fmt::format("{}: parent of the subtree", h.mount_point));
+    }
+    const bool cpuset_v1 = !h.v2 && std::ranges::find(h.controllers, Controller::kCpuset) != h.controllers.end();
+    auto fd = make_dirs(
+        mount->get(), *parts, h.mount_point,
+        [&](int parent, int made) -> base::Result<void> {
+          if (!cpuset_v1) return {};
+          for (const char* f : {"cpuset.cpus", "cpuset.mems"}) {
+            auto v = read_file(parent, f);
+            if (!v) return base::propagate(std::move(v.error()));
+            auto w = write_file(made, f, base::trim(*v));
+            if (!w) return w;
+          }
+          return {};
+        },
+        [](int) -> base::Result<void> { return {}; });
+    if (!fd) {
+      return base::propagate(std::move(fd.error()), fmt::format("create the subtree {}", h.path()));
+    }
+    if (h.v2) {
+      auto en = enable_v2_controllers(fd->get());
+      if (!en) return base::propagate(std::move(en.error()), h.path());
+    }
+    root_.dirs.push_back(std::move(*fd));
+  }
+  auto id = cgroup_id(root_.dirs[v2_ >= 0 ? static_cast<std::size_t>(v2_) : 0].get());
+  if (!id) return base::propagate(std::move(id.error()));
+  root_.id = *id;
+  return {};
+}
+
+base::Result<void> CgroupManager::enable_v2_controllers(int dirfd) const {
+  if (v2_ < 0) return {};
+  std::string want;
+  for (Controller c : hierarchies_[static_cast<std::size_t>(v2_)].controllers) {
+    if (c == Controller::kCpuacct || c == Controller::kFreezer) continue;
+    want += fmt::format("{}+{}", want.empty() ? "" : " ", name(c));
+  }
+  if (want.empty()) return {};
+  auto have = read_file(dirfd, "cgroup.subtree_control");
+  if (!have) return base::propagate(std::move(have.error()));
+  bool missing = false;
+  for (auto w : base::split(want, ' ')) {
+    const auto names = base::split(base::trim(*have), ' ', true);
+    if (std::ranges::find(names, w.substr(1)) == names.end()) missing = true;
+  }
+  if (!missing) return {};
+  auto r = write_file(dirfd, "cgroup.subtree_control", want);
+  if (r || r.error().code() != EBUSY) return r;
+  // EBUSY: the cgroup has processes of its own (tandemd itself, started by
+  // systemd with Delegate=yes). Move them to a "daemon" leaf beside the
+  // subtree, as systemd's delegation rules advise, and try again.
+  if (::mkdirat(dirfd, "daemon", 0755) != 0 && errno != EEXIST) return base::errno_error("mkdir daemon leaf");
+  auto leaf = open_dir(dirfd, "daemon");
+  if (!leaf) return base::propagate(std::move(leaf.error()));
+  auto procs = read_file(dirfd, "cgroup.procs");
+  if (!procs) return base::propagate(std::move(procs.error()));
+  auto pids = parse_pids(*procs);
+  if (!pids) return base::propagate(std::move(pids.error()));
+  for (int pid : *pids) {
+    auto mv = write_file(leaf->get(), "cgroup.procs", std::to_string(pid));
+    if (!mv && mv.error().code() != ESRCH) return base::propagate(std::move(mv.error()), "move into daemon leaf");
+  }
+  return write_file(dirfd, "cgroup.subtree_control", want);
+}
+
+std::uint32_t CgroupManager::unsupported() const {
+  std::uint32_t u = 0;
+  if (serving(Controller::kCpu) < 0) u |= kNoCpuWeight | kNoCpuMax;
+  if (serving(Controller::kMemory) < 0) u |= kNoMemoryHigh | kNoMemoryMax | kNoMemoryLow;
+  if (serving(Controller::kMemory) >= 0 && !hierarchies_[static_cast<std::size_t>(serving(Controller::kMemory))].v2) {
+    u |= kNoMemoryLow;
+  }
+  if (serving(Controller::kPids) < 0) u |= kNoPidsMax;
+  if (serving(Controller::kCpuset) < 0) u |= kNoCpus;
+  return u;
+}
+
+std::string CgroupManager::describe() const {
+  std::string out;
+  for (const auto& h : hierarchies_) {
+    std::string cs;
+    for (Controller c : h.controllers) cs += fmt::format("{}{}", cs.empty() ? "" : ",", name(c));
+    out += fmt::format("{}{} {} {}", out.empty() ? "" : "; ", h.v2 ? "v2" : "v1", cs.empty() ? "-" : cs, h.path());
+  }
+  return out;
+}
+
+base::Result<Node> CgroupManager::create(std::string_view rel) {
+  auto parts = rel_parts(rel);
+  if (!parts) return base::propagate(std::move(parts.error()));
+  Node node;
+  node.rel = std::string(rel);
+  for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
+    const Hierarchy& h = hierarchies_[i];
+    const bool cpuset_v1 = !h.v2 && std::ranges::find(h.controllers, Controller::kCpuset) != h.controllers.end();
+    auto fd = make_dirs(
+        root_.dirs[i].get(), *parts, h.path(),
+        [&](int parent, int made) -> base::Result<void> {
+          if (!cpuset_v1) return {};
+          for (const char* f : {"cpuset.cpus", "cpuset.mems"}) {
+            auto v = read_file(parent, f);
+            if (!v) return base::propagate(std::move(v.error()));
+            auto w = write_file(made, f, base::trim(*v));
+            if (!w) return w;
+          }
+          return {};
+        },
+        [&](int passed) -> base::Result<void> {
+          if (!h.v2) return {};
+          return enable_v2_controllers(passed);
+        });
+    if (!fd) return base::propagate(std::move(fd.error()), fmt::format("create cgroup {}", rel));
+    node.dirs.push_back(std::move(*fd));
+  }
+  auto id = cgroup_id(node.dirs[v2_ >= 0 ? static_cast<std::size_t>(v2_) : 0].get());
+  if (!id) return base::propagate(std::move(id.error()));
+  node.id = *id;
+  return node;
+}
+
+base::Result<Node> CgroupManager::open_node(std::string_view rel) const {
+  auto parts = rel_parts(rel);
+  if (!parts) return base::propagate(std::move(parts.error()));
+  Node node;
+  node.rel = std::string(rel);
+  for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
+    auto fd = open_dir(root_.dirs[i].get(), rel.empty() ? "." : std::string(rel));
+    if (!fd) return base::propagate(std::move(fd.error()), hierarchies_[i].path());
+    node.dirs.push_back(std::move(*fd));
+  }
+  auto id = cgroup_id(node.dirs[v2_ >= 0 ? static_cast<std::size_t>(v2_) : 0].get());
+  if (!id) return base::propagate(std::move(id.error()));
+  node.id = *id;
+  return node;
+}
+
+base::Result<std::vector<std::string>> CgroupManager::children(std::string_view rel) const {
+  auto parts = rel_parts(rel);
+  if (!parts) return base::propagate(std::move(parts.error()));
+  base::UniqueFd fd(
+      ::openat(root_.dirs[0].get(), rel.empty() ? "." : std::string(rel).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return base::errno_error(fmt::format("open {}/{}", hierarchies_[0].path(), rel));
+  DIR* d = ::fdopendir(fd.get());
+  if (d == nullptr) return base::errno_error("fdopendir");
+  (void)fd.release();
+  std::vector<std::string> out;
+  while (const dirent* e = ::readdir(d)) {  // NOLINT(concurrency-mt-unsafe): one DIR per call
+    if (e->d_type == DT_DIR && std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      out.emplace_back(e->d_name);
+    }
+  }
+  ::closedir(d);
+  std::ranges::sort(out);
+  return out;
+}
+
+base::Result<std::uint32_t> CgroupManager::apply(const Node& node, const Limits& l) const {
+  auto valid = validate(l);
+  if (!valid) return base::propagate(std::move(valid.error()));
+  // What to write, in order; nothing is written unless every value formats.
+  struct Write {
+    Controller controller;
+    const char* file;
+    std::string value;
+  };
+  std::vector<Write> writes;
+  std::uint32_t skipped = 0;
+  auto served = [&](Controller c, std::uint32_t bits) {
+    if (serving(c) >= 0) return true;
+    skipped |= bits;
+    return false;
+  };
+  auto v2 = [&](Controller c) { return hierarchies_[static_cast<std::size_t>(serving(c))].v2; };
+
+  if (l.cpu_weight && served(Controller::kCpu, kNoCpuWeight)) {
+    if (v2(Controller::kCpu)) {
+      writes.push_back({Controller::kCpu, "cpu.weight", std::to_string(*l.cpu_weight)});
+    } else {
+      const std::uint64_t shares = std::max<std::uint64_t>(2, std::uint64_t{*l.cpu_weight} * 1024 / 100);
+      writes.push_back({Controller::kCpu, "cpu.shares", std::to_string(shares)});
+    }
+  }
+  if (l.cpu_max && served(Controller::kCpu, kNoCpuMax)) {
+    if (v2(Controller::kCpu)) {
+      writes.push_back({Controller::kCpu, "cpu.max", *format_cpu_max(*l.cpu_max)});  // validated above
+    } else {
+      // Unlimit first, so that the period change never meets an old quota.
+      writes.push_back({Controller::kCpu, "cpu.cfs_quota_us", "-1"});
+      writes.push_back({Controller::kCpu, "cpu.cfs_period_us", std::to_string(l.cpu_max->period_us)});
+      if (l.cpu_max->quota_us) {
+        writes.push_back({Controller::kCpu, "cpu.cfs_quota_us", std::to_string(*l.cpu_max->quota_us)});
+      }
+    }
+  }
+  const std::uint32_t memory_bits =
+      (l.memory_high ? kNoMemoryHigh : 0u) | (l.memory_max ? kNoMemoryMax : 0u) | (l.memory_low ? kNoMemoryLow : 0u);
+  if (memory_bits != 0 && served(Controller::kMemory, memory_bits)) {
+    if (v2(Controller::kMemory)) {
+      if (l.memory_max) writes.push_back({Controller::kMemory, "memory.max", format_bytes_or_max(*l.memory_max)});
+      if (l.memory_high) writes.push_back({Controller::kMemory, "memory.high", format_bytes_or_max(*l.memory_high)});
+      if (l.memory_low) writes.push_back({Controller::kMemory, "memory.low", format_bytes_or_max(*l.memory_low)});
+    } else {
+      if (l.memory_low) skipped |= kNoMemoryLow;
+      if (l.memory_high || l.memory_max) {
+        // v1 has one limit. At a high limit allocations stall (the OOM killer
+        // off for the cgroup); at a max limit the OOM killer acts.
+        const bool throttle = l.memory_high && *l.memory_high != kUnlimited;
+        const std::uint64_t limit = throttle ? *l.memory_high : l.memory_max.value_or(kUnlimited);
+        writes.push_back({Controller::kMemory, "memory.oom_control", throttle ? "1" : "0"});
+        writes.push_back(
+            {Controller::kMemory, "memory.limit_in_bytes", limit == kUnlimited ? "-1" : std::to_string(limit)});
+      }
+    }
+  }
+  if (l.pids_max && served(Controller::kPids, kNoPidsMax)) {
+    writes.push_back({Controller::kPids, "pids.max", format_bytes_or_max(*l.pids_max)});
+  }
+  if (l.cpus && served(Controller::kCpuset, kNoCpus)) writes.push_back({Controller::kCpuset, "cpuset.cpus", *l.cpus});
+
+  for (const Write& w : writes) {
+    const int dir = node.dirs[static_cast<std::size_t>(serving(w.controller))].get();
+    auto r = write_file(dir, w.file, w.value);
+    if (!r) return base::propagate(std::move(r.error()), fmt::format("cgroup {}", node.rel));
+  }
+  return skipped;
+}
+
+base::Result<void> CgroupManager::freeze(const Node& node, bool frozen) const {
+  const int h = serving(Controller::kFreezer);
+  if (h < 0) return base::make_error(ENOTSUP, "no freezer: neither cgroup v2 nor the v1 freezer is mounted");
+  const int dir = node.dirs[static_cast<std::size_t>(h)].get();
+  if (hierarchies_[static_cast<std::size_t>(h)].v2) return write_file(dir, "cgroup.freeze", frozen ? "1" : "0");
+  return write_file(dir, "freezer.state", frozen ? "FROZEN" : "THAWED");
+}
+
+base::Result<std::vector<int>> CgroupManager::processes(const Node& node) const {
+  std::set<int> all;
+  for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
+    std::vector<std::string> dirs;
+    auto w = walk(node.dirs[i].get(), "", dirs);
+    if (!w) return base::propagate(std::move(w.error()), fmt::format("{}/{}", hierarchies_[i].path(), node.rel));
+    for (const auto& d : dirs) {
+      auto fd = open_dir(node.dirs[i].get(), d.empty() ? "." : d);
+      if (!fd) continue;  // removed meanwhile
+      auto text = read_file(fd->get(), "cgroup.procs");
+      if (!text) {
+        if (text.error().code() == ENOENT || text.error().code() == ENODEV) continue;
+        return base::propagate(std::move(text.error()));
+      }
+      auto pids = parse_pids(*text);
+      if (!pids) return base::propagate(std::move(pids.error()));
+      all.insert(pids->begin(), pids->end());
+    }
+  }
+  return std::vector<int>(all.begin(), all.end());
+}
+
+base::Result<void> CgroupManager::kill(const Node& node, int timeout_ms) const {
+  const bool v2 = v2_ >= 0;
+  const int freezer = serving(Controller::kFreezer);
+  for (int waited = 0;; ++waited) {
+    auto pids = processes(node);
+    if (!pids) return base::propagate(std::move(pids.error()));
+    if (pids->empty()) return {};
+    if (waited >= timeout_ms) {
+      return base::make_error(EBUSY, fmt::format("cgroup {}: {} processes left after SIGKILL (first {})", node.rel,
+                                                 pids->size(), pids->front()));
+    }
+    if (v2) {
+      auto r = write_file(node.dirs[static_cast<std::size_t>(v2_)].get(), "cgroup.kill", "1");
+      if (!r && r.error().code() != ENOENT) return r;
+    }
+    // Members seen only in v1 (a process that joined some hierarchies), or
+    // no cgroup.kill: freeze so none forks or exits meanwhile (its pid then
+    // cannot be reused), kill each, thaw so they die.
+    const bool freeze_first = !v2 && freezer >= 0;
+    if (freeze_first) (void)freeze(node, true);
+    for (int pid : *pids) ::kill(pid, SIGKILL);
+    if (freeze_first) (void)freeze(node, false);
+    sleep_ms(1);
+  }
+}
+
+base::Result<void> CgroupManager::remove(const Node& node) const {
+  for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
+    std::vector<std::string> dirs;
+    auto w = walk(node.dirs[i].get(), "", dirs);
+    if (!w) return base::propagate(std::move(w.error()));
+    const std::string base = hierarchies_[i].path() + (node.rel.empty() ? "" : "/" + node.rel);
+    for (const auto& d : dirs) {  // children first
+      const std::string path = d.empty() ? base : base + "/" + d;
+      if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return base::errno_error(fmt::format("rmdir {}", path));
+    }
+  }
+  return {};
+}
+
+base::Result<Usage> CgroupManager::usage(const Node& node) const { return read_usage(usage_dirs(node)); }
+
+UsageDirs CgroupManager::usage_dirs(const Node& node) const {
+  UsageDirs d;
+  auto v1_dir = [&](Controller c) {
+    const int h = serving(c);
+    return h >= 0 && !hierarchies_[static_cast<std::size_t>(h)].v2 ? node.dirs[static_cast<std::size_t>(h)].get() : -1;
+  };
+  if (v2_ >= 0) d.v2 = node.dirs[static_cast<std::size_t>(v2_)].get();
+  d.cpuacct = v1_dir(Controller::kCpuacct);
+  d.memory = v1_dir(Controller::kMemory);
+  d.cpu = v1_dir(Controller::kCpu);
+  return d;
+}
+
+base::Result<Psi> CgroupManager::pressure(const Node& node, std::string_view resource) const {
+  if (v2_ < 0) return base::make_error(ENOTSUP, "per-cgroup pressure needs cgroup v2");
+  if (resource != "cpu" && resource != "memory" && resource != "io") {
+    return base::make_error(EINVAL, fmt::format("no pressure file for '{}'", resource));
+  }
+  const std::string file = fmt::format("{}.pressure", resource);
+  auto text = read_file(node.dirs[static_cast<std::size_t>(v2_)].get(), file.c_str());
+  if (!text) return base::propagate(std::move(text.error()));
+  return parse_psi(*text);
+}
+
+PlacementFds CgroupManager::placement(const Node& node) const {
+  PlacementFds p;
+  for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
+    if (hierarchies_[i].v2) {
+      p.v2_dir = node.dirs[i].get();
+    } else {
+      p.v1_dirs.push_back(node.dirs[i].get());
+    }
+  }
+  return p;
+}
+
+}  // namespace tandem::cpu
