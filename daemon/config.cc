@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "base/parse.h"
 #include "base/unique_fd.h"
 
 namespace tandem::daemon {
@@ -64,7 +65,18 @@ constexpr UintKey<Config> kIpcKeys[] = {
     {"directive_slots", &Config::directive_slots, 64, 1 << 20, true},
 };
 
-constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles", "limits", "ipc"};
+constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles",  "limits",
+                                         "ipc",         "cgroups",   "tools",  "memory", "telemetry"};
+constexpr std::string_view kCgroupKeys[] = {"mode",        "subtree",     "root",     "on_restart",
+                                            "adopt_grace", "engine_cpus", "tool_cpus"};
+constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max", "pids_max",
+                                          "cpu_max_percent", "bubblewrap", "bubblewrap_args"};
+constexpr std::string_view kMemoryKeys[] = {"pressure_high", "pressure_critical", "tools_budget", "stall_kill_after",
+                                            "protect_low"};
+constexpr std::string_view kTelemetryKeys[] = {"mode"};
+constexpr std::string_view kCgroupModes[] = {"auto", "on", "off"};
+constexpr std::string_view kRestartModes[] = {"adopt", "reap"};
+constexpr std::string_view kTelemetryModes[] = {"auto", "ebpf", "sampling"};
 constexpr std::string_view kPolicyKeys[] = {"name", "tick_ms", "params"};
 constexpr std::string_view kGrantKeys[] = {"uids", "gids", "anyone"};
 
@@ -256,6 +268,8 @@ class Parser {
         ok = uint_table(v, key, kLimitKeys, c.limits);
       } else if (key == "ipc") {
         ok = uint_table(v, key, kIpcKeys, c);
+      } else if (key == "cgroups" || key == "tools" || key == "memory" || key == "telemetry") {
+        ok = host(v, key, c.host);
       } else {
         ok = unknown(key, v, join(kTopKeys));
       }
@@ -336,6 +350,131 @@ class Parser {
         ok = ids(v, key, /*users=*/false, out.gids);
       } else {
         ok = unknown(key, v, join(kGrantKeys));
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool size(const toml::node& n, std::string_view key, std::uint64_t& out) {
+    if (const auto* i = n.as_integer()) {
+      if (i->get() < 0) return fail(key, fmt::format("must not be negative, got {}", i->get()));
+      out = static_cast<std::uint64_t>(i->get());
+      return true;
+    }
+    const auto* str = n.as_string();
+    if (str == nullptr) return wrong_type(key, n, "a byte count (an integer, or a string like \"512M\")");
+    auto v = base::parse_size(str->get());
+    if (!v) return fail(key, v.error().context());
+    out = *v;
+    return true;
+  }
+
+  bool duration(const toml::node& n, std::string_view key, base::Duration& out) {
+    const auto* str = n.as_string();
+    if (str == nullptr) return wrong_type(key, n, "a duration string like \"30s\"");
+    auto v = base::parse_duration(str->get());
+    if (!v) return fail(key, v.error().context());
+    out = *v;
+    return true;
+  }
+
+  bool number(const toml::node& n, std::string_view key, double& out) {
+    if (const auto* i = n.as_integer()) {
+      out = static_cast<double>(i->get());
+    } else if (const auto* f = n.as_floating_point()) {
+      out = f->get();
+    } else {
+      return wrong_type(key, n, "a number");
+    }
+    return true;
+  }
+
+  template <std::size_t N>
+  bool one_of(const toml::node& n, std::string_view key, const std::string_view (&allowed)[N], std::string& out) {
+    if (!string(n, key, out)) return false;
+    if (std::ranges::find(allowed, out) == std::end(allowed)) {
+      return fail(key, fmt::format("must be one of {}, got '{}'", join(allowed), out));
+    }
+    return true;
+  }
+
+  bool strings(const toml::node& n, std::string_view key, std::vector<std::string>& out) {
+    const toml::array* a = n.as_array();
+    if (a == nullptr) return wrong_type(key, n, "an array of strings");
+    out.clear();
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      std::string s;
+      if (!string(*a->get(i), fmt::format("{}[{}]", key, i), s)) return false;
+      out.push_back(std::move(s));
+    }
+    return true;
+  }
+
+  // [cgroups], [tools], [memory], [telemetry].
+  bool host(const toml::node& n, std::string_view table_name, HostConfig& h) {
+    const toml::table* t = table(n, table_name);
+    if (t == nullptr) return false;
+    for (auto&& [k, v] : *t) {
+      const std::string key = dotted(table_name, k.str());
+      const std::string_view name = k.str();
+      bool ok = true;
+      if (table_name == "cgroups") {
+        if (name == "mode") {
+          ok = one_of(v, key, kCgroupModes, h.cgroups);
+        } else if (name == "subtree") {
+          ok = string(v, key, h.subtree);
+        } else if (name == "root") {
+          ok = string(v, key, h.root);
+        } else if (name == "on_restart") {
+          ok = one_of(v, key, kRestartModes, h.on_restart);
+        } else if (name == "adopt_grace") {
+          ok = duration(v, key, h.adopt_grace);
+        } else if (name == "engine_cpus") {
+          ok = string(v, key, h.engine_cpus);
+        } else if (name == "tool_cpus") {
+          ok = string(v, key, h.tool_cpus);
+        } else {
+          ok = unknown(key, v, join(kCgroupKeys));
+        }
+      } else if (table_name == "tools") {
+        std::int64_t pct = 0;
+        if (name == "memory_high") {
+          ok = size(v, key, h.memory_high);
+        } else if (name == "memory_max") {
+          ok = size(v, key, h.memory_max);
+        } else if (name == "pids_max") {
+          ok = size(v, key, h.pids_max);
+        } else if (name == "cpu_max_percent") {
+          ok = integer(v, key, 0, 100000, pct);
+          h.cpu_max_percent = static_cast<std::uint32_t>(pct);
+        } else if (name == "bubblewrap") {
+          ok = string(v, key, h.bubblewrap);
+        } else if (name == "bubblewrap_args") {
+          ok = strings(v, key, h.bubblewrap_args);
+        } else {
+          ok = unknown(key, v, join(kToolKeys));
+        }
+      } else if (table_name == "memory") {
+        if (name == "pressure_high") {
+          ok = number(v, key, h.pressure_high);
+        } else if (name == "pressure_critical") {
+          ok = number(v, key, h.pressure_critical);
+        } else if (name == "tools_budget") {
+          ok = size(v, key, h.tools_budget);
+        } else if (name == "stall_kill_after") {
+          ok = duration(v, key, h.stall_kill_after);
+        } else if (name == "protect_low") {
+          ok = size(v, key, h.protect_low);
+        } else {
+          ok = unknown(key, v, join(kMemoryKeys));
+        }
+      } else {
+        if (name == "mode") {
+          ok = one_of(v, key, kTelemetryModes, h.telemetry);
+        } else {
+          ok = unknown(key, v, join(kTelemetryKeys));
+        }
       }
       if (!ok) return false;
     }
@@ -444,6 +583,36 @@ base::Result<void> validate(const Config& c) {
     std::uint32_t v = c.limits.*(k.field);
     if (v < k.min || v > k.max) return fail(dotted("limits", k.name), range_problem(k.min, k.max, v));
   }
+  const HostConfig& h = c.host;
+  if (h.root.empty()) {
+    if (h.subtree.empty() || h.subtree.front() == '/' || h.subtree.find("..") != std::string::npos) {
+      return fail("cgroups.subtree", fmt::format("must be a relative path without '..', got '{}'", h.subtree));
+    }
+  } else if (h.root.front() != '/' || h.root.find("..") != std::string::npos) {
+    return fail("cgroups.root", fmt::format("must be an absolute path without '..', got '{}'", h.root));
+  }
+  for (const auto& [key, cpus] :
+       {std::pair{"cgroups.engine_cpus", &h.engine_cpus}, {"cgroups.tool_cpus", &h.tool_cpus}}) {
+    if (cpus->find_first_not_of("0123456789,-") != std::string::npos) {
+      return fail(key, fmt::format("must be a cpu list like \"0-3,6\", got '{}'", *cpus));
+    }
+  }
+  if (h.pids_max == 0) return fail("tools.pids_max", "must be at least 1 (0 would forbid the tool itself)");
+  if (h.memory_high != 0 && h.memory_max != 0 && h.memory_high > h.memory_max) {
+    return fail("tools.memory_high", "must not exceed tools.memory_max");
+  }
+  if (!(h.pressure_high > 0.0 && h.pressure_high <= 100.0)) {
+    return fail("memory.pressure_high", fmt::format("must be a percentage in (0, 100], got {}", h.pressure_high));
+  }
+  if (!(h.pressure_critical >= h.pressure_high && h.pressure_critical <= 100.0)) {
+    return fail("memory.pressure_critical",
+                fmt::format("must be between memory.pressure_high and 100, got {}", h.pressure_critical));
+  }
+  if (h.stall_kill_after < std::chrono::milliseconds(100))
+    return fail("memory.stall_kill_after", "must be at least 100ms");
+  if (!h.bubblewrap.empty() && h.bubblewrap.front() != '/') {
+    return fail("tools.bubblewrap", fmt::format("must be an absolute path, got '{}'", h.bubblewrap));
+  }
   for (std::size_t r = 0; r < kRoleCount; ++r) {
     const RoleGrant& g = c.roles[r];
     auto bad = [](std::uint32_t id) { return id > kMaxId; };
@@ -494,6 +663,17 @@ std::string describe(const Config& c) {
       "limits       max_clients {}, sessions_per_client {}, records_per_s {}, messages_per_s {}, pump_batch {}\n",
       c.limits.max_clients, c.limits.sessions_per_client, c.limits.records_per_s, c.limits.messages_per_s,
       c.limits.pump_batch);
+  const HostConfig& h = c.host;
+  out += fmt::format("cgroups      {}, {}, on restart {} (grace {} s)\n", h.cgroups,
+                     h.root.empty() ? fmt::format("subtree {}", h.subtree) : fmt::format("root {}", h.root),
+                     h.on_restart, std::chrono::duration<double>(h.adopt_grace).count());
+  out += fmt::format("tools        memory_high {}, memory_max {}, pids_max {}, cpu_max_percent {}{}\n", h.memory_high,
+                     h.memory_max, h.pids_max, h.cpu_max_percent,
+                     h.bubblewrap.empty() ? "" : fmt::format(", bubblewrap {}", h.bubblewrap));
+  out += fmt::format(
+      "memory       pressure_high {} %, pressure_critical {} %, tools_budget {}, stall_kill_after {} s\n",
+      h.pressure_high, h.pressure_critical, h.tools_budget, std::chrono::duration<double>(h.stall_kill_after).count());
+  out += fmt::format("telemetry    {}\n", h.telemetry);
   for (std::size_t r = 0; r < kRoleCount; ++r) {
     const RoleGrant& g = c.roles[r];
     std::string who = "root, the daemon's user";

@@ -56,6 +56,34 @@ struct Limits {
   std::uint32_t pump_batch = 256;            // records drained per client per pump round, 1..65536
 };
 
+// The host plane (issue 6, docs/host.md): cgroups, tool limits, memory
+// pressure handling and telemetry. Thread-safety: a value type.
+struct HostConfig {
+  // [cgroups]
+  std::string cgroups = "auto";      // auto (on if it can be set up, else off with a warning) | on (required) | off
+  std::string subtree = "tandem";    // beneath tandemd's own cgroup in each hierarchy
+  std::string root;                  // instead: an absolute path within every hierarchy
+  std::string on_restart = "adopt";  // adopt | reap: tool cgroups found at start
+  base::Duration adopt_grace = std::chrono::seconds(30);  // adopt: how long a runner has to claim its session
+  std::string engine_cpus;                                // cpuset of engines/ ("" = all)
+  std::string tool_cpus;                                  // cpuset of tools/ ("" = all)
+  // [tools]: defaults of every tool call (0 = none); a runner's limits may only be tighter
+  std::uint64_t memory_high = 0;
+  std::uint64_t memory_max = 0;
+  std::uint64_t pids_max = 4096;
+  std::uint32_t cpu_max_percent = 0;  // of one core, per tool call
+  std::string bubblewrap;             // path of bwrap: wrap every tool ("" = don't)
+  std::vector<std::string> bubblewrap_args;
+  // [memory]: degrade before killing
+  double pressure_high = 10.0;      // node memory PSI some avg10 (%) from which tools are throttled
+  double pressure_critical = 40.0;  // ... from which low-priority tools are frozen
+  std::uint64_t tools_budget = 0;   // bytes all tools may use (0 = no budget); 90 % counts as high, 100 % critical
+  base::Duration stall_kill_after = std::chrono::seconds(10);  // a tool stalled at its limit this long is killed
+  std::uint64_t protect_low = 0;                               // memory.low of the tools of protected sessions (v2)
+  // [telemetry]
+  std::string telemetry = "auto";  // auto (eBPF if it works) | ebpf (required) | sampling
+};
+
 // The parsed file: plain data, defaults in the initializers.
 // Thread-safety: a value type.
 struct Config {
@@ -69,6 +97,7 @@ struct Config {
   std::array<RoleGrant, kRoleCount> roles = {           // indexed by Role: ctl_read is open to anyone
       RoleGrant{}, RoleGrant{}, RoleGrant{.anyone = true, .uids = {}, .gids = {}}, RoleGrant{}};
   Limits limits;
+  HostConfig host;
   std::string source = "<defaults>";  // where it came from: "<defaults>" or a path
 
   RoleGrant& role(Role r) { return roles[static_cast<std::size_t>(r)]; }

@@ -4,7 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
+
+#include "base/ids.h"
 
 #include "daemon/server.h"
 
@@ -47,11 +50,78 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
     send_message(c, ipc::build_ctl_response(0, ctl_engines()));
   } else if (command == "sessions") {
     send_message(c, ipc::build_ctl_response(0, ctl_sessions(now)));
+  } else if (command == "tools") {
+    send_message(c, ipc::build_ctl_response(0, ctl_tools()));
+  } else if (command == "session-kill") {
+    if (c.role != Role::kCtlAdmin) {
+      send_message(c, ipc::build_ctl_response(EPERM, "session-kill needs the ctl_admin role"));
+      return;
+    }
+    if (req.args() == nullptr || req.args()->size() != 1) {
+      send_message(c, ipc::build_ctl_response(EINVAL, "session-kill takes one argument: a session name or id"));
+      return;
+    }
+    std::string out;
+    const int code = ctl_session_kill(req.args()->Get(0)->string_view(), now, out);
+    send_message(c, ipc::build_ctl_response(code, out));
   } else {
     send_message(
-        c, ipc::build_ctl_response(EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions)",
-                                                       command.substr(0, 64))));
+        c, ipc::build_ctl_response(
+               EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions, tools, session-kill)",
+                                   command.substr(0, 64))));
   }
+}
+
+std::string Server::ctl_tools() const {
+  json list;
+  effects_->tools(list);
+  if (list.is_null()) list = json::array();
+  // Names, where known.
+  for (auto& entry : list) {
+    const auto id = std::stoull(entry.value("session", std::string("0")), nullptr, 16);
+    auto m = meta_.find(id);
+    entry["name"] = m == meta_.end() ? "" : m->second.name;
+  }
+  json out = {{"sessions", list}};
+  std::string text = out.dump();
+  if (text.size() > kCtlListBudget) {
+    json cut = json::array();
+    std::size_t size = 0;
+    for (const auto& e : list) {
+      size += e.dump().size();
+      if (size > kCtlListBudget) break;
+      cut.push_back(e);
+    }
+    text = json{{"sessions", cut}, {"total", list.size()}, {"truncated", true}}.dump();
+  }
+  return text;
+}
+
+int Server::ctl_session_kill(std::string_view who, base::Time now, std::string& out) {
+  // An id (0x-prefixed or 16 hex digits) or a name.
+  sched::SessionId id = 0;
+  std::string_view hex = who.starts_with("0x") ? who.substr(2) : who;
+  if (!hex.empty() && hex.size() <= 16 && (who.starts_with("0x") || hex.size() == 16) &&
+      hex.find_first_not_of("0123456789abcdefABCDEF") == std::string_view::npos) {
+    id = std::stoull(std::string(hex), nullptr, 16);
+  }
+  const sched::Session* s = id != 0 ? model_.sessions().find(id) : nullptr;
+  if (s == nullptr) {
+    id = base::session_id(who);
+    s = model_.sessions().find(id);
+  }
+  if (s == nullptr || s->state == sched::SessionState::kDone) {
+    out = fmt::format("no live session \"{}\"", who.substr(0, 128));
+    return ENOENT;
+  }
+  spdlog::info("ctl: session {:#018x} killed by an operator", id);
+  effects_->kill_tools(id, ipc::ToolExitReason::kKilledSession);
+  ++stats_.effects_kill_tools;
+  (void)feed(sched::SessionClosed{id}, now);
+  session_done(id);
+  model_.sessions().reap_done();
+  out = json{{"session", fmt::format("{:016x}", id)}, {"killed", true}}.dump();
+  return 0;
 }
 
 std::string Server::ctl_status(base::Time now) const {
@@ -83,12 +153,16 @@ std::string Server::ctl_status(base::Time now) const {
       {"directives_dropped", stats_.directives_dropped},
       {"clients_refused", stats_.clients_refused},
       {"clients_dropped", stats_.clients_dropped},
+      {"tools", {{"prepared", stats_.tools_prepared}, {"refused", stats_.tools_refused}}},
       {"effects",
        {{"cpu_weight", stats_.effects_cpu_weight},
         {"cpu_quota", stats_.effects_cpu_quota},
         {"sm_partition", stats_.effects_sm_partition},
         {"kill_tools", stats_.effects_kill_tools}}},
   };
+  json host;
+  effects_->status(host);
+  j["host"] = host.is_null() ? json{{"cgroups", "off"}, {"telemetry_mode", "off"}} : host;
   return j.dump();
 }
 

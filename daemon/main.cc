@@ -25,6 +25,7 @@
 
 #include "daemon/config.h"
 #include "daemon/effects.h"
+#include "daemon/host_plane.h"
 #include "daemon/server.h"
 
 namespace {
@@ -192,7 +193,24 @@ int main(int argc, char** argv) {
   sigprocmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  daemon::RecordingEffects effects;  // the CPU and GPU planes replace this (issues 6, 9)
+  // The host plane (cgroups, tool placement, telemetry), unless configured
+  // off or — in mode "auto" — impossible here (not root, no cgroupfs).
+  std::unique_ptr<daemon::HostPlane> host;
+  const daemon::HostConfig& host_config = (*config)->config().host;
+  if (host_config.cgroups != "off") {
+    auto plane = daemon::HostPlane::open(host_config, base::MonotonicClock().now());
+    if (plane) {
+      host = std::move(*plane);
+    } else if (host_config.cgroups == "on") {
+      spdlog::critical("cannot start: host plane: {}", plane.error().message());
+      return 1;
+    } else {
+      spdlog::warn("host plane off: {}; tools run without cgroups ([cgroups] mode = \"off\" silences this)",
+                   plane.error().message());
+    }
+  }
+  daemon::RecordingEffects recording;  // the GPU plane (issue 9) joins the host plane here
+  daemon::HostEffects& effects = host ? static_cast<daemon::HostEffects&>(*host) : recording;
   SystemdNotifier notifier;
   auto server = daemon::Server::create(*config, effects, notifier, [&flags] { return load(flags); });
   if (!server) {

@@ -90,6 +90,7 @@ base::Result<std::unique_ptr<Server>> Server::create(std::shared_ptr<const Compi
   std::unique_ptr<Server> s(new Server());
   s->config_ = std::move(config);
   s->effects_ = &effects;
+  effects.set_notice_sink([srv = s.get()](const ToolNotice& n) { srv->send_tool_notice(n); });
   s->notifier_ = &notifier;
   s->reload_ = std::move(reload);
   const Config& cfg = s->config_->config();
@@ -152,6 +153,7 @@ base::Result<std::unique_ptr<Server>> Server::create(std::shared_ptr<const Compi
 }
 
 Server::~Server() {
+  if (effects_ != nullptr) effects_->set_notice_sink(nullptr);
   if (!socket_path_.empty() && listen_) ::unlink(socket_path_.c_str());
 }
 
@@ -174,6 +176,10 @@ base::Result<void> Server::run() {
   uring_.accept(listen_.get(), Tag{Op::kAccept});
   uring_.read(signal_fd_.get(), signal_buf_, sizeof(signalfd_siginfo), Tag{Op::kSignal});
   uring_.read(timer_fd_.get(), &timer_buf_, sizeof timer_buf_, Tag{Op::kTimer});
+  if (effects_->event_fd() >= 0) {
+    uring_.poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
+    host_armed_ = true;
+  }
   notifier_->ready();
   notifier_->status(fmt::format("serving {} with policy {}", socket_path_, config_->config().policy));
   spdlog::info("listening on {} (policy {}, tick {} ms)", socket_path_, config_->config().policy,
@@ -230,6 +236,14 @@ void Server::handle(Tag tag, int res) {
         c->bell_armed = false;
         c->event_bell.disarm();
         c->pending = true;
+      }
+      break;
+    case Op::kHostEvents:
+      host_armed_ = false;
+      effects_->on_events();
+      if (!stopping_ && effects_->event_fd() >= 0) {
+        uring_.poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
+        host_armed_ = true;
       }
       break;
     case Op::kCancel:
@@ -426,7 +440,7 @@ void Server::release_sessions(Client& c, Time now) {
     const sched::Session* s = model_.sessions().find(id);
     if (s != nullptr && s->state != SessionState::kDone) {
       if (c.role == Role::kRunner && s->tool != 0) {
-        effects_->kill_tools(id);
+        effects_->kill_tools(id, ipc::ToolExitReason::kKilledSession);
         ++stats_.effects_kill_tools;
       }
       feed(sched::SessionClosed{id}, now);
@@ -564,6 +578,9 @@ void Server::on_message(Client& c, const wire::Message& msg) {
     case wire::Payload::CtlRequest:
       on_ctl(c, *msg.payload_as_CtlRequest());
       break;
+    case wire::Payload::ToolPrepare:
+      on_tool_prepare(c, *msg.payload_as_ToolPrepare());
+      break;
     case wire::Payload::Error: {
       const auto* e = msg.payload_as_Error();
       spdlog::debug("client {} reports error {}: {}", c.id, e->code(), e->message() ? e->message()->str() : "");
@@ -593,6 +610,66 @@ void Server::on_session_name(Client& c, const wire::SessionName& sn) {
     // The name may come before the record that opens the session.
     c.pending_names[sn.session()] = std::string(name);
   }
+}
+
+void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
+  if (c.role != Role::kRunner) {
+    refuse(c, EPERM, "ToolPrepare is for runners");
+    return;
+  }
+  ipc::ToolPlacementInfo reply;
+  reply.request = tp.request();
+  auto answer_error = [&](int code, std::string message) {
+    ++stats_.tools_refused;
+    reply.code = code;
+    reply.message = std::move(message);
+    send_message(c, ipc::build_tool_placement(reply));
+  };
+  // Its SESSION_OPEN may still sit below its ring's wake-up watermark: take
+  // its records first (ToolPrepare comes over the socket, records over the ring).
+  if (c.has_channel) {
+    c.pending = true;
+    pump();
+    if (c.doomed) return;
+  }
+  // The runner's own, open session only.
+  auto m = meta_.find(tp.session());
+  const sched::Session* s = model_.sessions().find(tp.session());
+  if (m == meta_.end() || s == nullptr || s->state == SessionState::kDone) {
+    answer_error(ENOENT, fmt::format("session {:#018x} is not open", tp.session()));
+    return;
+  }
+  if (m->second.owner != c.id) {
+    answer_error(EPERM, fmt::format("session {:#018x} belongs to another client", tp.session()));
+    return;
+  }
+  ToolRequest req;
+  req.session = tp.session();
+  req.call = tp.call();
+  req.kind = tp.tool_kind();
+  if (const wire::ToolLimits* l = tp.limits()) {
+    req.limits = ipc::ToolLimitsInfo{l->cpu_quota_us(), l->cpu_period_us(), l->memory_high(),
+                                     l->memory_max(),   l->pids_max(),      l->low_priority()};
+  }
+  auto grant = effects_->prepare_tool(req);
+  if (!grant) {
+    answer_error(grant.error().code(), grant.error().message());
+    return;
+  }
+  grant->info.request = tp.request();
+  auto sent = ipc::send_message(c.sock.get(), ipc::build_tool_placement(grant->info), grant->fds);
+  if (!sent) {
+    doom(c, fmt::format("ToolPlacement not delivered: {}", sent.error().message()), false);
+    return;
+  }
+  ++stats_.tools_prepared;
+}
+
+void Server::send_tool_notice(const ToolNotice& n) {
+  auto m = meta_.find(n.session);
+  Client* owner = m == meta_.end() ? nullptr : find_client(m->second.owner);
+  if (owner == nullptr || owner->doomed) return;
+  send_message(*owner, ipc::build_tool_killed(n.session, n.call, static_cast<std::uint8_t>(n.reason), n.message));
 }
 
 void Server::on_resync(Client& c, const wire::Resync& resync) {
@@ -817,6 +894,14 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     reject_record(c, "a directive on the event ring");
     return;
   }
+  // The host plane tracks tool calls whatever the scheduler makes of them
+  // (a runner may run tools in a session no engine has seen).
+  if (r.type() == ipc::RecordType::kToolStart) {
+    const auto t = r.as<ipc::ToolStart>();
+    effects_->tool_started(r.session(), t.tool_call, static_cast<std::int32_t>(t.pid));
+  } else if (r.type() == ipc::RecordType::kToolEnd) {
+    effects_->tool_ended(r.session(), r.as<ipc::ToolEnd>().tool_call);
+  }
   if (!feed(*event, now)) {
     reject_record(c, fmt::format("{}: not legal in the session's state", ipc::record_type_name(r.type())));
     return;
@@ -857,6 +942,7 @@ void Server::tick(Time now) {
   for (const sched::Session* s : table.in_state(SessionState::kDone)) done.push_back(s->id);
   for (sched::SessionId id : done) session_done(id);
   table.reap_done();
+  if (auto view = effects_->host_tick(now, model_)) model_.set_cpu(*view);
 
   for (auto& [id, c] : clients_) {
     if (!c.doomed && c.role == Role::kEngine && c.has_channel) publish_status(c, now);
@@ -947,7 +1033,7 @@ void Server::apply(const sched::Action& a, Time now) {
       ++stats_.effects_cpu_quota;
       break;
     case K::kKillTools:
-      effects_->kill_tools(a.session);
+      effects_->kill_tools(a.session, ipc::ToolExitReason::kKilledPolicy);
       ++stats_.effects_kill_tools;
       break;
     case K::kSetSmPartition:

@@ -99,7 +99,9 @@ struct ServerStats {
   std::uint64_t effects_cpu_quota = 0;
   std::uint64_t effects_kill_tools = 0;
   std::uint64_t effects_sm_partition = 0;
-  std::uint64_t resyncs = 0;  // Resync messages taken
+  std::uint64_t resyncs = 0;         // Resync messages taken
+  std::uint64_t tools_prepared = 0;  // ToolPrepare answered with a cgroup
+  std::uint64_t tools_refused = 0;   // ToolPrepare answered with an error
 };
 
 // Thread-safety: one thread.
@@ -206,6 +208,8 @@ class Server {
   void on_message(Client& c, const wire::Message& msg);
   void on_resync(Client& c, const wire::Resync& resync);
   void on_session_name(Client& c, const wire::SessionName& sn);
+  void on_tool_prepare(Client& c, const wire::ToolPrepare& tp);
+  void send_tool_notice(const ToolNotice& n);
   void on_ctl(Client& c, const wire::CtlRequest& req);
   // Whether `c` may open one more session (sessions_per_client); tells it if not.
   bool admit_session(Client& c, sched::SessionId id);
@@ -245,6 +249,9 @@ class Server {
   std::string ctl_status(base::Time now) const;
   std::string ctl_engines() const;
   std::string ctl_sessions(base::Time now) const;
+  std::string ctl_tools() const;
+  // tandemctl session-kill: closes a session, killing its tools. 0 or an errno value; `out` says what happened.
+  int ctl_session_kill(std::string_view who, base::Time now, std::string& out);
 
   Client* find_client(std::uint32_t id);
 
@@ -264,6 +271,7 @@ class Server {
   unsigned char signal_buf_[128] = {};  // one signalfd_siginfo
   std::uint64_t timer_buf_ = 0;
   bool stopping_ = false;
+  bool host_armed_ = false;  // a POLLIN on the host plane's event fd is outstanding
   std::uint64_t watchdog_usec_ = 0;
   base::Time last_watchdog_{};
 

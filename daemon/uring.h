@@ -28,6 +28,7 @@ enum class Op : std::uint8_t {
   kClientPidfd,  // POLLIN on a client's pidfd: the process exited
   kClientBell,   // read of a client's event-ring doorbell
   kCancel,       // completion of a cancel request (ignored)
+  kHostEvents,   // POLLIN on the host plane's event fd (the eBPF ring buffer)
 };
 
 // op (8 bits) | client id (32 bits). Client ids are never reused, so a late

@@ -81,7 +81,12 @@ base::Result<void> DaemonConnection::hello(wire::Role role, const std::string& n
 }
 
 base::Result<std::string> DaemonConnection::ctl(const std::string& command, std::chrono::milliseconds timeout) {
-  if (auto s = send(build_ctl_request(command, {}, true)); !s) return base::propagate(std::move(s.error()));
+  return ctl(command, {}, timeout);
+}
+
+base::Result<std::string> DaemonConnection::ctl(const std::string& command, std::span<const std::string> args,
+                                                std::chrono::milliseconds timeout) {
+  if (auto s = send(build_ctl_request(command, args, true)); !s) return base::propagate(std::move(s.error()));
   while (true) {
     auto m = recv(timeout);
     if (!m) return base::propagate(std::move(m.error()), "ctl reply");

@@ -46,6 +46,8 @@ class DaemonConnection {
   // A ctl request (after hello as CtlRead/CtlAdmin): the reply's body, or
   // its status and message as the error.
   base::Result<std::string> ctl(const std::string& command, std::chrono::milliseconds timeout = kDefaultTimeout);
+  base::Result<std::string> ctl(const std::string& command, std::span<const std::string> args,
+                                std::chrono::milliseconds timeout = kDefaultTimeout);
 
   // Pushes one record on the event ring and rings the doorbell as
   // libtandem's EventSender does (honouring the daemon's wake-up watermark);

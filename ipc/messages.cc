@@ -295,4 +295,34 @@ std::vector<std::uint8_t> build_ctl_response(std::int32_t status, std::string_vi
   return finish(fbb, wire::Payload::CtlResponse, response.Union());
 }
 
+std::vector<std::uint8_t> build_tool_prepare(std::uint32_t request, std::uint64_t session, std::uint32_t call,
+                                             std::uint64_t tool_kind, const ToolLimitsInfo& l) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto limits = wire::CreateToolLimits(fbb, l.cpu_quota_us, l.cpu_period_us, l.memory_high, l.memory_max, l.pids_max,
+                                       l.low_priority);
+  auto prepare = wire::CreateToolPrepare(fbb, request, session, call, tool_kind, limits);
+  return finish(fbb, wire::Payload::ToolPrepare, prepare.Union());
+}
+
+std::vector<std::uint8_t> build_tool_placement(const ToolPlacementInfo& info) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto message = make_string(fbb, info.message);
+  auto bwrap = make_string(fbb, info.bwrap);
+  std::vector<flatbuffers::Offset<flatbuffers::String>> args;
+  for (const auto& a : info.bwrap_args) args.push_back(make_string(fbb, a));
+  auto arg_vec = fbb.CreateVector(args);
+  auto placement =
+      wire::CreateToolPlacement(fbb, info.request, info.code, message, info.cgroup_id, info.has_v2, info.v1_count,
+                                info.cpuacct_fd, info.memory_fd, info.cpu_fd, bwrap, arg_vec);
+  return finish(fbb, wire::Payload::ToolPlacement, placement.Union());
+}
+
+std::vector<std::uint8_t> build_tool_killed(std::uint64_t session, std::uint32_t call, std::uint8_t reason,
+                                            std::string_view message) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto text = make_string(fbb, message);
+  auto killed = wire::CreateToolKilled(fbb, session, call, reason, text);
+  return finish(fbb, wire::Payload::ToolKilled, killed.Union());
+}
+
 }  // namespace tandem::ipc

@@ -33,8 +33,9 @@ namespace tandem::ipc {
 inline constexpr std::uint32_t kProtocolVersion = 1;
 // Largest datagram either side sends or accepts.
 inline constexpr std::size_t kMaxMessageSize = 64 * 1024;
-// Most fds one message may carry (Welcome carries three).
-inline constexpr std::size_t kMaxMessageFds = 4;
+// Most fds one message may carry (Welcome carries three, ToolPlacement one
+// per cgroup hierarchy).
+inline constexpr std::size_t kMaxMessageFds = 8;
 
 // Checks that `bytes` holds one well-formed Message this build understands and
 // returns its root, which points into `bytes`. Pure: no I/O, and it
@@ -124,5 +125,45 @@ std::vector<std::uint8_t> build_policy_config(std::uint64_t epoch, std::string_v
 std::vector<std::uint8_t> build_ctl_request(std::string_view command, std::span<const std::string> args, bool json);
 // `status` is 0 or a positive errno value.
 std::vector<std::uint8_t> build_ctl_response(std::int32_t status, std::string_view body);
+
+// Why a tool call ended (ToolKilled.reason; tandem.h's tandem_tool_exit_reason).
+enum class ToolExitReason : std::uint8_t {
+  kExited = 0,         // it exited by itself
+  kSignaled = 1,       // a signal not sent by tandem
+  kOomKilled = 2,      // the kernel's OOM killer, at its cgroup's memory limit
+  kKilledMemory = 3,   // tandemd: stalled at its memory limit too long, or memory pressure
+  kKilledPolicy = 4,   // tandemd: the scheduling policy
+  kKilledSession = 5,  // tandemd: its session ended or an operator killed it
+};
+inline constexpr std::uint8_t kToolExitReasonMax = 5;
+
+// Mirrors wire::ToolLimits (0 = unset).
+struct ToolLimitsInfo {
+  std::uint32_t cpu_quota_us = 0;
+  std::uint32_t cpu_period_us = 0;
+  std::uint64_t memory_high = 0;
+  std::uint64_t memory_max = 0;
+  std::uint64_t pids_max = 0;
+  bool low_priority = false;
+};
+std::vector<std::uint8_t> build_tool_prepare(std::uint32_t request, std::uint64_t session, std::uint32_t call,
+                                             std::uint64_t tool_kind, const ToolLimitsInfo& limits);
+// Mirrors wire::ToolPlacement.
+struct ToolPlacementInfo {
+  std::uint32_t request = 0;
+  std::int32_t code = 0;
+  std::string message;
+  std::uint64_t cgroup_id = 0;
+  bool has_v2 = false;
+  std::uint8_t v1_count = 0;
+  std::int8_t cpuacct_fd = -1;
+  std::int8_t memory_fd = -1;
+  std::int8_t cpu_fd = -1;
+  std::string bwrap;
+  std::vector<std::string> bwrap_args;
+};
+std::vector<std::uint8_t> build_tool_placement(const ToolPlacementInfo& info);
+std::vector<std::uint8_t> build_tool_killed(std::uint64_t session, std::uint32_t call, std::uint8_t reason,
+                                            std::string_view message);
 
 }  // namespace tandem::ipc

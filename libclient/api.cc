@@ -292,6 +292,85 @@ int tandem_tool_end(tandem_client* client, uint64_t session, const char* tool_na
   });
 }
 
+// ---- tool processes --------------------------------------------------------------
+
+int tandem_tool_spawn(tandem_client* client, uint64_t session, const char* tool_name, const char* const* argv,
+                      const char* const* envp, const char* cwd, const tandem_tool_options* options,
+                      int32_t* ret_pid) noexcept {
+  return guarded(client, "tandem_tool_spawn", [&](Client& c) {
+    const char* fn = "tandem_tool_spawn";
+    if (int r = need_role(c, Role::kRunner, fn)) return r;
+    if (session == 0) return invalid(c, fn, "session is 0");
+    if (!valid_name(tool_name, tandem::client::kMaxNameLength)) return invalid(c, fn, "tool_name is NULL or empty");
+    if (ret_pid == nullptr) return invalid(c, fn, "ret_pid is NULL");
+    if (argv == nullptr || argv[0] == nullptr || argv[0][0] == '\0') return invalid(c, fn, "argv is NULL or empty");
+    tandem::client::ToolSpec spec;
+    for (std::size_t i = 0; argv[i] != nullptr; ++i) {
+      if (i >= tandem::client::kMaxToolArgs) return invalid(c, fn, "argv has too many entries");
+      spec.argv.emplace_back(argv[i]);
+    }
+    for (std::size_t i = 0; envp != nullptr && envp[i] != nullptr; ++i) {
+      if (i >= tandem::client::kMaxToolArgs) return invalid(c, fn, "envp has too many entries");
+      if (std::strchr(envp[i], '=') == nullptr) return invalid(c, fn, fmt::format("envp[{}] is not NAME=value", i));
+      spec.env.emplace_back(envp[i]);
+    }
+    spec.inherit_env = envp == nullptr;
+    if (cwd != nullptr) spec.cwd = cwd;
+    tandem_tool_options o{};
+    if (options != nullptr) {
+      if (!read_sized(options, sizeof(std::size_t), o)) return invalid(c, fn, "options->sz is too small");
+      if (o.cpu_quota_us != 0 && o.cpu_quota_us < 1000) return invalid(c, fn, "options->cpu_quota_us is under 1000");
+      if (o.cpu_period_us != 0 && (o.cpu_period_us < 1000 || o.cpu_period_us > 1000000)) {
+        return invalid(c, fn, "options->cpu_period_us is outside 1000..1000000");
+      }
+      if (o.memory_high != 0 && o.memory_max != 0 && o.memory_high > o.memory_max) {
+        return invalid(c, fn, "options->memory_high exceeds memory_max");
+      }
+      if (o.stdin_fd < 0 || o.stdout_fd < 0 || o.stderr_fd < 0) return invalid(c, fn, "a stdio fd is negative");
+    }
+    spec.limits = tandem::ipc::ToolLimitsInfo{o.cpu_quota_us, o.cpu_period_us, o.memory_high,
+                                              o.memory_max,   o.pids_max,      o.low_priority != 0};
+    spec.stdin_fd = o.stdin_fd != 0 ? o.stdin_fd : -1;
+    spec.stdout_fd = o.stdout_fd != 0 ? o.stdout_fd : -1;
+    spec.stderr_fd = o.stderr_fd != 0 ? o.stderr_fd : -1;
+    std::int32_t pid = 0;
+    int r = c.tool_spawn(session, tool_name, spec, pid);
+    if (r == 0) *ret_pid = pid;
+    return r;
+  });
+}
+
+int tandem_tool_wait(tandem_client* client, int32_t pid, int timeout_ms, tandem_tool_result* ret_result) noexcept {
+  return guarded(client, "tandem_tool_wait", [&](Client& c) {
+    const char* fn = "tandem_tool_wait";
+    if (int r = need_role(c, Role::kRunner, fn)) return r;
+    if (ret_result == nullptr) return invalid(c, fn, "ret_result is NULL");
+    if (ret_result->sz < sizeof(std::size_t)) return invalid(c, fn, "ret_result->sz is too small");
+    tandem_tool_result out{};
+    int r = c.tool_wait(pid, timeout_ms, out);
+    if (r == 0) {
+      const std::size_t sz = std::min(ret_result->sz, sizeof out);
+      out.sz = ret_result->sz;
+      std::memcpy(ret_result, &out, sz);
+    }
+    return r;
+  });
+}
+
+int tandem_tool_kill(tandem_client* client, int32_t pid) noexcept {
+  return guarded(client, "tandem_tool_kill", [&](Client& c) {
+    if (int r = need_role(c, Role::kRunner, "tandem_tool_kill")) return r;
+    return c.tool_kill(pid);
+  });
+}
+
+static_assert(TANDEM_TOOL_EXITED == static_cast<int>(tandem::ipc::ToolExitReason::kExited));
+static_assert(TANDEM_TOOL_SIGNALED == static_cast<int>(tandem::ipc::ToolExitReason::kSignaled));
+static_assert(TANDEM_TOOL_OOM_KILLED == static_cast<int>(tandem::ipc::ToolExitReason::kOomKilled));
+static_assert(TANDEM_TOOL_KILLED_MEMORY == static_cast<int>(tandem::ipc::ToolExitReason::kKilledMemory));
+static_assert(TANDEM_TOOL_KILLED_POLICY == static_cast<int>(tandem::ipc::ToolExitReason::kKilledPolicy));
+static_assert(TANDEM_TOOL_KILLED_SESSION == static_cast<int>(tandem::ipc::ToolExitReason::kKilledSession));
+
 // ---- engine API -------------------------------------------------------------------
 
 int tandem_round_submit(tandem_client* client, uint64_t session, const tandem_round* round) noexcept {

@@ -49,7 +49,10 @@ Client::Client(Config config, Coordinator coordinator)
   stats_.sz = sizeof stats_;
 }
 
-Client::~Client() { shutdown(); }
+Client::~Client() {
+  reap_tools(0);  // a handle's tools die with it, as tandemd kills their cgroups when it goes
+  shutdown();
+}
 
 void Client::start() { drive(false); }
 
@@ -177,6 +180,37 @@ bool Client::handle_message(ipc::ReceivedMessage& received) {
       // Before Welcome there is nothing to resync onto; the Welcome sends one.
       if (state_ == ConnState::kConnected) queue_resync();
       return state_ != ConnState::kDisconnected;
+    case wire::Payload::ToolPlacement: {
+      const wire::ToolPlacement* p = message->payload_as_ToolPlacement();
+      // Only answers to requests still waiting (request ids below next_request_).
+      if (p->request() == 0 || p->request() >= next_request_) return true;
+      Placement placed;
+      placed.info.request = p->request();
+      placed.info.code = p->code();
+      placed.info.message = p->message() != nullptr ? p->message()->str() : "";
+      placed.info.cgroup_id = p->cgroup_id();
+      placed.info.has_v2 = p->has_v2();
+      placed.info.v1_count = p->v1_count();
+      placed.info.cpuacct_fd = p->cpuacct_fd();
+      placed.info.memory_fd = p->memory_fd();
+      placed.info.cpu_fd = p->cpu_fd();
+      placed.info.bwrap = p->bwrap() != nullptr ? p->bwrap()->str() : "";
+      if (p->bwrap_args() != nullptr) {
+        for (const auto* a : *p->bwrap_args()) placed.info.bwrap_args.push_back(a->str());
+      }
+      placed.fds = std::move(received.fds);
+      placements_[p->request()] = std::move(placed);
+      return true;
+    }
+    case wire::Payload::ToolKilled: {
+      const wire::ToolKilled* k = message->payload_as_ToolKilled();
+      for (const auto& [pid, t] : procs_) {
+        if (t.session == k->session() && t.call == k->call()) {
+          kills_[{k->session(), k->call()}] = Kill{k->reason(), k->message() != nullptr ? k->message()->str() : ""};
+        }
+      }
+      return true;
+    }
     default:
       // Nothing else is addressed to a client; ignore rather than guess.
       return true;
@@ -357,6 +391,9 @@ void Client::send_record(const T& record, std::uint64_t session) {
     ++stats_.records_dropped;  // ring and overflow full: the daemon was told to ask for a resync
   }
 }
+// libclient/tools.cc sends these as well.
+template void Client::send_record(const ipc::ToolStart&, std::uint64_t);
+template void Client::send_record(const ipc::ToolEnd&, std::uint64_t);
 
 void Client::drain_directives() {
   if (state_ != ConnState::kConnected) return;
@@ -589,6 +626,7 @@ int Client::session_close(std::uint64_t session, std::uint8_t reason) {
   r.reason = reason;
   send_record(r, session);
   sessions_.erase(session);
+  reap_tools(session);  // tandemd kills what its cgroups hold; these are ours to reap
   return 0;
 }
 

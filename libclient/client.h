@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -74,6 +75,25 @@ inline constexpr std::size_t kMaxQueuedDirectives = std::size_t{1} << 16;
 // daemon stopped reading, which counts as a lost connection.
 inline constexpr std::size_t kMaxOutbox = kMaxSessions / 64;
 inline constexpr base::Duration kWelcomeTimeout = std::chrono::seconds(1);
+// How long tandem_tool_spawn waits for tandemd's ToolPlacement before it
+// starts the tool without a cgroup.
+inline constexpr base::Duration kPlacementTimeout = std::chrono::seconds(1);
+inline constexpr std::size_t kMaxToolArgs = 65536;
+// Tool calls the library numbers itself (tandem_tool_spawn) start here, away
+// from the small numbers runners pick for tandem_tool_begin.
+inline constexpr std::uint32_t kFirstSpawnCall = 0x80000000u;
+
+// What tandem_tool_spawn starts (api.cc checks it).
+struct ToolSpec {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  bool inherit_env = true;
+  std::string cwd;
+  ipc::ToolLimitsInfo limits;
+  int stdin_fd = -1;  // -1: inherit
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+};
 
 // Thread-safety: one thread at a time.
 class Client {
@@ -112,6 +132,11 @@ class Client {
   int tool_begin(std::uint64_t session, std::string_view tool, std::uint32_t call, std::int32_t pid);
   int tool_end(std::uint64_t session, std::string_view tool, std::uint32_t call, std::int32_t exit_code,
                const tandem_tool_usage* usage);
+  // tandem_tool_spawn / _wait / _kill (libclient/tools.cc).
+  int tool_spawn(std::uint64_t session, std::string_view tool, const ToolSpec& spec, std::int32_t& ret_pid);
+  int tool_wait(std::int32_t pid, int timeout_ms, tandem_tool_result& out);
+  int tool_kill(std::int32_t pid);
+  std::size_t live_tools() const { return procs_.size(); }
 
   // ---- engine ----
   int round_submit(std::uint64_t session, const tandem_round& round);
@@ -151,7 +176,37 @@ class Client {
     std::vector<ToolCall> tools;  // running tool calls, oldest first
   };
 
+  // A process started by tool_spawn, until tool_wait reaps it.
+  struct ToolProc {
+    std::uint64_t session = 0;
+    std::uint32_t call = 0;
+    std::string tool;
+    base::UniqueFd pidfd;
+    std::vector<base::UniqueFd> dirs;  // its cgroup directories (ToolPlacement's fds)
+    int v2 = -1;                       // indexes into dirs, -1 = none
+    int cpuacct = -1;
+    int memory = -1;
+    int cpu = -1;
+    std::uint64_t cgroup_id = 0;
+    std::int64_t started_ns = 0;
+  };
+  // A ToolPlacement that arrived.
+  struct Placement {
+    ipc::ToolPlacementInfo info;
+    std::vector<base::UniqueFd> fds;
+  };
+  // What ToolKilled said about a call.
+  struct Kill {
+    std::uint8_t reason = 0;
+    std::string message;
+  };
+
   explicit Client(Config config, Coordinator coordinator);
+  // Sends ToolPrepare and waits for its answer (nullopt: none in time, or not connected).
+  std::optional<Placement> request_placement(std::uint64_t session, std::uint32_t call, std::uint64_t kind,
+                                             const ipc::ToolLimitsInfo& limits, std::string& why);
+  // Kills and reaps every tool of `session` (0: all), without records.
+  void reap_tools(std::uint64_t session);
 
   // ---- connection ----
   // Advances the state machine; `read_socket` also drains the socket when
@@ -223,6 +278,13 @@ class Client {
   std::uint64_t submit_seq_ = 0;
 
   tandem_client_stats stats_{};
+
+  // tools (libclient/tools.cc)
+  std::unordered_map<std::int32_t, ToolProc> procs_;  // by pid
+  std::map<std::uint32_t, Placement> placements_;     // by request
+  std::map<std::pair<std::uint64_t, std::uint32_t>, Kill> kills_;
+  std::uint32_t next_request_ = 1;
+  std::uint32_t next_call_ = kFirstSpawnCall;
 };
 
 }  // namespace tandem::client

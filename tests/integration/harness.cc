@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,13 +82,34 @@ int Process::stop(int sig, std::chrono::milliseconds timeout) {
 
 Daemon::Daemon(std::string runtime_dir, const std::string& config_text)
     : dir_(std::move(runtime_dir)), socket_(dir_ + "/tandemd.sock"), config_path_(dir_ + "/tandemd.toml") {
-  std::ofstream(config_path_) << config_text;
+  std::string text = config_text;
+  // Test daemons run side by side (ctest -j): each gets a cgroup subtree of
+  // its own, named for its runtime dir (a restart in the same dir finds it).
+  if (text.find("[cgroups]") == std::string::npos) {
+    text += fmt::format("\n[cgroups]\nsubtree = \"{}\"\n", dir_.substr(dir_.rfind('/') + 1));
+  }
+  std::ofstream(config_path_) << text;
 }
 
 void Daemon::start() {
+  // A socket left by a tandemd that was killed may still accept for a moment
+  // (its io_uring, torn down asynchronously, holds a pending accept): wait
+  // for the new daemon's own socket: a new file at the path (tmpfs reuses
+  // inode numbers, so the change time tells).
+  struct stat old {};
+  const bool had = ::stat(socket_.c_str(), &old) == 0;
   proc_.start({TANDEMD_PATH, "--config", config_path_, "--runtime-dir", dir_}, dir_ + "/tandemd.out",
               dir_ + "/tandemd.log");
-  ASSERT_TRUE(eventually([&] { return socket_accepts(socket_); })) << "tandemd did not come up:\n" << log();
+  ASSERT_TRUE(eventually([&] {
+    struct stat now {};
+    if (::stat(socket_.c_str(), &now) != 0) return false;
+    if (had && now.st_ino == old.st_ino && now.st_ctim.tv_sec == old.st_ctim.tv_sec &&
+        now.st_ctim.tv_nsec == old.st_ctim.tv_nsec) {
+      return false;
+    }
+    return socket_accepts(socket_);
+  })) << "tandemd did not come up:\n"
+      << log();
 }
 
 std::string Daemon::log() const {

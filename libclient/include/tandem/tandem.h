@@ -106,6 +106,8 @@ typedef struct tandem_client_stats {
   uint64_t records_dropped; /* dropped: ring and overflow full (resync flagged) or not connected */
   uint64_t directives;      /* directives received */
   uint64_t resyncs;         /* snapshots sent */
+  uint64_t tools_spawned;   /* tandem_tool_spawn successes */
+  uint64_t tools_unplaced;  /* ... of which started without a cgroup (fail-open) */
 } tandem_client_stats;
 TANDEM_API int tandem_get_stats(const tandem_client* client, tandem_client_stats* ret_stats) TANDEM_NOEXCEPT;
 
@@ -149,6 +151,68 @@ typedef struct tandem_tool_usage {
  * `usage` may be NULL (wall time is then measured from tandem_tool_begin). */
 TANDEM_API int tandem_tool_end(tandem_client* client, uint64_t session, const char* tool_name, uint32_t call,
                                int32_t exit_code, const tandem_tool_usage* usage) TANDEM_NOEXCEPT;
+
+/* ---- tool processes (runner API) -------------------------------------- */
+
+/* Limits and stdio of a tool call. Zero fields mean "not set": tandemd's
+ * [tools] defaults apply, and a runner's limits can only tighten them. */
+typedef struct tandem_tool_options {
+  size_t sz;              /* sizeof the struct */
+  uint32_t cpu_quota_us;  /* CPU time per period (cgroup cpu.max); 0 = none */
+  uint32_t cpu_period_us; /* 0 = 100000 */
+  uint64_t memory_high;   /* bytes: throttled above this (v1: allocations stall here) */
+  uint64_t memory_max;    /* bytes: the kernel's OOM killer acts above this */
+  uint64_t pids_max;      /* processes and threads */
+  uint8_t low_priority;   /* frozen first under memory pressure */
+  int stdin_fd;           /* the tool's stdin/stdout/stderr; 0 = inherit the caller's */
+  int stdout_fd;
+  int stderr_fd;
+} tandem_tool_options;
+
+/* Why a tool call ended (tandem_tool_result.reason). */
+enum tandem_tool_exit_reason {
+  TANDEM_TOOL_EXITED = 0,        /* it exited by itself (exit_code >= 0) */
+  TANDEM_TOOL_SIGNALED = 1,      /* a signal tandem did not send */
+  TANDEM_TOOL_OOM_KILLED = 2,    /* the kernel's OOM killer, at its memory_max */
+  TANDEM_TOOL_KILLED_MEMORY = 3, /* tandemd: stalled at its memory limit too long */
+  TANDEM_TOOL_KILLED_POLICY = 4, /* tandemd: the scheduling policy */
+  TANDEM_TOOL_KILLED_SESSION = 5 /* tandemd: its session ended, or an operator killed it */
+};
+
+typedef struct tandem_tool_result {
+  size_t sz;         /* sizeof the struct */
+  int32_t exit_code; /* >= 0 exit status, < 0 minus the signal */
+  int32_t reason;    /* enum tandem_tool_exit_reason */
+  uint64_t wall_ns;
+  uint64_t cpu_ns;            /* of every process of the call (its cgroup), else of the tool and its waited children */
+  uint64_t peak_memory_bytes; /* of its cgroup, else the largest RSS */
+  uint64_t cgroup_id;         /* 0: it ran without a cgroup (tandemd unreachable, or cgroups off) */
+  char message[160];          /* for reasons other than EXITED: what happened, NUL-terminated */
+} tandem_tool_result;
+
+/* Starts a tool call of `session` (open on this runner handle): tandemd
+ * creates the call's cgroup with `options`' limits, and the process starts
+ * directly inside it (clone3 CLONE_INTO_CGROUP; v1 hierarchies joined before
+ * exec). argv[0] is searched in envp's PATH; envp NULL inherits environ; cwd
+ * NULL inherits. TOOL_START is recorded; *ret_pid gets the pid. When tandemd
+ * cannot be reached within a second, or runs without cgroups, the tool starts
+ * without a cgroup (fail-open; result.cgroup_id is then 0).
+ * Errors: -EPERM (not a runner handle), -ENOENT (session not open here; or
+ * argv[0] not found, with the path in tandem_last_error), -EINVAL (empty
+ * argv, bad options), -EACCES (not executable, or no write access to the
+ * cgroup: the runner must run as root or in tandemd's delegated subtree). */
+TANDEM_API int tandem_tool_spawn(tandem_client* client, uint64_t session, const char* tool_name,
+                                 const char* const* argv, const char* const* envp, const char* cwd,
+                                 const tandem_tool_options* options, int32_t* ret_pid) TANDEM_NOEXCEPT;
+/* Waits up to timeout_ms (< 0: forever, 0: don't block) for tool `pid`
+ * started by tandem_tool_spawn on this handle, records TOOL_END, reaps it
+ * and fills *ret_result. Errors: -ETIMEDOUT (still running), -ECHILD (no
+ * such tool on this handle). */
+TANDEM_API int tandem_tool_wait(tandem_client* client, int32_t pid, int timeout_ms,
+                                tandem_tool_result* ret_result) TANDEM_NOEXCEPT;
+/* Kills tool `pid` and every process of its cgroup (daemonised ones too);
+ * tandem_tool_wait then reports it. -ECHILD if no such tool. */
+TANDEM_API int tandem_tool_kill(tandem_client* client, int32_t pid) TANDEM_NOEXCEPT;
 
 /* ---- engine API ------------------------------------------------------- */
 

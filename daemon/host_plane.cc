@@ -1,0 +1,615 @@
+#include "daemon/host_plane.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "base/parse.h"
+
+namespace tandem::daemon {
+namespace {
+
+using base::Time;
+
+constexpr int kKillWaitMs = 200;  // how long one kill waits for the processes to go
+
+std::string session_dir(sched::SessionId s) { return fmt::format("tools/{:016x}", s); }
+std::string call_dir(sched::SessionId s, std::uint32_t call) { return fmt::format("tools/{:016x}/{}", s, call); }
+
+// Cores in a cpu list ("0-3,6" → 5); 0 for an empty or malformed list.
+std::uint32_t count_cpus(std::string_view list) {
+  std::uint32_t n = 0;
+  for (std::string_view part : base::split(list, ',', true)) {
+    const auto dash = part.find('-');
+    auto lo = base::parse_int<std::uint32_t>(part.substr(0, dash));
+    auto hi = dash == std::string_view::npos ? lo : base::parse_int<std::uint32_t>(part.substr(dash + 1));
+    if (!lo || !hi || *hi < *lo) return 0;
+    n += *hi - *lo + 1;
+  }
+  return n;
+}
+
+std::optional<double> node_psi(const char* path) {
+  auto text = cpu::read_file(AT_FDCWD, path);
+  if (!text) return std::nullopt;
+  auto psi = cpu::parse_psi(*text);
+  if (!psi) return std::nullopt;
+  return psi->some.avg10;
+}
+
+// The smaller of two limits where 0 means "none".
+std::uint64_t tighter(std::uint64_t a, std::uint64_t b) {
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return std::min(a, b);
+}
+
+std::string_view to_string(ipc::ToolExitReason r) {
+  switch (r) {
+    case ipc::ToolExitReason::kExited:
+      return "exited";
+    case ipc::ToolExitReason::kSignaled:
+      return "signaled";
+    case ipc::ToolExitReason::kOomKilled:
+      return "oom-killed";
+    case ipc::ToolExitReason::kKilledMemory:
+      return "killed-memory";
+    case ipc::ToolExitReason::kKilledPolicy:
+      return "killed-policy";
+    case ipc::ToolExitReason::kKilledSession:
+      return "killed-session";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+HostPlane::HostPlane(const HostConfig& config, std::unique_ptr<cpu::CgroupManager> cgroups)
+    : config_(config), cgroups_(std::move(cgroups)) {}
+
+HostPlane::~HostPlane() {
+  if (!lock_) return;  // never started: the subtree may be another tandemd's
+  // Sessions still running tools stay for the next tandemd to adopt; empty
+  // folders, and the subtree itself when no process is left in it, go.
+  for (auto& [id, s] : sessions_) {
+    auto procs = cgroups_->processes(s.node);
+    if (procs && procs->empty()) (void)cgroups_->remove(s.node);
+  }
+  retry_burials();
+  auto procs = cgroups_->processes(cgroups_->root());
+  if (procs && procs->empty()) {
+    auto r = cgroups_->remove(cgroups_->root());
+    if (!r) spdlog::warn("host: leaving the cgroup subtree: {}", r.error().message());
+  }
+}
+
+base::Result<std::unique_ptr<HostPlane>> HostPlane::open(const HostConfig& config, Time now) {
+  cpu::ManagerOptions o;
+  o.subtree = config.subtree;
+  o.root = config.root;
+  auto cg = cpu::CgroupManager::open(o);
+  if (!cg) return base::propagate(std::move(cg.error()));
+  std::unique_ptr<HostPlane> plane(new HostPlane(config, std::move(*cg)));
+  auto r = plane->start(now);
+  if (!r) return base::propagate(std::move(r.error()));
+  return plane;
+}
+
+base::Result<void> HostPlane::start(Time now) {
+  // One tandemd per subtree: a second one would reap the first one's tools.
+  {
+    const int dir = cgroups_->root().dirs.front().get();
+    base::UniqueFd fd(::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) return base::errno_error("open the cgroup subtree for its lock");
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      return base::errno_error(
+          fmt::format("cgroup subtree {} is in use by another tandemd", cgroups_->hierarchies().front().path()));
+    }
+    lock_ = std::move(fd);
+  }
+  auto engines = cgroups_->create("engines");
+  if (!engines) return base::propagate(std::move(engines.error()));
+  engines_ = std::move(*engines);
+  auto tools = cgroups_->create("tools");
+  if (!tools) return base::propagate(std::move(tools.error()));
+  tools_ = std::move(*tools);
+  for (auto [node, cpus] : {std::pair{&engines_, &config_.engine_cpus}, {&tools_, &config_.tool_cpus}}) {
+    if (cpus->empty()) continue;
+    cpu::Limits l;
+    l.cpus = *cpus;
+    auto r = cgroups_->apply(*node, l);
+    if (!r) return base::propagate(std::move(r.error()), fmt::format("cpuset of {}", node->rel));
+    if (*r & cpu::kNoCpus) spdlog::warn("host: no cpuset controller: {} = {} is not applied", node->rel, *cpus);
+  }
+  tool_cores_ = count_cpus(config_.tool_cpus);
+  if (tool_cores_ == 0) tool_cores_ = static_cast<std::uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+
+  bpf::Options topts;
+  topts.force_sampling = config_.telemetry == "sampling";
+  auto tel = bpf::open_telemetry(topts);
+  if (!tel) {
+    if (config_.telemetry == "ebpf") return base::propagate(std::move(tel.error()), "telemetry");
+    telemetry_error_ = tel.error().message();
+    spdlog::warn("host: telemetry is off: {}", telemetry_error_);
+  } else {
+    telemetry_ = std::move(*tel);
+    if (config_.telemetry == "ebpf" && telemetry_->mode() != bpf::Mode::kEbpf) {
+      return base::make_error(ENOTSUP, fmt::format("telemetry: eBPF required ([telemetry] mode = \"ebpf\") but {}",
+                                                   telemetry_->describe()));
+    }
+  }
+
+  // Tool cgroups of a previous run.
+  auto found = cgroups_->children("tools");
+  if (!found) return base::propagate(std::move(found.error()));
+  for (const std::string& name : *found) {
+    auto node = cgroups_->open_node("tools/" + name);
+    if (!node) continue;
+    std::uint64_t id = 0;
+    const bool named = name.size() == 16 && std::all_of(name.begin(), name.end(), [](char ch) {
+                         return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+                       });
+    if (named) id = std::stoull(name, nullptr, 16);
+    if (!named || id == 0 || config_.on_restart == "reap") {
+      spdlog::info("host: reaping tool cgroup {} of a previous run", node->rel);
+      ++sessions_reaped_;
+      bury(std::move(*node));
+      continue;
+    }
+    SessionCg s;
+    s.node = std::move(*node);
+    s.orphan = true;
+    s.orphan_deadline = now + config_.adopt_grace;
+    for (const std::string& c : cgroups_->children(s.node.rel).value_or(std::vector<std::string>{})) {
+      auto call = base::parse_int<std::uint32_t>(c);
+      auto cn = cgroups_->open_node(s.node.rel + "/" + c);
+      if (!call || !cn) continue;
+      Call entry;
+      entry.node = std::move(*cn);
+      if (telemetry_) (void)telemetry_->track(entry.node.id, id, entry.node.dirs.front().get());
+      s.calls.emplace(*call, std::move(entry));
+    }
+    spdlog::info("host: found session {:016x} of a previous run ({} tool calls); kept {} s for its runner", id,
+                 s.calls.size(), std::chrono::duration<double>(config_.adopt_grace).count());
+    sessions_.emplace(id, std::move(s));
+  }
+  spdlog::info("host: cgroups {}; telemetry {}", cgroups_->describe(),
+               telemetry_ ? std::string(telemetry_->describe()) : "off: " + telemetry_error_);
+  return {};
+}
+
+HostPlane::SessionCg* HostPlane::session_cg(sched::SessionId session, bool create) {
+  auto it = sessions_.find(session);
+  if (it != sessions_.end()) return &it->second;
+  if (!create) return nullptr;
+  auto node = cgroups_->create(session_dir(session));
+  if (!node) {
+    spdlog::warn("host: session {:016x}: {}", session, node.error().message());
+    return nullptr;
+  }
+  SessionCg s;
+  s.node = std::move(*node);
+  return &sessions_.emplace(session, std::move(s)).first->second;
+}
+
+void HostPlane::set_cpu_weight(sched::SessionId session, std::uint32_t weight) {
+  SessionCg* s = session_cg(session, false);
+  if (s == nullptr || s->cpu_weight == weight || weight < 1 || weight > 10000) return;
+  s->cpu_weight = weight;
+  cpu::Limits l;
+  l.cpu_weight = weight;
+  auto r = cgroups_->apply(s->node, l);
+  if (!r) spdlog::warn("host: cpu.weight {} for session {:016x}: {}", weight, session, r.error().message());
+}
+
+void HostPlane::set_cpu_quota(sched::SessionId session, std::uint32_t us_per_100ms) {
+  SessionCg* s = session_cg(session, false);
+  if (s == nullptr || s->cpu_quota == us_per_100ms) return;
+  s->cpu_quota = us_per_100ms;
+  cpu::Limits l;
+  l.cpu_max = cpu::CpuMax{
+      us_per_100ms == 0 ? std::nullopt : std::optional<std::uint64_t>(std::max(1000u, us_per_100ms)), 100000};
+  auto r = cgroups_->apply(s->node, l);
+  if (!r) spdlog::warn("host: cpu.max for session {:016x}: {}", session, r.error().message());
+}
+
+void HostPlane::kill_call(sched::SessionId session, std::uint32_t call, Call& c, ipc::ToolExitReason reason,
+                          std::string message) {
+  spdlog::info("host: killing tool call {} of session {:016x} ({}): {}", call, session, to_string(reason), message);
+  notice(ToolNotice{session, call, reason, std::move(message)});
+  if (c.frozen) (void)cgroups_->freeze(c.node, false);  // v1: a frozen task dies only once thawed
+  auto r = cgroups_->kill(c.node, kKillWaitMs);
+  if (!r) spdlog::warn("host: killing tool call {} of session {:016x}: {}", call, session, r.error().message());
+  c.frozen = false;
+  ++tools_killed_;
+}
+
+void HostPlane::kill_tools(sched::SessionId session, ipc::ToolExitReason reason) {
+  SessionCg* s = session_cg(session, false);
+  if (s == nullptr) return;
+  for (auto& [call, c] : s->calls) {
+    if (c.ended) continue;
+    kill_call(session, call, c, reason,
+              reason == ipc::ToolExitReason::kKilledPolicy ? "the scheduling policy ended it" : "its session ended");
+  }
+}
+
+void HostPlane::session_gone(sched::SessionId session) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  SessionCg& s = it->second;
+  for (auto& [call, c] : s.calls) {
+    if (telemetry_) telemetry_->untrack(c.node.id);
+    if (!c.ended && c.pid != 0)
+      notice(ToolNotice{session, call, ipc::ToolExitReason::kKilledSession, "its session ended"});
+  }
+  if (telemetry_) telemetry_->forget_group(session);
+  bury(std::move(s.node));
+  sessions_.erase(it);
+}
+
+void HostPlane::bury(cpu::Node node) {
+  (void)cgroups_->freeze(node, false);
+  auto k = cgroups_->kill(node, kKillWaitMs);
+  if (k) {
+    auto r = cgroups_->remove(node);
+    if (r) return;
+    spdlog::debug("host: removing {}: {} (retried each tick)", node.rel, r.error().message());
+  } else {
+    spdlog::warn("host: {}: {} (retried each tick)", node.rel, k.error().message());
+  }
+  doomed_.push_back(std::move(node));
+}
+
+void HostPlane::retry_burials() {
+  std::erase_if(doomed_, [&](const cpu::Node& n) {
+    if (!cgroups_->kill(n, 0)) return false;
+    return static_cast<bool>(cgroups_->remove(n));
+  });
+}
+
+cpu::Limits HostPlane::limits_for(const ipc::ToolLimitsInfo& asked) const {
+  cpu::Limits l;
+  const std::uint64_t high = tighter(config_.memory_high, asked.memory_high);
+  const std::uint64_t max = tighter(config_.memory_max, asked.memory_max);
+  l.memory_max = max == 0 ? cpu::kUnlimited : max;
+  l.memory_high = high == 0 ? cpu::kUnlimited : (max != 0 ? std::min(high, max) : high);
+  l.pids_max = tighter(config_.pids_max, asked.pids_max);
+  const std::uint32_t period = asked.cpu_period_us != 0 ? asked.cpu_period_us : 100000;
+  std::uint64_t quota = asked.cpu_quota_us;
+  if (config_.cpu_max_percent != 0) {
+    const std::uint64_t cfg = std::uint64_t{config_.cpu_max_percent} * period / 100;
+    quota = quota == 0 ? cfg : std::min<std::uint64_t>(quota, cfg);
+  }
+  l.cpu_max = cpu::CpuMax{
+      quota == 0 ? std::nullopt : std::optional<std::uint64_t>(std::max<std::uint64_t>(quota, 1000)), period};
+  return l;
+}
+
+base::Result<ToolGrant> HostPlane::prepare_tool(const ToolRequest& req) {
+  if (req.session == 0) return base::make_error(EINVAL, "session 0");
+  SessionCg* s = session_cg(req.session, true);
+  if (s == nullptr)
+    return base::make_error(EIO, fmt::format("cannot create the cgroup of session {:016x}", req.session));
+  s->orphan = false;
+  if (s->calls.contains(req.call)) {
+    return base::make_error(EEXIST,
+                            fmt::format("tool call {} of session {:016x} already has a cgroup", req.call, req.session));
+  }
+  const cpu::Limits limits = limits_for(req.limits);
+  if (auto v = cpu::validate(limits); !v) return base::propagate(std::move(v.error()), "tool limits");
+  auto node = cgroups_->create(call_dir(req.session, req.call));
+  if (!node) return base::propagate(std::move(node.error()));
+  auto applied = cgroups_->apply(*node, limits);
+  if (!applied) {
+    (void)cgroups_->remove(*node);
+    return base::propagate(std::move(applied.error()), "tool limits");
+  }
+  if (telemetry_) {
+    // dirs.front() is the v2 directory when there is one.
+    auto t = telemetry_->track(node->id, req.session, node->dirs.front().get());
+    if (!t) spdlog::warn("host: telemetry for {}: {}", node->rel, t.error().message());
+  }
+  Call c;
+  c.node = std::move(*node);
+  c.limits = limits;
+  c.low_priority = req.limits.low_priority;
+  auto& entry = s->calls.emplace(req.call, std::move(c)).first->second;
+  ++tools_prepared_;
+
+  ToolGrant g;
+  g.info.cgroup_id = entry.node.id;
+  const cpu::PlacementFds p = cgroups_->placement(entry.node);
+  const cpu::UsageDirs u = cgroups_->usage_dirs(entry.node);
+  if (p.v2_dir >= 0) {
+    g.info.has_v2 = true;
+    g.fds.push_back(p.v2_dir);
+  }
+  for (std::size_t i = 0; i < p.v1_dirs.size(); ++i) {
+    const int fd = p.v1_dirs[i];
+    const auto index = static_cast<std::int8_t>(i);
+    if (fd == u.cpuacct) g.info.cpuacct_fd = index;
+    if (fd == u.memory) g.info.memory_fd = index;
+    if (fd == u.cpu) g.info.cpu_fd = index;
+    g.fds.push_back(fd);
+  }
+  g.info.v1_count = static_cast<std::uint8_t>(p.v1_dirs.size());
+  g.info.bwrap = config_.bubblewrap;
+  g.info.bwrap_args = config_.bubblewrap_args;
+  return g;
+}
+
+void HostPlane::tool_started(sched::SessionId session, std::uint32_t call, std::int32_t pid) {
+  SessionCg* s = session_cg(session, false);
+  if (s == nullptr) return;
+  auto it = s->calls.find(call);
+  if (it != s->calls.end()) it->second.pid = pid;
+}
+
+void HostPlane::tool_ended(sched::SessionId session, std::uint32_t call) {
+  SessionCg* s = session_cg(session, false);
+  if (s == nullptr) return;
+  auto it = s->calls.find(call);
+  if (it == s->calls.end()) return;
+  it->second.ended = true;
+  auto procs = cgroups_->processes(it->second.node);
+  if (procs && procs->empty() && cgroups_->remove(it->second.node)) {
+    if (telemetry_) telemetry_->untrack(it->second.node.id);
+    s->calls.erase(it);
+  }
+}
+
+void HostPlane::on_events() {
+  if (!telemetry_) return;
+  proc_events_ += telemetry_->drain_events([&](const bpf::ProcEvent& e) {
+    if (e.kind == bpf::ProcEvent::Kind::kExec) ++execs_;
+    if (e.kind == bpf::ProcEvent::Kind::kExit) ++exits_;
+  });
+}
+
+std::optional<sched::CpuView> HostPlane::host_tick(Time now, const sched::NodeModel& model) {
+  if (sampled_ && now - last_sample_ < kHostPeriod) return view_;
+  sampled_ = true;
+  last_sample_ = now;
+
+  // Orphans of a previous run: adopted once their session is live again.
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    SessionCg& s = it->second;
+    if (s.orphan) {
+      const sched::Session* live = model.sessions().find(it->first);
+      if (live != nullptr && live->state != sched::SessionState::kDone) {
+        s.orphan = false;
+        ++sessions_adopted_;
+        spdlog::info("host: session {:016x} adopted with {} tool calls", it->first, s.calls.size());
+      } else if (now >= s.orphan_deadline) {
+        spdlog::info("host: session {:016x} was not claimed within {} s: reaping its tools", it->first,
+                     std::chrono::duration<double>(config_.adopt_grace).count());
+        ++sessions_reaped_;
+        for (auto& [call, c] : s.calls) {
+          if (telemetry_) telemetry_->untrack(c.node.id);
+        }
+        if (telemetry_) telemetry_->forget_group(it->first);
+        bury(std::move(s.node));
+        it = sessions_.erase(it);
+        continue;
+      }
+    }
+    // Ended calls whose leftovers have gone.
+    std::erase_if(s.calls, [&](auto& kv) {
+      const Call& c = kv.second;
+      if (!c.ended) return false;
+      auto procs = cgroups_->processes(c.node);
+      if (!procs || !procs->empty() || !cgroups_->remove(c.node)) return false;
+      if (telemetry_) telemetry_->untrack(c.node.id);
+      return true;
+    });
+    ++it;
+  }
+  retry_burials();
+
+  // Pressure and telemetry.
+  memory_psi_ = node_psi("/proc/pressure/memory").value_or(-1.0);
+  cpu_psi_ = -1.0;
+  if (cgroups_->has_v2()) {
+    if (auto p = cgroups_->pressure(tools_, "cpu")) cpu_psi_ = p->some.avg10;
+  }
+  if (cpu_psi_ < 0) cpu_psi_ = node_psi("/proc/pressure/cpu").value_or(-1.0);
+  view_.tool_cores = tool_cores_;
+  view_.psi_some_avg10 = cpu_psi_;
+  view_.runq_delay_p50 = {};
+  if (telemetry_) {
+    on_events();
+    std::array<std::uint64_t, bpf::kRunqBuckets> hist{};
+    for (const auto& [group, st] : telemetry_->sample()) {
+      for (std::size_t i = 0; i < bpf::kRunqBuckets; ++i) hist[i] += st.runq_hist[i];
+    }
+    std::uint64_t total = 0;
+    std::array<std::uint64_t, bpf::kRunqBuckets> delta{};
+    for (std::size_t i = 0; i < bpf::kRunqBuckets; ++i) {
+      delta[i] = hist[i] >= runq_last_[i] ? hist[i] - runq_last_[i] : 0;
+      total += delta[i];
+    }
+    runq_last_ = hist;
+    if (total > 0) {
+      std::uint64_t seen = 0;
+      for (std::size_t i = 0; i < bpf::kRunqBuckets; ++i) {
+        seen += delta[i];
+        if (seen * 2 >= total) {
+          // Bucket i holds [2^(i-1), 2^i) µs (bucket 0: under 1 µs); report its middle.
+          const double us = i == 0 ? 0.5 : 0.75 * static_cast<double>(std::uint64_t{1} << i);
+          view_.runq_delay_p50 =
+              std::chrono::duration_cast<base::Duration>(std::chrono::duration<double, std::micro>(us));
+          break;
+        }
+      }
+    }
+  }
+  memory_rules(now, model);
+  return view_;
+}
+
+void HostPlane::memory_rules(Time now, const sched::NodeModel& model) {
+  // The tools' memory, call by call.
+  tools_memory_ = 0;
+  for (auto& [id, s] : sessions_) {
+    const sched::Session* live = model.sessions().find(id);
+    s.priority_class = live != nullptr ? live->priority_class : 0;
+    s.pinned = live != nullptr && live->residency == sched::Residency::kPinned;
+    for (auto& [call, c] : s.calls) {
+      auto u = cgroups_->usage(c.node);
+      if (!u) continue;
+      c.memory_bytes = u->memory_bytes.value_or(0);
+      tools_memory_ += c.memory_bytes;
+      if (u->memory_stalled && !c.frozen) {
+        if (!c.stalled_since) c.stalled_since = now;
+        if (now - *c.stalled_since >= config_.stall_kill_after && !c.ended) {
+          kill_call(id, call, c, ipc::ToolExitReason::kKilledMemory,
+                    fmt::format("stalled at its memory limit ({} MiB) for {} s", c.memory_bytes >> 20,
+                                std::chrono::duration<double>(config_.stall_kill_after).count()));
+          c.stalled_since.reset();
+        }
+      } else {
+        c.stalled_since.reset();
+      }
+    }
+  }
+
+  auto level_of = [&](double psi, std::uint64_t used) {
+    Pressure p = Pressure::kNormal;
+    if (psi >= config_.pressure_high) p = Pressure::kHigh;
+    if (psi >= config_.pressure_critical) p = Pressure::kCritical;
+    if (config_.tools_budget != 0) {
+      if (used >= config_.tools_budget) {
+        p = Pressure::kCritical;
+      } else if (used * 10 >= config_.tools_budget * 9 && p == Pressure::kNormal) {
+        p = Pressure::kHigh;
+      }
+    }
+    return p;
+  };
+  Pressure level = level_of(memory_psi_, tools_memory_);
+  // Hysteresis: stay degraded until pressure falls below half of "high".
+  if (level == Pressure::kNormal && pressure_ != Pressure::kNormal) {
+    const bool calm = memory_psi_ < config_.pressure_high / 2 &&
+                      (config_.tools_budget == 0 || tools_memory_ * 10 < config_.tools_budget * 8);
+    if (!calm) level = Pressure::kHigh;
+  }
+  if (level != pressure_) {
+    spdlog::info("host: memory pressure {} → {} (PSI some avg10 {:.1f} %, tools {} MiB)", static_cast<int>(pressure_),
+                 static_cast<int>(level), memory_psi_, tools_memory_ >> 20);
+  }
+  pressure_ = level;
+
+  for (auto& [id, s] : sessions_) {
+    // Protection: memory.low for pinned sessions (v2 only; skipped elsewhere).
+    const bool protect = s.pinned && config_.protect_low != 0;
+    if (protect != s.protected_low) {
+      cpu::Limits l;
+      l.memory_low = protect ? config_.protect_low : 0;
+      (void)cgroups_->apply(s.node, l);
+      s.protected_low = protect;
+    }
+    for (auto& [call, c] : s.calls) {
+      if (c.ended) continue;
+      const bool exempt = s.pinned;
+      const bool want_throttle = !exempt && level != Pressure::kNormal;
+      const bool want_freeze = !exempt && level == Pressure::kCritical && (c.low_priority || s.priority_class >= 2);
+      if (want_throttle != c.throttled) {
+        cpu::Limits l;
+        if (want_throttle) {
+          // Hold it at its present size (at least 16 MiB above it, so that it can finish what it does).
+          const std::uint64_t hold = c.memory_bytes + (16ull << 20);
+          l.memory_high = c.limits.memory_high && *c.limits.memory_high != cpu::kUnlimited
+                              ? std::min(hold, *c.limits.memory_high)
+                              : hold;
+        } else {
+          l.memory_high = c.limits.memory_high.value_or(cpu::kUnlimited);
+          l.memory_max = c.limits.memory_max.value_or(cpu::kUnlimited);
+        }
+        auto r = cgroups_->apply(c.node, l);
+        if (r) {
+          c.throttled = want_throttle;
+          if (want_throttle) ++throttles_;
+        } else {
+          spdlog::debug("host: memory.high of {}: {}", c.node.rel, r.error().message());
+        }
+      }
+      if (want_freeze != c.frozen) {
+        auto r = cgroups_->freeze(c.node, want_freeze);
+        if (r) {
+          c.frozen = want_freeze;
+          if (want_freeze) ++freezes_;
+          spdlog::info("host: {} tool call {} of session {:016x}", want_freeze ? "froze" : "thawed", call, id);
+        }
+      }
+    }
+  }
+}
+
+void HostPlane::status(nlohmann::json& out) const {
+  std::uint64_t calls = 0;
+  std::uint64_t orphans = 0;
+  for (const auto& [id, s] : sessions_) {
+    calls += s.calls.size();
+    orphans += s.orphan ? 1 : 0;
+  }
+  out = {
+      {"cgroups", cgroups_->describe()},
+      {"unsupported_limits", cgroups_->unsupported()},
+      {"telemetry", telemetry_ ? std::string(telemetry_->describe()) : "off: " + telemetry_error_},
+      {"telemetry_mode", telemetry_ ? (telemetry_->mode() == bpf::Mode::kEbpf ? "ebpf" : "sampling") : "off"},
+      {"sessions", sessions_.size()},
+      {"tool_cgroups", calls},
+      {"orphans", orphans},
+      {"pending_removals", doomed_.size()},
+      {"memory_pressure", pressure_ == Pressure::kNormal ? "normal"
+                          : pressure_ == Pressure::kHigh ? "high"
+                                                         : "critical"},
+      {"memory_psi_some_avg10", memory_psi_},
+      {"cpu_psi_some_avg10", cpu_psi_},
+      {"tools_memory_bytes", tools_memory_},
+      {"runq_delay_p50_us", std::chrono::duration<double, std::micro>(view_.runq_delay_p50).count()},
+      {"tools_prepared", tools_prepared_},
+      {"tools_killed", tools_killed_},
+      {"sessions_adopted", sessions_adopted_},
+      {"sessions_reaped", sessions_reaped_},
+      {"throttles", throttles_},
+      {"freezes", freezes_},
+      {"execs_seen", execs_},
+      {"exits_seen", exits_},
+  };
+}
+
+void HostPlane::tools(nlohmann::json& out) const {
+  out = nlohmann::json::array();
+  for (const auto& [id, s] : sessions_) {
+    nlohmann::json calls = nlohmann::json::array();
+    for (const auto& [call, c] : s.calls) {
+      calls.push_back({{"call", call},
+                       {"pid", c.pid},
+                       {"ended", c.ended},
+                       {"memory_bytes", c.memory_bytes},
+                       {"throttled", c.throttled},
+                       {"frozen", c.frozen},
+                       {"cgroup_id", c.node.id}});
+    }
+    auto u = cgroups_->usage(s.node);
+    out.push_back({{"session", fmt::format("{:016x}", id)},
+                   {"orphan", s.orphan},
+                   {"pinned", s.pinned},
+                   {"cpu_weight", s.cpu_weight ? static_cast<std::int64_t>(*s.cpu_weight) : -1},
+                   {"cpu_ns", u && u->cpu_ns ? *u->cpu_ns : 0},
+                   {"memory_bytes", u && u->memory_bytes ? *u->memory_bytes : 0},
+                   {"processes", cgroups_->processes(s.node).value_or(std::vector<int>{}).size()},
+                   {"calls", std::move(calls)}});
+  }
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,248 @@
+// Tool processes (tandem_tool_spawn / _wait / _kill): the runner side of
+// issue 6. tandemd makes the tool call's cgroup and hands its directories
+// over (ToolPlacement); cpu::spawn starts the process inside them; after it
+// exits, its usage is read from those directories, so CPU time and peak
+// memory count every process of the call, daemonised ones included.
+#include <poll.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/ids.h"
+#include "cpu/cgroup.h"
+#include "cpu/spawn.h"
+#include "libclient/client.h"
+
+namespace tandem::client {
+namespace {
+
+void copy_message(tandem_tool_result& out, std::string_view text) {
+  const std::size_t n = std::min(text.size(), sizeof out.message - 1);
+  std::memcpy(out.message, text.data(), n);
+  out.message[n] = '\0';
+}
+
+}  // namespace
+
+std::optional<Client::Placement> Client::request_placement(std::uint64_t session, std::uint32_t call,
+                                                           std::uint64_t kind, const ipc::ToolLimitsInfo& limits,
+                                                           std::string& why) {
+  drive(true);
+  if (state_ != ConnState::kConnected) {
+    why = "not connected to tandemd";
+    return std::nullopt;
+  }
+  const std::uint32_t request = next_request_++;
+  queue_message(ipc::build_tool_prepare(request, session, call, kind, limits));
+  if (!flush_outbox()) {
+    why = "the connection to tandemd was lost";
+    return std::nullopt;
+  }
+  const base::Time deadline = clock_.now() + kPlacementTimeout;
+  for (;;) {
+    if (auto it = placements_.find(request); it != placements_.end()) {
+      Placement p = std::move(it->second);
+      placements_.erase(it);
+      return p;
+    }
+    const base::Time now = clock_.now();
+    if (now >= deadline || state_ != ConnState::kConnected) {
+      why = state_ != ConnState::kConnected ? "the connection to tandemd was lost" : "tandemd did not answer in time";
+      placements_.erase(placements_.begin(), placements_.lower_bound(request + 1));  // a late answer is dropped
+      return std::nullopt;
+    }
+    pollfd pfd{sock_.get(), POLLIN, 0};
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+    (void)::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(1, ms)));
+    if (!pump_socket()) continue;  // lost: the loop reports it
+  }
+}
+
+int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolSpec& spec, std::int32_t& ret_pid) {
+  drive(false);
+  Session* s = find(session);
+  if (s == nullptr || !s->open) return fail(ENOENT, "tandem_tool_spawn: session is not open on this handle");
+  if (s->tools.size() >= kMaxToolsPerSession) {
+    return fail(ENOSPC, fmt::format("tandem_tool_spawn: {} tool calls running already", kMaxToolsPerSession));
+  }
+  const std::uint32_t call = next_call_++;
+  if (next_call_ == 0) next_call_ = kFirstSpawnCall;
+  const std::uint64_t kind = base::tool_kind_id(tool);
+
+  std::string why;
+  std::optional<Placement> placement = request_placement(session, call, kind, spec.limits, why);
+  if (placement && placement->info.code != 0) {
+    why = fmt::format("tandemd: {}", placement->info.message);
+    // A refusal for bad limits or a session tandemd does not know is the
+    // caller's to see; one for missing cgroups is fail-open like silence.
+    if (placement->info.code != ENOTSUP && placement->info.code != EIO) {
+      return fail(placement->info.code, fmt::format("tandem_tool_spawn: {}", why));
+    }
+    placement.reset();
+  }
+  const std::size_t expected = placement ? (placement->info.has_v2 ? 1u : 0u) + placement->info.v1_count : 0;
+  if (placement && placement->fds.size() != expected) {
+    why = fmt::format("ToolPlacement carried {} fds, expected {}", placement->fds.size(), expected);
+    placement.reset();
+  }
+
+  cpu::SpawnSpec ss;
+  ss.argv = spec.argv;
+  ss.env = spec.env;
+  ss.inherit_env = spec.inherit_env;
+  ss.cwd = spec.cwd;
+  ss.stdin_fd = spec.stdin_fd;
+  ss.stdout_fd = spec.stdout_fd;
+  ss.stderr_fd = spec.stderr_fd;
+  cpu::Placement where;
+  ToolProc proc;
+  if (placement) {
+    ss.bwrap = placement->info.bwrap;
+    ss.bwrap_args = placement->info.bwrap_args;
+    std::size_t i = 0;
+    if (placement->info.has_v2) {
+      where.v2_dir = placement->fds[0].get();
+      proc.v2 = 0;
+      i = 1;
+    }
+    const int v1_base = static_cast<int>(i);
+    for (; i < placement->fds.size(); ++i) where.v1_dirs.push_back(placement->fds[i].get());
+    auto v1 = [&](std::int8_t index) { return index < 0 || index >= placement->info.v1_count ? -1 : v1_base + index; };
+    proc.cpuacct = v1(placement->info.cpuacct_fd);
+    proc.memory = v1(placement->info.memory_fd);
+    proc.cpu = v1(placement->info.cpu_fd);
+    proc.cgroup_id = placement->info.cgroup_id;
+  }
+  auto spawned = cpu::spawn(ss, where);
+  if (!spawned) {
+    // The cgroup stays empty; TOOL_END tells tandemd to remove it.
+    if (placement) {
+      ipc::ToolStart start;
+      start.tool_kind = kind;
+      start.tool_call = call;
+      send_record(start, session);
+      ipc::ToolEnd end;
+      end.tool_kind = kind;
+      end.tool_call = call;
+      end.exit_code = 127;
+      send_record(end, session);
+    }
+    const int code = spawned.error().code();
+    return fail(code, fmt::format("tandem_tool_spawn: {}", spawned.error().message()));
+  }
+  if (!placement) {
+    ++stats_.tools_unplaced;
+    last_error_ = fmt::format("tandem_tool_spawn: started without a cgroup: {}", why);
+  }
+  ++stats_.tools_spawned;
+  proc.session = session;
+  proc.call = call;
+  proc.tool = std::string(tool);
+  proc.pidfd = std::move(spawned->pidfd);
+  proc.started_ns = spawned->started_ns;
+  if (placement) proc.dirs = std::move(placement->fds);
+  const std::int32_t pid = spawned->pid;
+
+  s->tools.push_back(ToolCall{call, kind, base::to_ns(clock_.now())});
+  ipc::ToolStart r;
+  r.tool_kind = kind;
+  r.tool_call = call;
+  r.pid = static_cast<std::uint32_t>(pid);
+  r.cgroup_id = proc.cgroup_id;
+  send_record(r, session);
+  procs_.emplace(pid, std::move(proc));
+  ret_pid = pid;
+  return 0;
+}
+
+int Client::tool_wait(std::int32_t pid, int timeout_ms, tandem_tool_result& out) {
+  auto it = procs_.find(pid);
+  if (it == procs_.end()) return fail(ECHILD, fmt::format("tandem_tool_wait: {} is not a tool of this handle", pid));
+  ToolProc& t = it->second;
+  auto status = cpu::wait_exit(t.pidfd.get(), timeout_ms);
+  if (!status) {
+    const int code = status.error().code();
+    return fail(code, fmt::format("tandem_tool_wait: {}", status.error().message()));
+  }
+  drive(true);  // a ToolKilled may be waiting on the socket
+
+  out.exit_code = status->exit_code;
+  out.wall_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(0, status->ended_ns - t.started_ns));
+  out.cpu_ns = status->cpu_ns;
+  out.peak_memory_bytes = status->max_rss_bytes;
+  out.cgroup_id = t.cgroup_id;
+  std::uint64_t oom_kills = 0;
+  if (!t.dirs.empty()) {
+    auto fd = [&](int index) { return index < 0 ? -1 : t.dirs[static_cast<std::size_t>(index)].get(); };
+    auto usage = cpu::read_usage(cpu::UsageDirs{fd(t.v2), fd(t.cpuacct), fd(t.memory), fd(t.cpu)});
+    if (usage) {
+      if (usage->cpu_ns) out.cpu_ns = std::max(out.cpu_ns, *usage->cpu_ns);
+      if (usage->memory_peak) out.peak_memory_bytes = *usage->memory_peak;
+      oom_kills = usage->oom_kills;
+    }
+  }
+  out.reason = TANDEM_TOOL_EXITED;
+  if (auto k = kills_.find({t.session, t.call}); k != kills_.end()) {
+    out.reason = k->second.reason;
+    copy_message(out, fmt::format("killed by tandemd: {}", k->second.message));
+    kills_.erase(k);
+  } else if (status->exit_code < 0) {
+    if (oom_kills > 0 && -status->exit_code == SIGKILL) {
+      out.reason = TANDEM_TOOL_OOM_KILLED;
+      copy_message(out, "killed by the kernel's OOM killer at the tool's memory limit");
+    } else {
+      out.reason = TANDEM_TOOL_SIGNALED;
+      copy_message(out,
+                   fmt::format("terminated by signal {} ({})", -status->exit_code,
+                               sigabbrev_np(-status->exit_code) != nullptr ? sigabbrev_np(-status->exit_code) : "?"));
+    }
+  }
+
+  // TOOL_END, if the session is still open here.
+  Session* s = find(t.session);
+  if (s != nullptr && s->open) {
+    auto call = std::find_if(s->tools.begin(), s->tools.end(), [&](const ToolCall& c) { return c.call == t.call; });
+    if (call != s->tools.end()) {
+      ipc::ToolEnd r;
+      r.tool_kind = call->kind;
+      r.tool_call = t.call;
+      r.exit_code = status->exit_code;
+      r.wall_ns = out.wall_ns;
+      r.cpu_ns = out.cpu_ns;
+      r.peak_memory_bytes = out.peak_memory_bytes;
+      send_record(r, t.session);
+      s->tools.erase(call);
+    }
+  }
+  procs_.erase(it);
+  return 0;
+}
+
+int Client::tool_kill(std::int32_t pid) {
+  auto it = procs_.find(pid);
+  if (it == procs_.end()) return fail(ECHILD, fmt::format("tandem_tool_kill: {} is not a tool of this handle", pid));
+  ToolProc& t = it->second;
+  // The whole cgroup where v2 can kill it in one write; the process otherwise.
+  if (t.v2 >= 0 && cpu::write_file(t.dirs[static_cast<std::size_t>(t.v2)].get(), "cgroup.kill", "1")) return 0;
+  auto r = cpu::send_signal(t.pidfd.get(), SIGKILL);
+  if (!r && r.error().code() != ESRCH) return fail(r.error().code(), r.error().message());
+  return 0;
+}
+
+void Client::reap_tools(std::uint64_t session) {
+  for (auto it = procs_.begin(); it != procs_.end();) {
+    if (session != 0 && it->second.session != session) {
+      ++it;
+      continue;
+    }
+    (void)tool_kill(it->first);
+    (void)cpu::wait_exit(it->second.pidfd.get(), 2000);
+    kills_.erase({it->second.session, it->second.call});
+    it = procs_.erase(it);
+  }
+}
+
+}  // namespace tandem::client
