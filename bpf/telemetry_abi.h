@@ -4,8 +4,7 @@
  * sizes are static_assert'ed from C++ (telemetry.cc). Changing a layout means
  * changing both sides in one commit; the skeleton is rebuilt with the library.
  */
-#ifndef TANDEM_BPF_TELEMETRY_ABI_H_
-#define TANDEM_BPF_TELEMETRY_ABI_H_
+#pragma once
 
 #ifndef __VMLINUX_H__
 #include <linux/types.h>
@@ -66,5 +65,3 @@ struct TandemBpfHealth {
   __u64 storage_failed; /* task storage unavailable: a slice not charged */
   __u64 reserved;
 };
-
-#endif /* TANDEM_BPF_TELEMETRY_ABI_H_ */

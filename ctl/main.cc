@@ -41,6 +41,10 @@ commands
   status        the daemon: version, uptime, policy, clients, session counts
   engines       connected inference engines and their KV pools
   sessions      live sessions: state, KV residency, rounds, tools
+  tools         sessions' tool cgroups: calls, processes, CPU, memory, throttled/frozen
+  session-kill SESSION
+                end a session (name or id): kill every process of its tools and
+                remove its cgroups (needs the ctl_admin role: root by default)
 
 options
   --runtime-dir DIR   where tandemd.sock lives (default: $TANDEM_RUNTIME_DIR, else /run/tandem)
@@ -58,6 +62,7 @@ struct Options {
   bool json = false;
   int timeout_ms = 5000;
   std::string command;
+  std::vector<std::string> args;
 };
 
 // A failure to report: the text after "tandemctl: " and the exit code.
@@ -116,10 +121,16 @@ std::variant<Options, Failure> parse_args(int argc, char** argv) {
   if (!known_command(positional[0])) {
     return Failure{kExitUsage, fmt::format("unknown command '{}'", clean(positional[0]))};
   }
-  if (positional.size() > 1) {
-    return Failure{kExitUsage, fmt::format("{}: unexpected argument '{}'", positional[0], clean(positional[1]))};
+  const std::size_t want_args = positional[0] == "session-kill" ? 1 : 0;
+  if (positional.size() < want_args + 1) {
+    return Failure{kExitUsage, fmt::format("{}: needs a session name or id", positional[0])};
+  }
+  if (positional.size() > want_args + 1) {
+    return Failure{kExitUsage,
+                   fmt::format("{}: unexpected argument '{}'", positional[0], clean(positional[want_args + 1]))};
   }
   o.command = positional[0];
+  o.args.assign(positional.begin() + 1, positional.end());
   return o;
 }
 
@@ -180,7 +191,9 @@ std::variant<std::string, Failure> ask(const Options& o) {
   if (auto* f = std::get_if<Failure>(&connected)) return std::move(*f);
   int sock = std::get<base::UniqueFd>(connected).get();
 
-  if (auto sent = ipc::send_message(sock, ipc::build_hello(wire::Role::CtlRead, "tandemctl", ::getpid())); !sent) {
+  // Steering needs ctl_admin; looking needs only ctl_read, which anyone may have.
+  const wire::Role role = o.command == "session-kill" ? wire::Role::CtlAdmin : wire::Role::CtlRead;
+  if (auto sent = ipc::send_message(sock, ipc::build_hello(role, "tandemctl", ::getpid())); !sent) {
     return Failure{kExitFailed, fmt::format("sending hello to {}: {}", clean(path), sent.error().message())};
   }
   auto welcome = receive(sock, o, path, "welcome");
@@ -192,8 +205,7 @@ std::variant<std::string, Failure> ask(const Options& o) {
                                             wire::EnumNamePayload(m->payload_type()))};
   }
 
-  const std::vector<std::string> args;
-  if (auto sent = ipc::send_message(sock, ipc::build_ctl_request(o.command, args, o.json)); !sent) {
+  if (auto sent = ipc::send_message(sock, ipc::build_ctl_request(o.command, o.args, o.json)); !sent) {
     return Failure{kExitFailed, fmt::format("sending the request: {}", sent.error().message())};
   }
   auto reply = receive(sock, o, path, "answer");

@@ -19,11 +19,11 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::string_view, 3> kCommands = {"status", "engines", "sessions"};
+constexpr std::array<std::string_view, 5> kCommands = {"status", "engines", "sessions", "tools", "session-kill"};
 
 // The keys `status` is documented to carry (docs/tandemctl.md), in display
 // order.
-constexpr std::array<std::string_view, 23> kStatusKeys = {
+constexpr std::array<std::string_view, 30> kStatusKeys = {
     // the daemon
     "version", "pid", "uptime_s", "runtime_dir", "policy.name", "policy.epoch",
     // connected clients by role
@@ -33,7 +33,10 @@ constexpr std::array<std::string_view, 23> kStatusKeys = {
     // activity counters
     "records.accepted", "records.rejected", "ticks", "directives",
     // side effects applied, by kind
-    "effects.cpu_weight", "effects.cpu_quota", "effects.sm_partition", "effects.kill_tools"};
+    "effects.cpu_weight", "effects.cpu_quota", "effects.sm_partition", "effects.kill_tools",
+    // the host plane: cgroups, telemetry and its mode, memory pressure
+    "host.cgroups", "host.telemetry_mode", "host.telemetry", "host.sessions", "host.tool_cgroups",
+    "host.memory_pressure", "tools.prepared"};
 
 // The member `key` of `object`, or nullptr (also when `object` is not an
 // object).
@@ -248,6 +251,38 @@ base::Result<Table> sessions_table(const json& reply) {
   return t;
 }
 
+base::Result<Table> tools_table(const json& reply) {
+  auto sessions = list(reply, "sessions");
+  if (!sessions) return base::propagate(std::move(sessions.error()));
+  Table t;
+  t.header = {"SESSION", "NAME", "CALLS", "PROCS", "CPU", "MEMORY", "CPU.W", "STATE"};
+  t.right_aligned = {false, false, true, true, true, true, true, false};
+  for (const json& s : **sessions) {
+    std::size_t calls = 0;
+    std::string state;
+    if (const json* c = member(s, "calls"); c != nullptr && c->is_array()) {
+      calls = c->size();
+      std::size_t throttled = 0;
+      std::size_t frozen = 0;
+      for (const json& call : *c) {
+        if (call.is_object() && call.value("throttled", false)) ++throttled;
+        if (call.is_object() && call.value("frozen", false)) ++frozen;
+      }
+      if (throttled > 0) state += fmt::format("{} throttled", throttled);
+      if (frozen > 0) state += fmt::format("{}{} frozen", state.empty() ? "" : ", ", frozen);
+    }
+    if (s.value("orphan", false)) state += state.empty() ? "orphan" : ", orphan";
+    if (s.value("pinned", false)) state += state.empty() ? "protected" : ", protected";
+    auto cpu_ns = number(s, "cpu_ns");
+    auto mem = number(s, "memory_bytes");
+    t.rows.push_back({cell(s, "session"), cell(s, "name"), std::to_string(calls), cell(s, "processes"),
+                      cpu_ns ? fmt::format("{:.2f}s", *cpu_ns / 1e9) : std::string(kMissing),
+                      mem ? fmt::format("{:.1f}M", *mem / 1048576.0) : std::string(kMissing), cell(s, "cpu_weight"),
+                      state.empty() ? "-" : state});
+  }
+  return t;
+}
+
 base::Result<std::string> render_status(const json& reply) {
   if (!reply.is_object()) return base::make_error(EBADMSG, "status: the daemon's reply is not an object");
   std::vector<std::pair<std::string, std::string>> lines;
@@ -280,6 +315,13 @@ base::Result<std::string> render(std::string_view command, std::string_view body
   if (command == "status") return render_status(reply);
   if (command == "engines") table = engines_table(reply);
   if (command == "sessions") table = sessions_table(reply);
+  if (command == "tools") table = tools_table(reply);
+  if (command == "session-kill") {
+    if (!reply.is_object() || !reply.contains("session")) {
+      return base::make_error(EBADMSG, "session-kill: the daemon's reply has no session");
+    }
+    return fmt::format("session {} killed: its tools are dead and its cgroups gone\n", cell(reply, "session"));
+  }
   if (!table) return base::propagate(std::move(table.error()));
   std::string out = format_table(*table);
   // A reply is one datagram: the daemon lists what fits and says so.

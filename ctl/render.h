@@ -43,6 +43,9 @@ std::string format_table(const Table& table);
 // Errors: EBADMSG (no list under the expected key).
 base::Result<Table> engines_table(const nlohmann::json& reply);
 base::Result<Table> sessions_table(const nlohmann::json& reply);
+// `tandemctl tools`: per session with tool cgroups, its calls, processes,
+// CPU, memory, cpu.weight and state (throttled, frozen, orphan, protected).
+base::Result<Table> tools_table(const nlohmann::json& reply);
 
 // `tandemctl status`: aligned "key: value" lines, nested objects flattened to
 // dotted keys ("sessions.reasoning"). The keys the daemon is documented to

@@ -82,6 +82,8 @@ struct HostConfig {
   std::uint64_t protect_low = 0;                               // memory.low of the tools of protected sessions (v2)
   // [telemetry]
   std::string telemetry = "auto";  // auto (eBPF if it works) | ebpf (required) | sampling
+
+  friend bool operator==(const HostConfig&, const HostConfig&) = default;
 };
 
 // The parsed file: plain data, defaults in the initializers.

@@ -604,7 +604,7 @@ void HostPlane::tools(nlohmann::json& out) const {
     out.push_back({{"session", fmt::format("{:016x}", id)},
                    {"orphan", s.orphan},
                    {"pinned", s.pinned},
-                   {"cpu_weight", s.cpu_weight ? static_cast<std::int64_t>(*s.cpu_weight) : -1},
+                   {"cpu_weight", s.cpu_weight ? nlohmann::json(*s.cpu_weight) : nlohmann::json(nullptr)},
                    {"cpu_ns", u && u->cpu_ns ? *u->cpu_ns : 0},
                    {"memory_bytes", u && u->memory_bytes ? *u->memory_bytes : 0},
                    {"processes", cgroups_->processes(s.node).value_or(std::vector<int>{}).size()},

@@ -1114,6 +1114,9 @@ void Server::reload() {
     notifier_->ready();
     return;
   }
+  if (!(cfg.host == old_cfg.host)) {
+    spdlog::warn("reload: [cgroups], [tools], [memory] and [telemetry] changes take effect at the next restart");
+  }
   const bool policy_changed = cfg.policy != old_cfg.policy || cfg.policy_params != old_cfg.policy_params;
   if (policy_changed) {
     if (auto r = install_policy(**fresh); !r) {

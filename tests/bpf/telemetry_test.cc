@@ -107,6 +107,13 @@ void burn_thread_cpu(double seconds) {
   if (x == 42) ::write(2, "", 0);
 }
 
+std::string fmt_path(const std::string& dir, const std::string& name) {
+  std::string out = dir;
+  out += '/';
+  out += name;
+  return out;
+}
+
 // The per-suite folder that holds this run's cgroups.
 class Folder {
  public:
@@ -123,7 +130,7 @@ class Folder {
       const std::string name = de->d_name;
       if (name.rfind("tandem-bpftest-", 0) != 0) continue;
       const int pid = std::atoi(name.c_str() + 15);
-      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(own + "/" + name);
+      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(fmt_path(own, name));
     }
     ::closedir(d);
     for (const std::string& dir : stale) remove_tree(dir);
@@ -134,7 +141,7 @@ class Folder {
       std::vector<std::string> kids;
       while (const dirent* de = ::readdir(d)) {
         if (de->d_type == DT_DIR && std::strcmp(de->d_name, ".") != 0 && std::strcmp(de->d_name, "..") != 0) {
-          kids.push_back(dir + "/" + de->d_name);
+          kids.push_back(fmt_path(dir, de->d_name));
         }
       }
       ::closedir(d);
@@ -284,7 +291,7 @@ class BpfTelemetryTest : public ::testing::Test {
       return;
     }
     if ((*t)->mode() != Mode::kEbpf) {
-      skip_reason() = "needs root and CAP_BPF: " + std::string((*t)->describe());
+      skip_reason() = "needs eBPF telemetry (CAP_BPF, kernel BTF, tp_btf): " + std::string((*t)->describe());
       return;
     }
     const std::string own = own_v2_dir();
@@ -449,6 +456,7 @@ TEST_F(BpfTelemetryTest, LiveProcessesAgreeWithTheSamplerAndCgroupProcs) {
   constexpr std::uint64_t kGroup = 3;
   // Three processes before tracking: seeded by both.
   std::vector<pid_t> sleepers;
+  sleepers.reserve(7);
   for (int i = 0; i < 3; ++i) sleepers.push_back(cg.spawn_exec({"/bin/sleep", "1000"}));
   ASSERT_TRUE(eventually([&] { return cg.procs().size() == 3; }));
   auto sampler = open_sampler();
@@ -567,6 +575,7 @@ TEST_F(BpfTelemetryTest, RunQueueDelayWhenBurnersOutnumberCores) {
   ASSERT_TRUE((*sampler)->track(cg.id(), kGroup, cg.fd()));
   const long cores = std::max(2L, ::sysconf(_SC_NPROCESSORS_ONLN));
   std::vector<pid_t> burners;
+  burners.reserve(static_cast<std::size_t>(2 * cores));
   for (long i = 0; i < 2 * cores; ++i) burners.push_back(cg.spawn([] { burn_thread_cpu(0.25); }));
   // The sampler samples while they run, as the daemon's control tick would.
   for (;;) {

@@ -5,6 +5,7 @@
 #include "cpu/cgroup.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -235,6 +236,59 @@ TEST_F(CgroupTest, FreezeStopsAndThawResumes) {
   EXPECT_GT(cpu_ns() - frozen_at, 20'000'000u);
   ASSERT_TRUE(mgr_->kill(*node, 5000));
   ::waitpid(child, nullptr, 0);
+}
+
+// Burns CPU on core 0 for `ms` of wall time.
+void burn_on_cpu0(int ms) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(0, &set);
+  (void)::sched_setaffinity(0, sizeof set, &set);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  volatile std::uint64_t x = 0;
+  while (std::chrono::steady_clock::now() < end) x = x + 1;
+}
+
+TEST_F(CgroupTest, CpuMaxCapsABurner) {
+  if (mgr_->serving(Controller::kCpu) < 0) GTEST_SKIP() << "no cpu controller";
+  auto node = mgr_->create("tools/quota/1");
+  ASSERT_TRUE(node);
+  Limits l;
+  l.cpu_max = CpuMax{20000, 100000};  // a fifth of a core
+  ASSERT_TRUE(mgr_->apply(*node, l));
+  const auto start = std::chrono::steady_clock::now();
+  pid_t child = start_in(*node, [] { burn_on_cpu0(1500); });
+  ::waitpid(child, nullptr, 0);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto u = mgr_->usage(*node);
+  ASSERT_TRUE(u && u->cpu_ns);
+  const double share = static_cast<double>(*u->cpu_ns) / 1e9 / wall;
+  EXPECT_LT(share, 0.3) << "cpu.max 20% let it use " << share * 100 << " %";
+  EXPECT_GT(share, 0.05);
+  EXPECT_GT(u->nr_throttled, 0u);
+}
+
+TEST_F(CgroupTest, CpuWeightsSplitACoreAsConfigured) {
+  if (mgr_->serving(Controller::kCpu) < 0) GTEST_SKIP() << "no cpu controller";
+  auto light = mgr_->create("tools/weights/light");
+  auto heavy = mgr_->create("tools/weights/heavy");
+  ASSERT_TRUE(light && heavy);
+  Limits l;
+  l.cpu_weight = 100;
+  ASSERT_TRUE(mgr_->apply(*light, l));
+  l.cpu_weight = 400;
+  ASSERT_TRUE(mgr_->apply(*heavy, l));
+  // Both burn on core 0 at once: it is split by weight, 1:4.
+  pid_t a = start_in(*light, [] { burn_on_cpu0(2000); });
+  pid_t b = start_in(*heavy, [] { burn_on_cpu0(2000); });
+  ::waitpid(a, nullptr, 0);
+  ::waitpid(b, nullptr, 0);
+  const double lo = static_cast<double>(mgr_->usage(*light)->cpu_ns.value_or(0));
+  const double hi = static_cast<double>(mgr_->usage(*heavy)->cpu_ns.value_or(0));
+  ASSERT_GT(lo, 0.0);
+  const double ratio = hi / lo;
+  EXPECT_GT(ratio, 2.5) << "weights 400:100 gave " << ratio;
+  EXPECT_LT(ratio, 6.5) << "weights 400:100 gave " << ratio;
 }
 
 TEST_F(CgroupTest, UsageCountsTheCgroupsCpu) {

@@ -119,6 +119,45 @@ void walk(Sink& sink, const wire::PolicyConfig* m) {
   }
 }
 
+void walk(Sink& sink, const wire::ToolPrepare* m) {
+  sink.add(m->request());
+  sink.add(m->session());
+  sink.add(m->call());
+  sink.add(m->tool_kind());
+  if (const wire::ToolLimits* l = m->limits(); l != nullptr) {
+    sink.add(l->cpu_quota_us());
+    sink.add(l->cpu_period_us());
+    sink.add(l->memory_high());
+    sink.add(l->memory_max());
+    sink.add(l->pids_max());
+    sink.add(l->low_priority());
+  }
+}
+
+void walk(Sink& sink, const wire::ToolPlacement* m) {
+  sink.add(m->request());
+  sink.add(static_cast<std::uint32_t>(m->code()));
+  sink.add_string(m->message());
+  sink.add(m->cgroup_id());
+  sink.add(m->has_v2());
+  sink.add(m->v1_count());
+  sink.add(static_cast<std::uint8_t>(m->cpuacct_fd()));
+  sink.add(static_cast<std::uint8_t>(m->memory_fd()));
+  sink.add(static_cast<std::uint8_t>(m->cpu_fd()));
+  sink.add_string(m->bwrap());
+  if (const auto* args = m->bwrap_args(); args != nullptr) {
+    sink.add(args->size());
+    for (flatbuffers::uoffset_t i = 0; i < args->size(); ++i) sink.add_string(args->Get(i));
+  }
+}
+
+void walk(Sink& sink, const wire::ToolKilled* m) {
+  sink.add(m->session());
+  sink.add(m->call());
+  sink.add(m->reason());
+  sink.add_string(m->message());
+}
+
 // verify_message() promises a known type with a table; trap if it lied.
 template <class T>
 void walk_payload(Sink& sink, const T* payload) {
@@ -147,6 +186,12 @@ void walk(Sink& sink, const wire::Message* m) {
       return walk_payload(sink, m->payload_as_CtlResponse());
     case wire::Payload::PolicyConfig:
       return walk_payload(sink, m->payload_as_PolicyConfig());
+    case wire::Payload::ToolPrepare:
+      return walk_payload(sink, m->payload_as_ToolPrepare());
+    case wire::Payload::ToolPlacement:
+      return walk_payload(sink, m->payload_as_ToolPlacement());
+    case wire::Payload::ToolKilled:
+      return walk_payload(sink, m->payload_as_ToolKilled());
     case wire::Payload::NONE:
       break;
   }

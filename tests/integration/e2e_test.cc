@@ -211,8 +211,14 @@ TEST(EndToEnd, DaemonKilledUnderLoadRestartsAndResyncs) {
       10s))
       << tandemctl(dir.path(), "sessions") << daemon.log();
   for (const std::string& n : names) EXPECT_EQ(after.count(n), 1u) << n;
-  const json engines = json::parse(tandemctl(dir.path(), "engines --json"), nullptr, false);
-  ASSERT_FALSE(engines.is_discarded());
+  // The emulator reconnects on its own backoff (up to 2 s), maybe after the runner.
+  json engines;
+  EXPECT_TRUE(eventually(
+      [&] {
+        engines = json::parse(tandemctl(dir.path(), "engines --json"), nullptr, false);
+        return !engines.is_discarded() && engines["engines"].size() == 1u;
+      },
+      10s));
   ASSERT_EQ(engines["engines"].size(), 1u);
   EXPECT_EQ(engines["engines"][0]["name"], "emu-0");
 

@@ -229,6 +229,51 @@ TEST(Messages, PolicyConfigRoundTripsWithAlignedValues) {
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p->values()->data()) % 8, 0u);
 }
 
+TEST(Messages, ToolMessagesRoundTripWithEightFds) {
+  ReceivedMessage prep =
+      round_trip(build_tool_prepare(7, 0x1234, 0x80000001u, 42, ToolLimitsInfo{20000, 0, 64 << 20, 0, 512, true}));
+  const wire::ToolPrepare* tp = prep.message()->payload_as_ToolPrepare();
+  ASSERT_NE(tp, nullptr);
+  EXPECT_EQ(tp->request(), 7u);
+  EXPECT_EQ(tp->call(), 0x80000001u);
+  ASSERT_NE(tp->limits(), nullptr);
+  EXPECT_EQ(tp->limits()->memory_high(), 64u << 20);
+  EXPECT_TRUE(tp->limits()->low_priority());
+
+  // A hybrid host's placement: the v2 directory and up to seven v1 ones.
+  ToolPlacementInfo info;
+  info.request = 7;
+  info.cgroup_id = 99;
+  info.has_v2 = true;
+  info.v1_count = 7;
+  info.memory_fd = 2;
+  info.bwrap_args = {"--ro-bind", "/", "/"};
+  std::vector<base::UniqueFd> pipes;
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) {
+    int p[2];
+    ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+    pipes.emplace_back(p[0]);
+    pipes.emplace_back(p[1]);
+    fds.push_back(p[0]);
+    fds.push_back(p[1]);
+  }
+  ReceivedMessage placed = round_trip(build_tool_placement(info), fds);
+  const wire::ToolPlacement* pl = placed.message()->payload_as_ToolPlacement();
+  ASSERT_NE(pl, nullptr);
+  EXPECT_EQ(placed.fds.size(), kMaxMessageFds);
+  EXPECT_EQ(pl->v1_count(), 7);
+  EXPECT_EQ(pl->memory_fd(), 2);
+  EXPECT_EQ(pl->cpuacct_fd(), -1);  // the default: none
+  EXPECT_EQ(pl->bwrap_args()->size(), 3u);
+
+  ReceivedMessage killed = round_trip(build_tool_killed(0x1234, 3, 3, "stalled"));
+  const wire::ToolKilled* k = killed.message()->payload_as_ToolKilled();
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->reason(), 3);
+  EXPECT_EQ(k->message()->string_view(), "stalled");
+}
+
 TEST(Messages, CtlRequestRoundTrips) {
   const std::vector<std::string> args = {"--session", "abc", ""};
   ReceivedMessage m = round_trip(build_ctl_request("sessions", args, true));

@@ -7,6 +7,7 @@
 //   size <struct> <sizeof>
 //   field <struct> <member> <offsetof> <sizeof member>
 //   session_id <name> <id in hex>     (base::session_id: what libtandem uses)
+//   enum <enumerator> <value>
 #include <cstddef>
 #include <cstdio>
 #include <string_view>
@@ -48,6 +49,8 @@ void print_layouts() {
   FIELD(tandem_client_stats, records_dropped);
   FIELD(tandem_client_stats, directives);
   FIELD(tandem_client_stats, resyncs);
+  FIELD(tandem_client_stats, tools_spawned);
+  FIELD(tandem_client_stats, tools_unplaced);
 
   SIZE(tandem_session_hints);
   FIELD(tandem_session_hints, sz);
@@ -59,6 +62,28 @@ void print_layouts() {
   FIELD(tandem_tool_usage, wall_ns);
   FIELD(tandem_tool_usage, cpu_ns);
   FIELD(tandem_tool_usage, peak_memory_bytes);
+
+  SIZE(tandem_tool_options);
+  FIELD(tandem_tool_options, sz);
+  FIELD(tandem_tool_options, cpu_quota_us);
+  FIELD(tandem_tool_options, cpu_period_us);
+  FIELD(tandem_tool_options, memory_high);
+  FIELD(tandem_tool_options, memory_max);
+  FIELD(tandem_tool_options, pids_max);
+  FIELD(tandem_tool_options, low_priority);
+  FIELD(tandem_tool_options, stdin_fd);
+  FIELD(tandem_tool_options, stdout_fd);
+  FIELD(tandem_tool_options, stderr_fd);
+
+  SIZE(tandem_tool_result);
+  FIELD(tandem_tool_result, sz);
+  FIELD(tandem_tool_result, exit_code);
+  FIELD(tandem_tool_result, reason);
+  FIELD(tandem_tool_result, wall_ns);
+  FIELD(tandem_tool_result, cpu_ns);
+  FIELD(tandem_tool_result, peak_memory_bytes);
+  FIELD(tandem_tool_result, cgroup_id);
+  FIELD(tandem_tool_result, message);
 
   SIZE(tandem_round);
   FIELD(tandem_round, sz);
@@ -151,10 +176,25 @@ void print_layouts() {
 #undef FIELD
 // NOLINTEND(bugprone-sizeof-expression)
 
+// The enumerators the binding mirrors as Python enums.
+#define ENUM(e) std::printf("enum %s %d\n", #e, static_cast<int>(e))
+
+void print_enums() {
+  ENUM(TANDEM_TOOL_EXITED);
+  ENUM(TANDEM_TOOL_SIGNALED);
+  ENUM(TANDEM_TOOL_OOM_KILLED);
+  ENUM(TANDEM_TOOL_KILLED_MEMORY);
+  ENUM(TANDEM_TOOL_KILLED_POLICY);
+  ENUM(TANDEM_TOOL_KILLED_SESSION);
+}
+
+#undef ENUM
+
 }  // namespace
 
 int main() {
   print_layouts();
+  print_enums();
   // Names without spaces: the output is split on whitespace.
   for (std::string_view name : {"abc", "session-1", "agent/7:task", "pytest"}) {
     std::printf("session_id %.*s %016llx\n", static_cast<int>(name.size()), name.data(),

@@ -15,7 +15,8 @@ Python types at the edge.
 
 Errors: a call the C library fails (a negative errno) raises TandemError,
 an OSError whose errno is that value and whose message is
-tandem_last_error()'s. Arguments this layer cannot pass to C (a negative
+tandem_last_error()'s; for ETIMEDOUT it is TandemTimeoutError, also a
+TimeoutError. Arguments this layer cannot pass to C (a negative
 count, a value beyond the C type, a string with a NUL byte) raise TandemError
 with EINVAL before any C call.
 
@@ -43,6 +44,7 @@ from . import _ffi
 __all__ = [
     "API_VERSION",
     "TandemError",
+    "TandemTimeoutError",
     "Engine",
     "Runner",
     "Directive",
@@ -51,6 +53,8 @@ __all__ = [
     "CloseReason",
     "RequestPhase",
     "KeepDecision",
+    "ToolExitReason",
+    "ToolResult",
     "StepRequest",
     "PinnedKV",
     "Chunk",
@@ -69,6 +73,15 @@ class TandemError(OSError):
 
     def __init__(self, code, message):
         super().__init__(code, message)
+
+
+class TandemTimeoutError(TandemError, TimeoutError):
+    """A libtandem call failed with ETIMEDOUT (Runner.tool_wait(): the tool
+    is still running). Caught by `except TimeoutError` as well."""
+
+
+def _error(code, message):
+    return (TandemTimeoutError if code == errno.ETIMEDOUT else TandemError)(code, message)
 
 
 class DirectiveType(enum.IntEnum):
@@ -109,6 +122,17 @@ class KeepDecision(enum.IntEnum):
     DROP = 3
 
 
+class ToolExitReason(enum.IntEnum):
+    """Why a tool call ended (enum tandem_tool_exit_reason)."""
+
+    EXITED = 0  # it exited by itself (exit_code >= 0)
+    SIGNALED = 1  # a signal tandem did not send
+    OOM_KILLED = 2  # the kernel's OOM killer, at its memory_max
+    KILLED_MEMORY = 3  # tandemd: stalled at its memory limit too long
+    KILLED_POLICY = 4  # tandemd: the scheduling policy
+    KILLED_SESSION = 5  # tandemd: its session ended, or an operator killed it
+
+
 # One directive from the daemon. `type` is a DirectiveType (a plain int for
 # a type this binding does not know).
 Directive = collections.namedtuple("Directive", ["type", "session", "value"])
@@ -146,6 +170,15 @@ Chunk = collections.namedtuple("Chunk", ["request", "tokens"])
 # sessions whose pins to release.
 StepPlan = collections.namedtuple("StepPlan", ["run", "preempt", "unpin"])
 
+# How a tool call started by Runner.tool_spawn() ended (tandem_tool_result).
+# exit_code: >= 0 the exit status, < 0 minus the signal; reason: a
+# ToolExitReason (a plain int for one this binding does not know);
+# cgroup_id: 0 if the tool ran without a cgroup (fail-open); message: what
+# happened, for reasons other than EXITED ("" otherwise).
+ToolResult = collections.namedtuple(
+    "ToolResult", ["exit_code", "reason", "wall_ns", "cpu_ns", "peak_memory_bytes", "cgroup_id", "message"]
+)
+
 _LIMITS = {
     "u8": (0, 2**8 - 1),
     "u32": (0, 2**32 - 1),
@@ -177,6 +210,38 @@ def _bytes(name, value, allow_none=False):
         raise TandemError(errno.EINVAL, f"{name}: expected a string, got {type(value).__name__}")
     if b"\0" in value:
         raise TandemError(errno.EINVAL, f"{name}: contains a NUL byte")
+    return value
+
+
+def _path(name, value, allow_none=False):
+    """A str, bytes or os.PathLike as a C string (see _bytes)."""
+    if value is not None and not isinstance(value, (str, bytes)):
+        try:
+            value = os.fspath(value)
+        except TypeError:
+            pass  # _bytes names the type
+    return _bytes(name, value, allow_none)
+
+
+def _string_array(name, items):
+    """A NULL-terminated char*[] of `items` (strs, bytes or paths)."""
+    items = [_path(f"{name}[{i}]", item) for i, item in enumerate(items)]
+    return (ctypes.c_char_p * (len(items) + 1))(*items, None)
+
+
+def _fd(name, value):
+    """A stdio argument of tool_spawn() as the C int: None is 0 (inherit);
+    an int is the fd; anything else must have fileno()."""
+    if value is None:
+        return 0
+    if not isinstance(value, int) and hasattr(value, "fileno"):
+        value = value.fileno()
+    if isinstance(value, bool):
+        raise TandemError(errno.EINVAL, f"{name}: expected a file descriptor, got bool")
+    value = _int(name, value, "i32")
+    if value == 0 and name != "stdin":
+        # C reads 0 as "inherit the caller's": the tool would not get fd 0.
+        raise TandemError(errno.EINVAL, f"{name}: fd 0 means 'inherit' in tandem_tool_options; pass os.dup(0)")
     return value
 
 
@@ -227,7 +292,7 @@ class _Client:
 
     def _open_failed(self, rc, what):
         # No handle exists after a failed open, so there is no last_error.
-        raise TandemError(-rc, f"{what}: {os.strerror(-rc)}")
+        raise _error(-rc, f"{what}: {os.strerror(-rc)}")
 
     def _h(self):
         if not self._handle:
@@ -238,7 +303,7 @@ class _Client:
         if rc >= 0:
             return rc
         message = self.last_error() or os.strerror(-rc)
-        raise TandemError(-rc, f"{what}: {message}" if not message.startswith(what) else message)
+        raise _error(-rc, f"{what}: {message}" if not message.startswith(what) else message)
 
     # ---- lifetime -------------------------------------------------------
 
@@ -644,3 +709,112 @@ class Runner(_Client):
             ),
             "tandem_tool_end",
         )
+
+    # ---- tool processes -------------------------------------------------
+
+    def tool_spawn(
+        self,
+        session,
+        tool_name,
+        argv,
+        env=None,
+        cwd=None,
+        *,
+        cpu_quota_us=0,
+        cpu_period_us=0,
+        memory_high=0,
+        memory_max=0,
+        pids_max=0,
+        low_priority=False,
+        stdin=None,
+        stdout=None,
+        stderr=None,
+    ):
+        """Starts a tool call of `session` (open on this handle) and returns
+        the tool's pid; tool_wait() reaps it.
+
+        tandemd creates the call's cgroup with the limits (0: its [tools]
+        defaults) and the tool starts inside it. When tandemd cannot be
+        reached within a second, or runs without cgroups, the tool starts
+        without one (fail-open: the result's cgroup_id is 0, stats()'
+        tools_unplaced counts it, last_error() says why).
+
+        `argv`: a sequence of str / bytes / paths; argv[0] is searched in
+        `env`'s PATH. `env`: a mapping of the tool's whole environment, None
+        to inherit this process's (os.environ as the C library sees it).
+        `cwd`: None to inherit. `stdin`/`stdout`/`stderr`: None to inherit,
+        an fd, or an object with fileno() (a file, a socket); the caller keeps
+        them open and owns them.
+        """
+        if isinstance(argv, (str, bytes)) or not hasattr(argv, "__iter__"):
+            raise TandemError(errno.EINVAL, f"argv: expected a sequence of strings, got {type(argv).__name__}")
+        c_argv = _string_array("argv", argv)
+        c_env = None
+        if env is not None:
+            if not hasattr(env, "items"):
+                raise TandemError(errno.EINVAL, f"env: expected a mapping, got {type(env).__name__}")
+            entries = []
+            for key, value in env.items():
+                key, value = _path("env key", key), _path(f"env[{key!r}]", value)
+                if not key or b"=" in key:
+                    raise TandemError(errno.EINVAL, f"env: bad variable name {key!r}")
+                entries.append(key + b"=" + value)
+            c_env = _string_array("env", entries)
+        opts = _ffi.ToolOptions(
+            cpu_quota_us=_int("cpu_quota_us", cpu_quota_us, "u32"),
+            cpu_period_us=_int("cpu_period_us", cpu_period_us, "u32"),
+            memory_high=_int("memory_high", memory_high, "u64"),
+            memory_max=_int("memory_max", memory_max, "u64"),
+            pids_max=_int("pids_max", pids_max, "u64"),
+            low_priority=1 if low_priority else 0,
+            stdin_fd=_fd("stdin", stdin),
+            stdout_fd=_fd("stdout", stdout),
+            stderr_fd=_fd("stderr", stderr),
+        )
+        pid = ctypes.c_int32()
+        self._check(
+            self._lib.tandem_tool_spawn(
+                self._h(),
+                _session(session),
+                _bytes("tool_name", tool_name),
+                c_argv,
+                c_env,
+                _path("cwd", cwd, allow_none=True),
+                ctypes.byref(opts),
+                ctypes.byref(pid),
+            ),
+            "tandem_tool_spawn",
+        )
+        return pid.value
+
+    def tool_wait(self, pid, timeout_ms=-1):
+        """Waits up to `timeout_ms` (< 0: forever, 0: don't block) for tool
+        `pid` from tool_spawn(), records its end, reaps it and returns a
+        ToolResult. Raises TandemTimeoutError (a TimeoutError; errno
+        ETIMEDOUT) while it is still running, and ECHILD for a pid that is
+        no tool of this handle (or one already waited for)."""
+        res = _ffi.ToolResultC()
+        self._check(
+            self._lib.tandem_tool_wait(
+                self._h(), _int("pid", pid, "i32"), _int("timeout_ms", timeout_ms, "i32"), ctypes.byref(res)
+            ),
+            "tandem_tool_wait",
+        )
+        try:
+            reason = ToolExitReason(res.reason)
+        except ValueError:
+            reason = res.reason
+        return ToolResult(
+            exit_code=res.exit_code,
+            reason=reason,
+            wall_ns=res.wall_ns,
+            cpu_ns=res.cpu_ns,
+            peak_memory_bytes=res.peak_memory_bytes,
+            cgroup_id=res.cgroup_id,
+            message=res.message.decode(errors="replace"),
+        )
+
+    def tool_kill(self, pid):
+        """Kills tool `pid` and every process of its cgroup (daemonised ones
+        too); tool_wait() then reports it. ECHILD if no such tool."""
+        self._check(self._lib.tandem_tool_kill(self._h(), _int("pid", pid, "i32")), "tandem_tool_kill")

@@ -69,6 +69,8 @@ class ClientStats(_Sized):
         ("records_dropped", c_uint64),
         ("directives", c_uint64),
         ("resyncs", c_uint64),
+        ("tools_spawned", c_uint64),
+        ("tools_unplaced", c_uint64),
     ]
 
 
@@ -86,6 +88,34 @@ class ToolUsage(_Sized):
         ("wall_ns", c_uint64),
         ("cpu_ns", c_uint64),
         ("peak_memory_bytes", c_uint64),
+    ]
+
+
+class ToolOptions(_Sized):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("cpu_quota_us", c_uint32),
+        ("cpu_period_us", c_uint32),
+        ("memory_high", c_uint64),
+        ("memory_max", c_uint64),
+        ("pids_max", c_uint64),
+        ("low_priority", c_uint8),
+        ("stdin_fd", c_int),
+        ("stdout_fd", c_int),
+        ("stderr_fd", c_int),
+    ]
+
+
+class ToolResultC(_Sized):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("exit_code", c_int32),
+        ("reason", c_int32),
+        ("wall_ns", c_uint64),
+        ("cpu_ns", c_uint64),
+        ("peak_memory_bytes", c_uint64),
+        ("cgroup_id", c_uint64),
+        ("message", ctypes.c_char * 160),
     ]
 
 
@@ -209,6 +239,8 @@ STRUCTS = {
     "tandem_client_stats": ClientStats,
     "tandem_session_hints": SessionHints,
     "tandem_tool_usage": ToolUsage,
+    "tandem_tool_options": ToolOptions,
+    "tandem_tool_result": ToolResultC,
     "tandem_round": Round,
     "tandem_kv_stats": KvStats,
     "tandem_directive": CDirective,
@@ -238,6 +270,13 @@ _SIGNATURES = {
     "tandem_session_close": (c_int, [_client_p, c_uint64, c_int]),
     "tandem_tool_begin": (c_int, [_client_p, c_uint64, c_char_p, c_uint32, c_int32]),
     "tandem_tool_end": (c_int, [_client_p, c_uint64, c_char_p, c_uint32, c_int32, POINTER(ToolUsage)]),
+    "tandem_tool_spawn": (
+        c_int,
+        [_client_p, c_uint64, c_char_p, POINTER(c_char_p), POINTER(c_char_p), c_char_p, POINTER(ToolOptions),
+         POINTER(c_int32)],
+    ),
+    "tandem_tool_wait": (c_int, [_client_p, c_int32, c_int, POINTER(ToolResultC)]),
+    "tandem_tool_kill": (c_int, [_client_p, c_int32]),
     "tandem_round_submit": (c_int, [_client_p, c_uint64, POINTER(Round)]),
     "tandem_round_first_token": (c_int, [_client_p, c_uint64, c_uint32, c_uint64, c_uint64]),
     "tandem_round_end": (c_int, [_client_p, c_uint64, c_uint32, c_uint32, c_uint32, c_int]),
