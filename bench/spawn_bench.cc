@@ -91,6 +91,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -163,6 +164,8 @@ struct Options {
   int warmup = kDefaultWarmup;
   bool settle = true;
   bool keep = false;
+  int gap_us = 0;
+  std::vector<std::string> only;  // variant keys; empty: all
 };
 
 void print_usage(std::FILE* to) {
@@ -210,6 +213,17 @@ int parse_args(int argc, char** argv, Options& o) {
       ok = integer(1, 1'000'000, spawns);
     } else if (arg == "--warmup") {
       ok = integer(0, 100'000, warmup);
+    } else if (arg == "--gap-us") {
+      std::optional<int> g;
+      ok = integer(0, 10'000'000, g);
+      if (ok) o.gap_us = *g;
+    } else if (arg == "--only") {
+      if (i + 1 >= argc) {
+        fmt::print(stderr, "spawn_bench: --only needs a value\n");
+        return 2;
+      }
+      std::stringstream list(argv[++i]);
+      for (std::string key; std::getline(list, key, ',');) o.only.push_back(key);
     } else if (arg == "--quick") {
       quick = true;
     } else if (arg == "--no-settle") {
@@ -257,7 +271,9 @@ class TempDir {
 class OwnedSubtree {
  public:
   static Result<std::unique_ptr<OwnedSubtree>> open(const std::string& subtree) {
-    auto m = cpu::CgroupManager::open(cpu::ManagerOptions{.subtree = subtree});
+    cpu::ManagerOptions options;
+    options.subtree = subtree;
+    auto m = cpu::CgroupManager::open(options);
     if (!m) return base::propagate(std::move(m.error()));
     return std::unique_ptr<OwnedSubtree>(new OwnedSubtree(std::move(*m)));
   }
@@ -285,7 +301,6 @@ class OwnedSubtree {
   std::unique_ptr<cpu::CgroupManager> manager_;
 };
 
-// pid of the running tandemd, for the fatal-signal path of DaemonProcess.
 // tandemd as a child. SIGKILLed and reaped at destruction if still running;
 // dies with the bench in any case (PR_SET_PDEATHSIG).
 class DaemonProcess {
@@ -601,8 +616,14 @@ Stats stats_of(std::vector<std::int64_t> v) {
   return s;
 }
 
+// One way of spawning, and what it measured.
 struct Variant {
+  std::string key;  // for --only
   std::string name;
+  std::function<Result<Sample>()> spawn;
+  // Run after each spawn, outside the timed span (tandem: settling); `timed`
+  // is false in the warm-up.
+  std::function<Result<void>(const Sample&, bool timed)> after;
   std::vector<std::int64_t> exec_ns;
   std::vector<std::int64_t> reaped_ns;
 };
@@ -697,3 +718,245 @@ Result<void> wait_connected(tandem_client* c, DaemonProcess& daemon) {
   }
 }
 
+int run(const Options& o) {
+  const bool root = ::geteuid() == 0;
+  fmt::print("spawn_bench: {}, {} timed spawns per variant after {} warm-up, variants alternating every round{}\n",
+             kProgram, o.spawns, o.warmup,
+             !root ? "" : (o.settle ? "; tandem calls settled" : "; tandem calls back to back (--no-settle)"));
+  print_machine();
+  if (!root) {
+    fmt::print(
+        "not root: cpu::spawn into a cgroup and tandem need root (they create cgroups beneath this process's "
+        "own); running plain, posix_spawn and cpu::spawn without a cgroup only\n");
+  }
+  std::fflush(stdout);
+
+  // Declared in this order so that destruction goes: runner handle →
+  // tandemd → sweep of tandemd's subtree → our cgroup node → our subtree →
+  // the runtime dir.
+  TempDir dir(o.keep);
+  std::unique_ptr<OwnedSubtree> cgroups;
+  std::optional<cpu::Node> node;
+  DaemonSubtreeSweeper sweeper;
+  DaemonProcess daemon;
+  ClientHandle runner;
+  TandemRunner tr;
+  std::string log_path;
+
+  auto fail = [&](const std::string& why) {
+    std::fflush(stdout);
+    fmt::print(stderr, "spawn_bench: {}\n", why);
+    if (!log_path.empty()) {
+      fmt::print(stderr, "--- tandemd.log (tail) ---\n{}--------------------------\n",
+                 tail_lines(read_text(log_path), 20));
+    }
+    return 1;
+  };
+
+  auto selected = [&](std::string_view key) { return o.only.empty() || std::ranges::find(o.only, key) != o.only.end(); };
+  const bool with_tandem = root && selected("tandem");
+  const std::string subtree = fmt::format("tandem-spawnbench-{}", ::getpid());
+  cpu::Placement placement;
+  if (root) {
+    // The mechanism's cgroup: tools/s/1 beneath our own, in every hierarchy.
+    auto s = OwnedSubtree::open(subtree);
+    if (!s) return fail(s.error().message());
+    cgroups = std::move(*s);
+    auto n = cgroups->manager().create("tools/s/1");
+    if (!n) return fail(fmt::format("create tools/s/1: {}", n.error().message()));
+    node = std::move(*n);
+    const cpu::PlacementFds fds = cgroups->manager().placement(*node);
+    placement.v2_dir = fds.v2_dir;
+    placement.v1_dirs = fds.v1_dirs;
+    fmt::print("cgroups (bench, pre-made tools/s/1): {}\n", cgroups->manager().describe());
+  }
+  if (with_tandem) {
+    // tandemd, in a runtime dir and a cgroup subtree of its own.
+    if (dir.path().empty()) return fail(fmt::format("mkdtemp: {}", std::strerror(errno)));
+    if (o.keep) fmt::print("runtime dir: {}\n", dir.path());
+    const std::string config = dir.path() + "/tandemd.toml";
+    log_path = dir.path() + "/tandemd.log";
+    const std::string daemon_subtree = subtree + "-d";
+    std::ofstream(config) << fmt::format("[cgroups]\nmode = \"on\"\nsubtree = \"{}\"\n", daemon_subtree);
+    std::vector<std::string> daemon_paths;
+    for (const cpu::Hierarchy& h : cgroups->manager().hierarchies()) daemon_paths.push_back(h.path() + "-d");
+    sweeper.arm(daemon_subtree, daemon_paths);
+    if (auto r = daemon.start({TANDEMD_PATH, "--config", config, "--runtime-dir", dir.path()}, log_path); !r) {
+      return fail(fmt::format("start tandemd: {}", r.error().message()));
+    }
+    const std::string sock = dir.path() + "/tandemd.sock";
+    const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+    while (!std::filesystem::exists(sock)) {
+      if (daemon.exited()) return fail("tandemd exited at start");
+      if (g_interrupted != 0) return fail("interrupted");
+      if (std::chrono::steady_clock::now() > deadline) return fail("tandemd's socket did not appear");
+      sleep_ns(5'000'000);
+    }
+    tandem_options opts{};
+    opts.sz = sizeof opts;
+    opts.runtime_dir = dir.path().c_str();
+    opts.name = "spawn-bench";
+    opts.reconnect_min_ms = 10;
+    tandem_client* c = nullptr;
+    if (const int rc = tandem_runner_open(&opts, &c); rc != 0) {
+      return fail(fmt::format("tandem_runner_open: {}", std::strerror(-rc)));
+    }
+    runner.reset(c);
+    tr.client = runner.get();
+    if (auto r = wait_connected(tr.client, daemon); !r) return fail(r.error().message());
+    if (tandem_session_open(tr.client, kSessionName, nullptr, &tr.session) != 0) {
+      return fail(fmt::format("tandem_session_open: {}", tandem_last_error(tr.client)));
+    }
+    for (const std::string& p : daemon_paths) {
+      if (!std::filesystem::is_directory(p)) {
+        return fail(fmt::format("tandemd's cgroup subtree is not at {} (where this bench expects it)", p));
+      }
+      tr.session_dirs.push_back(fmt::format("{}/tools/{:016x}", p, tr.session));
+    }
+    const std::string host = line_after(read_text(log_path), "host: cgroups ");
+    fmt::print("cgroups (tandemd): {}\n", host.empty() ? "(not in its log)" : host);
+  }
+
+  const Command cmd;
+  cpu::SpawnSpec spec;  // libtandem's defaults: a new session, other fds closed, environ inherited
+  spec.argv = {kProgram};
+  const cpu::Placement no_placement;
+  cpu::SpawnMethod bare_method = cpu::SpawnMethod::kFork;
+  cpu::SpawnMethod placed_method = cpu::SpawnMethod::kFork;
+  std::vector<std::int64_t> removed_ns;  // start → the call's cgroup seen gone (settling)
+
+  std::vector<Variant> variants;
+  auto add = [&](std::string key, std::string name, std::function<Result<Sample>()> spawn) -> Variant* {
+      if (!selected(key)) return nullptr;
+    Variant& v = variants.emplace_back();
+    v.key = std::move(key);
+    v.name = std::move(name);
+    v.spawn = std::move(spawn);
+    v.exec_ns.reserve(static_cast<std::size_t>(o.spawns));
+    v.reaped_ns.reserve(static_cast<std::size_t>(o.spawns));
+    return &v;
+  };
+  variants.reserve(5);  // `t` below points into it
+  add("plain", "plain fork+execve", [&] { return spawn_plain(cmd); });
+  add("posix_spawn", "posix_spawn", [&] { return spawn_posix(cmd); });
+  add("cpu_nocg", "cpu::spawn, no cgroup", [&] { return spawn_cpu(spec, no_placement, bare_method); });
+  if (root) {
+    add("cpu_cg", "cpu::spawn, cgroup", [&] { return spawn_cpu(spec, placement, placed_method); });
+    Variant* t = add("tandem", "tandem spawn+wait", [&] { return spawn_tandem(tr); });
+    removed_ns.reserve(static_cast<std::size_t>(o.spawns));
+    if (t != nullptr) t->after = [&](const Sample& s, bool timed) -> Result<void> {
+      (void)tandem_poll(tr.client, 0, 0, nullptr);  // the runner's event loop, between calls
+      if (!o.settle) return {};
+      auto gone = settle(tr);
+      if (!gone) return base::propagate(std::move(gone.error()));
+      if (timed) removed_ns.push_back(*gone - s.start_ns);
+      return {};
+    };
+  }
+  std::fflush(stdout);
+
+  // Rounds: every variant once, starting one further each round.
+  const std::int64_t began = now_ns();
+  const int rounds = o.warmup + o.spawns;
+  for (int round = 0; round < rounds; ++round) {
+    const bool timed = round >= o.warmup;
+    for (std::size_t k = 0; k < variants.size(); ++k) {
+      if (g_interrupted != 0) return fail("interrupted");
+      Variant& v = variants[(static_cast<std::size_t>(round) + k) % variants.size()];
+      auto s = v.spawn();
+      if (!s) return fail(fmt::format("{}: spawn {} of {}: {}", v.name, round + 1, rounds, s.error().message()));
+      if (timed) {
+        v.exec_ns.push_back(s->exec_ns);
+        v.reaped_ns.push_back(s->reaped_ns);
+      }
+      sleep_ns(std::int64_t{o.gap_us} * 1000);
+      if (v.after) {
+        if (auto a = v.after(*s, timed); !a) {
+          return fail(fmt::format("{}: after spawn {} of {}: {}", v.name, round + 1, rounds, a.error().message()));
+        }
+      }
+    }
+  }
+  const double took_s = static_cast<double>(now_ns() - began) / 1e9;
+
+  // The tandem handle stayed connected, and every call had its cgroup.
+  if (with_tandem) {
+    tandem_client_stats st{};
+    st.sz = sizeof st;
+    if (tandem_get_stats(tr.client, &st) != 0) return fail("tandem_get_stats failed");
+    if (st.tools_spawned != static_cast<std::uint64_t>(rounds) || st.tools_unplaced != 0 || st.disconnects != 0 ||
+        st.records_dropped != 0 || tandem_connected(tr.client) != 1) {
+      return fail(fmt::format(
+          "libtandem: {} tools spawned (expected {}), {} without a cgroup, {} disconnects, {} records dropped",
+          st.tools_spawned, rounds, st.tools_unplaced, st.disconnects, st.records_dropped));
+    }
+  }
+
+  print_table(variants);
+  const Stats plain_exec = stats_of(variants.front().exec_ns);
+  const Stats plain_reaped = stats_of(variants.front().reaped_ns);
+  fmt::print("\ncpu::spawn used {} without a cgroup{}\n", method_name(bare_method),
+             root ? fmt::format(", {} into one", method_name(placed_method)) : "");
+  if (with_tandem) {
+    const Stats te = stats_of(variants.back().exec_ns);
+    const Stats tr_ = stats_of(variants.back().reaped_ns);
+    fmt::print("tandem / plain, medians: start → exec {:.2f}x ({:.1f} vs {:.1f} µs), start → reaped {:.2f}x ({:.1f} "
+               "vs {:.1f} µs)\n",
+               te.median_us / plain_exec.median_us, te.median_us, plain_exec.median_us,
+               tr_.median_us / plain_reaped.median_us, tr_.median_us, plain_reaped.median_us);
+    if (o.settle) {
+      const Stats rm = stats_of(removed_ns);
+      fmt::print(
+          "tandem: start → tandemd removed the call's cgroup (polled every {} µs, informational): median {:.1f} "
+          "µs, p90 {:.1f} µs{}, max {:.1f} µs\n",
+          kSettlePollNs / 1000, rm.median_us, rm.p90_us,
+          rm.n >= kMinForP99 ? fmt::format(", p99 {:.1f} µs", rm.p99_us) : "", rm.max_us);
+    }
+  }
+  fmt::print("{} spawns in {:.1f} s\n", rounds * static_cast<int>(variants.size()), took_s);
+  std::fflush(stdout);
+
+  // Tear down, checking each step.
+  if (with_tandem) {
+    if (tandem_session_close(tr.client, tr.session, TANDEM_CLOSE_NORMAL) != 0) {
+      return fail(fmt::format("tandem_session_close: {}", tandem_last_error(tr.client)));
+    }
+    runner.reset();
+    tr.client = nullptr;
+    const int status = daemon.stop();
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return fail(fmt::format("tandemd did not exit cleanly on SIGTERM (wait status {:#x})", status));
+    }
+    if (sweeper.left_behind()) {
+      fmt::print("warning: tandemd left its cgroup subtree behind; removing it\n");
+    }
+    if (auto r = sweeper.sweep(); !r) return fail(r.error().message());
+  }
+  if (root) {
+    node.reset();
+    if (auto r = cgroups->cleanup(); !r) return fail(r.error().message());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::bench
+
+int main(int argc, char** argv) {
+  tandem::bench::Options o;
+  if (const int rc = tandem::bench::parse_args(argc, argv, o); rc != 0) return rc == 1 ? 0 : 2;
+  // No SA_RESTART: a blocking call returns EINTR and the loop sees the flag.
+  struct sigaction sa {};
+  sa.sa_handler = tandem::bench::on_stop_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
+  try {
+    return tandem::bench::run(o);
+  } catch (const std::exception& e) {
+    // (bad_alloc, a filesystem error): the daemon and the cgroups are
+    // already cleaned up by the unwinding.
+    std::fprintf(stderr, "spawn_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -200,8 +200,13 @@ HostPlane::SessionCg* HostPlane::session_cg(sched::SessionId session, bool creat
 }
 
 void HostPlane::set_cpu_weight(sched::SessionId session, std::uint32_t weight) {
+  if (weight < 1 || weight > 10000) return;
   SessionCg* s = session_cg(session, false);
-  if (s == nullptr || s->cpu_weight == weight || weight < 1 || weight > 10000) return;
+  if (s == nullptr) {
+    pending_[session].first = weight;  // applied when its first tool call gets a cgroup
+    return;
+  }
+  if (s->cpu_weight == weight) return;
   s->cpu_weight = weight;
   cpu::Limits l;
   l.cpu_weight = weight;
@@ -211,7 +216,11 @@ void HostPlane::set_cpu_weight(sched::SessionId session, std::uint32_t weight) {
 
 void HostPlane::set_cpu_quota(sched::SessionId session, std::uint32_t us_per_100ms) {
   SessionCg* s = session_cg(session, false);
-  if (s == nullptr || s->cpu_quota == us_per_100ms) return;
+  if (s == nullptr) {
+    pending_[session].second = us_per_100ms;
+    return;
+  }
+  if (s->cpu_quota == us_per_100ms) return;
   s->cpu_quota = us_per_100ms;
   cpu::Limits l;
   l.cpu_max = cpu::CpuMax{
@@ -242,6 +251,7 @@ void HostPlane::kill_tools(sched::SessionId session, ipc::ToolExitReason reason)
 }
 
 void HostPlane::session_gone(sched::SessionId session) {
+  pending_.erase(session);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
   SessionCg& s = it->second;
@@ -296,9 +306,16 @@ cpu::Limits HostPlane::limits_for(const ipc::ToolLimitsInfo& asked) const {
 base::Result<ToolGrant> HostPlane::prepare_tool(const ToolRequest& req) {
   if (req.session == 0) return base::make_error(EINVAL, "session 0");
   SessionCg* s = session_cg(req.session, true);
-  if (s == nullptr)
+  if (s == nullptr) {
     return base::make_error(EIO, fmt::format("cannot create the cgroup of session {:016x}", req.session));
+  }
   s->orphan = false;
+  if (auto p = pending_.find(req.session); p != pending_.end()) {
+    const auto [weight, quota] = p->second;
+    pending_.erase(p);
+    if (weight) set_cpu_weight(req.session, *weight);
+    if (quota) set_cpu_quota(req.session, *quota);
+  }
   if (s->calls.contains(req.call)) {
     return base::make_error(EEXIST,
                             fmt::format("tool call {} of session {:016x} already has a cgroup", req.call, req.session));

@@ -39,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -131,6 +132,8 @@ class HostPlane final : public HostEffects {
   cpu::Node tools_;
   std::uint32_t tool_cores_ = 0;
   std::unordered_map<sched::SessionId, SessionCg> sessions_;
+  // The policy's cpu.weight and cpu.max for sessions without a folder yet.
+  std::unordered_map<sched::SessionId, std::pair<std::optional<std::uint32_t>, std::optional<std::uint32_t>>> pending_;
   std::vector<cpu::Node> doomed_;
   base::Time last_sample_{};
   bool sampled_ = false;

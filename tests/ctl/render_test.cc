@@ -19,7 +19,10 @@ using Row = std::vector<std::string>;
 constexpr std::string_view kStatus = R"({"version":"0.1.0","pid":123,"uptime_s":12.5,"runtime_dir":"/run/tandem",
   "policy":{"name":"tandem","epoch":1},"clients":{"engine":1,"runner":1,"ctl_read":1,"ctl_admin":0},
   "sessions":{"total":3,"waiting":0,"reasoning":1,"acting":2,"paused":0},"records":{"accepted":1000,"rejected":2},
-  "ticks":250,"directives":40,"effects":{"cpu_weight":3,"cpu_quota":0,"sm_partition":0,"kill_tools":0}})";
+  "ticks":250,"directives":40,"effects":{"cpu_weight":3,"cpu_quota":0,"sm_partition":0,"kill_tools":0},
+  "host":{"cgroups":"v2 cpuacct,freezer /sys/fs/cgroup/unified/tandem","telemetry_mode":"ebpf",
+  "telemetry":"ebpf: tp_btf, ringbuf, task storage","sessions":2,"tool_cgroups":3,"memory_pressure":"normal"},
+  "tools":{"prepared":7}})";
 
 constexpr std::string_view kEngines = R"({"engines":[{"id":3,"name":"emu-0","pid":1234,"gpu":0,"block_size":16,
   "total_blocks":1000,"free_blocks":800,"pinned_blocks":10,"offloaded_blocks":0,"usage":0.2,"running":3,"waiting":1,
@@ -57,7 +60,14 @@ TEST(RenderStatus, SampleIsAlignedKeyValueLines) {
             "effects.cpu_weight:   3\n"
             "effects.cpu_quota:    0\n"
             "effects.sm_partition: 0\n"
-            "effects.kill_tools:   0\n");
+            "effects.kill_tools:   0\n"
+            "host.cgroups:         v2 cpuacct,freezer /sys/fs/cgroup/unified/tandem\n"
+            "host.telemetry_mode:  ebpf\n"
+            "host.telemetry:       ebpf: tp_btf, ringbuf, task storage\n"
+            "host.sessions:        2\n"
+            "host.tool_cgroups:    3\n"
+            "host.memory_pressure: normal\n"
+            "tools.prepared:       7\n");
 }
 
 TEST(RenderStatus, MissingKeysAreDashesAndUnknownKeysFollow) {
@@ -148,6 +158,29 @@ TEST(RenderSessions, SampleText) {
   EXPECT_EQ(*text,
             "ID                NAME  STATE      KV      BLOCKS  ENGINE  ROUND    AGE  TOOL  CPU.W\n"
             "00000000deadbeef  s1    reasoning  pinned     120       3      2  12.3s  no        -\n");
+}
+
+TEST(RenderTools, CallsProcessesUsageAndState) {
+  auto t = tools_table(parse(R"({"sessions":[
+      {"session":"913ec560715f3bce","name":"agent-1","pinned":true,"cpu_weight":400,"cpu_ns":1200000000,
+       "memory_bytes":222717952,"processes":3,"calls":[{"call":1,"throttled":false,"frozen":false}]},
+      {"session":"917663f82109798f","name":"agent-2","orphan":true,"cpu_weight":null,"processes":2,
+       "calls":[{"call":1,"throttled":true,"frozen":true},{"call":2,"throttled":true}]},
+      {}]})"));
+  ASSERT_TRUE(t) << t.error().message();
+  EXPECT_EQ(t->header, (Row{"SESSION", "NAME", "CALLS", "PROCS", "CPU", "MEMORY", "CPU.W", "STATE"}));
+  ASSERT_EQ(t->rows.size(), 3u);
+  EXPECT_EQ(t->rows[0], (Row{"913ec560715f3bce", "agent-1", "1", "3", "1.20s", "212.4M", "400", "protected"}));
+  EXPECT_EQ(t->rows[1], (Row{"917663f82109798f", "agent-2", "2", "2", "-", "-", "-", "2 throttled, 1 frozen, orphan"}));
+  EXPECT_EQ(t->rows[2], (Row{"-", "-", "0", "-", "-", "-", "-", "-"}));
+  EXPECT_FALSE(tools_table(parse(R"({"tools":[]})")));
+}
+
+TEST(RenderSessionKill, SaysWhatHappened) {
+  auto text = render("session-kill", R"({"session":"913ec560715f3bce","killed":true})", false);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_NE(text->find("913ec560715f3bce killed"), std::string::npos) << *text;
+  EXPECT_FALSE(render("session-kill", "{}", false));
 }
 
 TEST(RenderSessions, NullsEmptyNameAndOddIds) {
