@@ -38,15 +38,27 @@
 // The tandem handle is driven (tandem_poll) between spawns, outside the
 // timed spans, as a runner's event loop would.
 //
+// Quiet gap. Every spawn is preceded by --gap-ms (50) of sleep, outside
+// the timed spans. Moving a task into a cgroup takes the kernel's
+// cgroup_threadgroup_rwsem for writing; while that lock's rcu_sync is idle,
+// the writer waits for an RCU grace period (milliseconds), and for about one
+// grace period after a writer is done the next one goes through quickly. A
+// child joining its v1 hierarchies (a write to cgroup.procs each) therefore
+// pays a grace period at its first write unless another migration happened
+// a moment before (strace: the first write ≈ 8 ms, the other three ≈ 10 µs).
+// Back to back, one variant would warm that lock for the next (in the rotation
+// tandem follows cpu::spawn-into-a-cgroup), so each variant's numbers would
+// depend on its neighbour. The gap makes every spawn an isolated one, as tool
+// calls separated by model rounds are; --gap-ms 0 measures a burst instead.
+//
 // Settling. tandemd removes a call's cgroup when it handles the TOOL_END
 // record, which may be at its next tick or inside the next ToolPrepare. By
 // default, after each tandem spawn and outside the timed spans, the bench
 // waits until the call's cgroup is gone in every hierarchy (polling the
-// session's folder every 50 µs), so that removal never lands inside the next
-// spawn of any variant — as with real tool calls, which model rounds keep
-// apart. The time from start until the cgroup was seen gone is printed as a
-// third, informational line. --no-settle spawns back to back instead (a
-// burst: removals then fall inside later spawns).
+// session's folder every 50 µs), so that removal never lands inside another
+// spawn. The time from start until the cgroup was seen gone is printed as an
+// informational line. --no-settle goes on at once (removals may then fall
+// inside later spawns).
 //
 // Failures: any spawn error, a /bin/true that does not exit 0, a tandem call
 // that ran without a cgroup (libtandem's fail-open), a lost connection, a
@@ -73,7 +85,6 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -108,8 +119,6 @@
 #include "cpu/spawn.h"
 #include "tandem/tandem.h"
 
-extern char** environ;  // NOLINT(readability-identifier-naming): libc's
-
 namespace tandem::bench {
 namespace {
 
@@ -122,6 +131,9 @@ constexpr int kDefaultSpawns = 2000;
 constexpr int kDefaultWarmup = 50;
 constexpr int kQuickSpawns = 50;
 constexpr int kQuickWarmup = 5;
+// Quiet time before each spawn: longer than an RCU grace period here, so
+// that no spawn finds the cgroup migration lock warm from the one before.
+constexpr int kDefaultGapMs = 50;
 // p99 is printed from this many samples on (≥ 10 above it).
 constexpr std::size_t kMinForP99 = 1000;
 
@@ -164,9 +176,12 @@ struct Options {
   int warmup = kDefaultWarmup;
   bool settle = true;
   bool keep = false;
-  int gap_us = 0;
+  int gap_ms = kDefaultGapMs;
   std::vector<std::string> only;  // variant keys; empty: all
 };
+
+// The variants' keys (--only), in table order.
+constexpr std::array<std::string_view, 5> kVariantKeys = {"plain", "posix_spawn", "cpu_nocg", "cpu_cg", "tandem"};
 
 void print_usage(std::FILE* to) {
   fmt::print(to,
@@ -174,12 +189,14 @@ void print_usage(std::FILE* to) {
              "  --spawns N     timed spawns of /bin/true per variant (default {})\n"
              "  --warmup N     untimed spawns per variant first (default {})\n"
              "  --quick        {} spawns and {} warm-up per variant (the ctest smoke run)\n"
-             "  --no-settle    spawn back to back: don't wait for tandemd to remove each call's cgroup\n"
+             "  --gap-ms N     quiet time before every spawn (default {}; 0: back to back, a burst)\n"
+             "  --no-settle    don't wait for tandemd to remove each tandem call's cgroup before going on\n"
+             "  --only K,...   run only these variants: plain, posix_spawn, cpu_nocg, cpu_cg, tandem\n"
              "  --keep         keep tandemd's runtime dir (config, tandemd.log) and print its path\n"
              "  --help         show this text\n"
              "Variants: plain fork+execve, posix_spawn, cpu::spawn without a cgroup; as root also\n"
-             "cpu::spawn into a pre-made cgroup and the full path through a real tandemd.\n",
-             kDefaultSpawns, kDefaultWarmup, kQuickSpawns, kQuickWarmup);
+             "cpu::spawn into a pre-made cgroup (cpu_cg) and the full path through a real tandemd (tandem).\n",
+             kDefaultSpawns, kDefaultWarmup, kQuickSpawns, kQuickWarmup, kDefaultGapMs);
 }
 
 // Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed).
@@ -213,17 +230,23 @@ int parse_args(int argc, char** argv, Options& o) {
       ok = integer(1, 1'000'000, spawns);
     } else if (arg == "--warmup") {
       ok = integer(0, 100'000, warmup);
-    } else if (arg == "--gap-us") {
+    } else if (arg == "--gap-ms") {
       std::optional<int> g;
-      ok = integer(0, 10'000'000, g);
-      if (ok) o.gap_us = *g;
+      ok = integer(0, 10'000, g);
+      if (ok) o.gap_ms = *g;
     } else if (arg == "--only") {
       if (i + 1 >= argc) {
         fmt::print(stderr, "spawn_bench: --only needs a value\n");
         return 2;
       }
       std::stringstream list(argv[++i]);
-      for (std::string key; std::getline(list, key, ',');) o.only.push_back(key);
+      for (std::string key; std::getline(list, key, ',');) {
+        if (std::ranges::find(kVariantKeys, key) == kVariantKeys.end()) {
+          fmt::print(stderr, "spawn_bench: --only: unknown variant '{}'\n", key);
+          return 2;
+        }
+        o.only.push_back(key);
+      }
     } else if (arg == "--quick") {
       quick = true;
     } else if (arg == "--no-settle") {
@@ -504,7 +527,8 @@ Result<Sample> spawn_posix(const Command& cmd) {
   return Sample{t0, *t1 - t0, t2 - t0};
 }
 
-Result<Sample> spawn_cpu(const cpu::SpawnSpec& spec, const cpu::Placement& where, cpu::SpawnMethod& method) {
+Result<Sample> spawn_cpu(const cpu::SpawnSpec& spec, const cpu::Placement& where,
+                         std::optional<cpu::SpawnMethod>& method) {
   auto pipe = ExecPipe::make();
   if (!pipe) return base::propagate(std::move(pipe.error()));
   const std::int64_t t0 = now_ns();
@@ -547,8 +571,8 @@ Result<Sample> spawn_tandem(TandemRunner& r) {
   if (wrc != 0) return base::make_error(-wrc, tandem_last_error(r.client));
   // Fail-open would start it without a cgroup; that is not the path measured.
   if (res.cgroup_id == 0) {
-    return base::make_error(EIO, fmt::format("the tool ran without a cgroup (tandemd unreachable?): {}",
-                                             tandem_last_error(r.client)));
+    return base::make_error(
+        EIO, fmt::format("the tool ran without a cgroup (tandemd unreachable?): {}", tandem_last_error(r.client)));
   }
   if (res.exit_code != 0 || res.reason != TANDEM_TOOL_EXITED) {
     return base::make_error(EIO, fmt::format("{} ended with {} (reason {}): {}", kProgram, res.exit_code, res.reason,
@@ -653,6 +677,8 @@ std::string tail_lines(const std::string& text, std::size_t lines) {
   return text.substr(pos + 1);
 }
 
+std::string loadavg();
+
 void print_machine() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -660,10 +686,10 @@ void print_machine() {
   utsname u{};
   ::uname(&u);
   const std::string model = line_after(read_text("/proc/cpuinfo"), "model name\t: ");
-  fmt::print("machine: nproc {} ({} online), {} {} {} {}{}\n", nproc, ::sysconf(_SC_NPROCESSORS_ONLN),
-             static_cast<const char*>(u.sysname), static_cast<const char*>(u.release),
-             static_cast<const char*>(u.version), static_cast<const char*>(u.machine),
-             model.empty() ? "" : ", " + model);
+  fmt::print("machine: nproc {} ({} online){}; {} {} {} {}; load average {}\n", nproc, ::sysconf(_SC_NPROCESSORS_ONLN),
+             model.empty() ? "" : ", " + model, static_cast<const char*>(u.sysname),
+             static_cast<const char*>(u.release), static_cast<const char*>(u.version),
+             static_cast<const char*>(u.machine), loadavg());
 }
 
 std::string method_name(cpu::SpawnMethod m) {
@@ -678,26 +704,45 @@ std::string method_name(cpu::SpawnMethod m) {
   return "?";
 }
 
+const Variant* find_variant(const std::vector<Variant>& variants, std::string_view key) {
+  auto it = std::ranges::find(variants, key, &Variant::key);
+  return it == variants.end() ? nullptr : &*it;
+}
+
+// The table: both spans per variant, with the ratio of medians to plain's.
 void print_table(const std::vector<Variant>& variants) {
-  const bool p99 = !variants.empty() && variants.front().exec_ns.size() >= kMinForP99;
-  auto cell = [&](const Stats& s, double plain_median) {
+  if (variants.empty()) return;
+  const bool p99 = variants.front().exec_ns.size() >= kMinForP99;
+  const Variant* plain = find_variant(variants, "plain");
+  auto cell = [&](const Stats& s, const std::optional<Stats>& base) {
     std::string out = fmt::format(" {:9.1f} {:9.1f}", s.median_us, s.p90_us);
     if (p99) out += fmt::format(" {:9.1f}", s.p99_us);
-    out += fmt::format(" {:7.2f}x", plain_median > 0 ? s.median_us / plain_median : 0.0);
+    out += base && base->median_us > 0 ? fmt::format(" {:7.2f}x", s.median_us / base->median_us)
+                                       : fmt::format(" {:>8}", "-");
     return out;
   };
   const int width = p99 ? 39 : 29;
-  fmt::print("\n{:<26} {:>6}  {:^{}}  {:^{}}\n", "", "", "start → exec (µs)", width, "start → exit reaped (µs)", width);
-  const std::string head = fmt::format(" {:>9} {:>9}{} {:>8}", "median", "p90", p99 ? fmt::format(" {:>9}", "p99") : "",
-                                       "÷ plain");
-  fmt::print("{:<26} {:>6} {} {}\n", "variant", "n", head, head);
-  const Stats plain_exec = stats_of(variants.front().exec_ns);
-  const Stats plain_reaped = stats_of(variants.front().reaped_ns);
+  fmt::print("\n{:<22} {:>6}  {:^{}}  {:^{}}\n", "", "", "start → exec (µs)", width, "start → exit reaped (µs)", width);
+  const std::string head =
+      fmt::format(" {:>9} {:>9}{} {:>8}", "median", "p90", p99 ? fmt::format(" {:>9}", "p99") : "", "÷ plain");
+  fmt::print("{:<22} {:>6} {} {}\n", "variant", "n", head, head);
+  std::optional<Stats> plain_exec;
+  std::optional<Stats> plain_reaped;
+  if (plain != nullptr) {
+    plain_exec = stats_of(plain->exec_ns);
+    plain_reaped = stats_of(plain->reaped_ns);
+  }
   for (const Variant& v : variants) {
     const Stats e = stats_of(v.exec_ns);
     const Stats r = stats_of(v.reaped_ns);
-    fmt::print("{:<26} {:>6}{} {}\n", v.name, e.n, cell(e, plain_exec.median_us), cell(r, plain_reaped.median_us));
+    fmt::print("{:<22} {:>6}{} {}\n", v.name, e.n, cell(e, plain_exec), cell(r, plain_reaped));
   }
+}
+
+std::string loadavg() {
+  std::string l = read_text("/proc/loadavg");
+  const auto cut = l.find(' ', l.find(' ', l.find(' ') + 1) + 1);  // the 1, 5 and 15 minute averages
+  return cut == std::string::npos ? l : l.substr(0, cut);
 }
 
 // ---------------------------------------------------------------------------
@@ -711,8 +756,8 @@ Result<void> wait_connected(tandem_client* c, DaemonProcess& daemon) {
     if (auto i = check_interrupted(); !i) return i;
     if (daemon.exited()) return base::make_error(ECHILD, "tandemd exited at start");
     if (std::chrono::steady_clock::now() > deadline) {
-      return base::make_error(ETIMEDOUT, fmt::format("no connection to tandemd within {} s",
-                                                     std::chrono::seconds(kStartTimeout).count()));
+      return base::make_error(
+          ETIMEDOUT, fmt::format("no connection to tandemd within {} s", std::chrono::seconds(kStartTimeout).count()));
     }
     sleep_ns(5'000'000);
   }
@@ -720,9 +765,10 @@ Result<void> wait_connected(tandem_client* c, DaemonProcess& daemon) {
 
 int run(const Options& o) {
   const bool root = ::geteuid() == 0;
-  fmt::print("spawn_bench: {}, {} timed spawns per variant after {} warm-up, variants alternating every round{}\n",
-             kProgram, o.spawns, o.warmup,
-             !root ? "" : (o.settle ? "; tandem calls settled" : "; tandem calls back to back (--no-settle)"));
+  fmt::print(
+      "spawn_bench: {}, {} timed spawns per variant after {} warm-up, variants alternating every round, {} ms quiet "
+      "before each spawn{}\n",
+      kProgram, o.spawns, o.warmup, o.gap_ms, !root ? "" : (o.settle ? ", tandem calls settled" : ", not settled"));
   print_machine();
   if (!root) {
     fmt::print(
@@ -753,7 +799,9 @@ int run(const Options& o) {
     return 1;
   };
 
-  auto selected = [&](std::string_view key) { return o.only.empty() || std::ranges::find(o.only, key) != o.only.end(); };
+  auto selected = [&](std::string_view key) {
+    return o.only.empty() || std::ranges::find(o.only, key) != o.only.end();
+  };
   const bool with_tandem = root && selected("tandem");
   const std::string subtree = fmt::format("tandem-spawnbench-{}", ::getpid());
   cpu::Placement placement;
@@ -821,13 +869,13 @@ int run(const Options& o) {
   cpu::SpawnSpec spec;  // libtandem's defaults: a new session, other fds closed, environ inherited
   spec.argv = {kProgram};
   const cpu::Placement no_placement;
-  cpu::SpawnMethod bare_method = cpu::SpawnMethod::kFork;
-  cpu::SpawnMethod placed_method = cpu::SpawnMethod::kFork;
+  std::optional<cpu::SpawnMethod> bare_method;
+  std::optional<cpu::SpawnMethod> placed_method;
   std::vector<std::int64_t> removed_ns;  // start → the call's cgroup seen gone (settling)
 
   std::vector<Variant> variants;
   auto add = [&](std::string key, std::string name, std::function<Result<Sample>()> spawn) -> Variant* {
-      if (!selected(key)) return nullptr;
+    if (!selected(key)) return nullptr;
     Variant& v = variants.emplace_back();
     v.key = std::move(key);
     v.name = std::move(name);
@@ -844,14 +892,15 @@ int run(const Options& o) {
     add("cpu_cg", "cpu::spawn, cgroup", [&] { return spawn_cpu(spec, placement, placed_method); });
     Variant* t = add("tandem", "tandem spawn+wait", [&] { return spawn_tandem(tr); });
     removed_ns.reserve(static_cast<std::size_t>(o.spawns));
-    if (t != nullptr) t->after = [&](const Sample& s, bool timed) -> Result<void> {
-      (void)tandem_poll(tr.client, 0, 0, nullptr);  // the runner's event loop, between calls
-      if (!o.settle) return {};
-      auto gone = settle(tr);
-      if (!gone) return base::propagate(std::move(gone.error()));
-      if (timed) removed_ns.push_back(*gone - s.start_ns);
-      return {};
-    };
+    if (t != nullptr)
+      t->after = [&](const Sample& s, bool timed) -> Result<void> {
+        (void)tandem_poll(tr.client, 0, 0, nullptr);  // the runner's event loop, between calls
+        if (!o.settle) return {};
+        auto gone = settle(tr);
+        if (!gone) return base::propagate(std::move(gone.error()));
+        if (timed) removed_ns.push_back(*gone - s.start_ns);
+        return {};
+      };
   }
   std::fflush(stdout);
 
@@ -863,13 +912,13 @@ int run(const Options& o) {
     for (std::size_t k = 0; k < variants.size(); ++k) {
       if (g_interrupted != 0) return fail("interrupted");
       Variant& v = variants[(static_cast<std::size_t>(round) + k) % variants.size()];
+      sleep_ns(std::int64_t{o.gap_ms} * 1'000'000);
       auto s = v.spawn();
       if (!s) return fail(fmt::format("{}: spawn {} of {}: {}", v.name, round + 1, rounds, s.error().message()));
       if (timed) {
         v.exec_ns.push_back(s->exec_ns);
         v.reaped_ns.push_back(s->reaped_ns);
       }
-      sleep_ns(std::int64_t{o.gap_us} * 1000);
       if (v.after) {
         if (auto a = v.after(*s, timed); !a) {
           return fail(fmt::format("{}: after spawn {} of {}: {}", v.name, round + 1, rounds, a.error().message()));
@@ -893,27 +942,32 @@ int run(const Options& o) {
   }
 
   print_table(variants);
-  const Stats plain_exec = stats_of(variants.front().exec_ns);
-  const Stats plain_reaped = stats_of(variants.front().reaped_ns);
-  fmt::print("\ncpu::spawn used {} without a cgroup{}\n", method_name(bare_method),
-             root ? fmt::format(", {} into one", method_name(placed_method)) : "");
-  if (with_tandem) {
-    const Stats te = stats_of(variants.back().exec_ns);
-    const Stats tr_ = stats_of(variants.back().reaped_ns);
-    fmt::print("tandem / plain, medians: start → exec {:.2f}x ({:.1f} vs {:.1f} µs), start → reaped {:.2f}x ({:.1f} "
-               "vs {:.1f} µs)\n",
-               te.median_us / plain_exec.median_us, te.median_us, plain_exec.median_us,
-               tr_.median_us / plain_reaped.median_us, tr_.median_us, plain_reaped.median_us);
-    if (o.settle) {
-      const Stats rm = stats_of(removed_ns);
-      fmt::print(
-          "tandem: start → tandemd removed the call's cgroup (polled every {} µs, informational): median {:.1f} "
-          "µs, p90 {:.1f} µs{}, max {:.1f} µs\n",
-          kSettlePollNs / 1000, rm.median_us, rm.p90_us,
-          rm.n >= kMinForP99 ? fmt::format(", p99 {:.1f} µs", rm.p99_us) : "", rm.max_us);
-    }
+  fmt::print("\n");
+  if (bare_method) fmt::print("cpu::spawn without a cgroup used {}\n", method_name(*bare_method));
+  if (placed_method) fmt::print("cpu::spawn into the cgroup used {}\n", method_name(*placed_method));
+  const Variant* plain = find_variant(variants, "plain");
+  const Variant* tandem = find_variant(variants, "tandem");
+  if (plain != nullptr && tandem != nullptr) {
+    const Stats pe = stats_of(plain->exec_ns);
+    const Stats pr = stats_of(plain->reaped_ns);
+    const Stats te = stats_of(tandem->exec_ns);
+    const Stats tre = stats_of(tandem->reaped_ns);
+    fmt::print(
+        "tandem / plain, medians: start → exec {:.2f}x ({:.1f} / {:.1f} µs), start → reaped {:.2f}x ({:.1f} / "
+        "{:.1f} µs)\n",
+        te.median_us / pe.median_us, te.median_us, pe.median_us, tre.median_us / pr.median_us, tre.median_us,
+        pr.median_us);
   }
-  fmt::print("{} spawns in {:.1f} s\n", rounds * static_cast<int>(variants.size()), took_s);
+  if (tandem != nullptr && o.settle) {
+    const Stats rm = stats_of(removed_ns);
+    fmt::print(
+        "tandem, informational: start → tandemd had removed the call's cgroup (polled every {} µs): median {:.1f} "
+        "µs, p90 {:.1f} µs{}, max {:.1f} µs\n",
+        kSettlePollNs / 1000, rm.median_us, rm.p90_us,
+        rm.n >= kMinForP99 ? fmt::format(", p99 {:.1f} µs", rm.p99_us) : "", rm.max_us);
+  }
+  fmt::print("{} spawns in {:.1f} s; load average now {}\n", rounds * static_cast<int>(variants.size()), took_s,
+             loadavg());
   std::fflush(stdout);
 
   // Tear down, checking each step.

@@ -105,7 +105,7 @@ base::Result<void> walk(int dir, const std::string& rel, std::vector<std::string
   }
   ::closedir(d);
   for (const auto& s : subdirs) {
-    auto r = walk(dir, rel.empty() ? s : rel + "/" + s, out);
+    auto r = walk(dir, rel.empty() ? s : fmt::format("{}/{}", rel, s), out);
     if (!r) return r;
   }
   out.push_back(rel);
@@ -655,7 +655,7 @@ base::Result<void> CgroupManager::remove(const Node& node) const {
     if (!w) return base::propagate(std::move(w.error()));
     const std::string base = hierarchies_[i].path() + (node.rel.empty() ? "" : "/" + node.rel);
     for (const auto& d : dirs) {  // children first
-      const std::string path = d.empty() ? base : base + "/" + d;
+      const std::string path = d.empty() ? base : fmt::format("{}/{}", base, d);
       if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return base::errno_error(fmt::format("rmdir {}", path));
     }
   }

@@ -309,6 +309,7 @@ std::vector<std::uint8_t> build_tool_placement(const ToolPlacementInfo& info) {
   auto message = make_string(fbb, info.message);
   auto bwrap = make_string(fbb, info.bwrap);
   std::vector<flatbuffers::Offset<flatbuffers::String>> args;
+  args.reserve(info.bwrap_args.size());
   for (const auto& a : info.bwrap_args) args.push_back(make_string(fbb, a));
   auto arg_vec = fbb.CreateVector(args);
   auto placement =

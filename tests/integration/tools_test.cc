@@ -75,7 +75,7 @@ class Tools : public ::testing::Test {
     EXPECT_EQ(tandem_session_open(runner_, name, nullptr, &s), 0) << tandem_last_error(runner_);
     return s;
   }
-  pid_t spawn(std::uint64_t session, std::vector<std::string> args, const tandem_tool_options* opts = nullptr) {
+  pid_t spawn(std::uint64_t session, const std::vector<std::string>& args, const tandem_tool_options* opts = nullptr) {
     std::vector<const char*> argv{kTool};
     for (const auto& a : args) argv.push_back(a.c_str());
     argv.push_back(nullptr);
