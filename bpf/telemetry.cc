@@ -98,8 +98,9 @@ static_assert(static_cast<int>(ProcEvent::Kind::kFork) == kTandemEventFork &&
 // last Options::log given and into a short tail that explains a failed load.
 // Thread-safety: opened on one thread (Telemetry's contract).
 struct LibbpfLog {
-  std::function<void(std::string_view)> sink;
-  std::deque<std::string> tail;  // the last few lines
+  std::function<void(std::string_view)> sink;  // Options::log of `owner`
+  const void* owner = nullptr;                 // the open telemetry whose sink it is
+  std::deque<std::string> tail;                // the last few lines
 };
 LibbpfLog& libbpf_log() {
   static LibbpfLog log;
@@ -157,16 +158,26 @@ class EbpfTelemetry final : public Telemetry {
     std::string mountinfo;
     base::UniqueFd proc(::open(options.proc_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!proc) return base::errno_error(fmt::format("open {}", options.proc_root));
-    if (auto r = read_file_at(proc.get(), "self/mountinfo", mountinfo); !r)
+    if (auto r = read_file_at(proc.get(), "self/mountinfo", mountinfo); !r) {
       return base::propagate(std::move(r.error()));
+    }
     if (!has_cgroup2_mount(mountinfo)) return base::make_error(ENOENT, "no cgroup v2 hierarchy mounted");
     if (::access(options.btf_path.c_str(), R_OK) != 0) {
       return base::errno_error(fmt::format("no kernel BTF at {}", options.btf_path));
     }
     LibbpfLog& log = libbpf_log();
     log.sink = options.log;
+    log.owner = nullptr;
     log.tail.clear();
     libbpf_set_print(on_libbpf_print);
+    // The sink may capture what dies with the caller: keep it only as long
+    // as the telemetry it was given with.
+    struct DropSink {
+      LibbpfLog& log;
+      ~DropSink() {
+        if (log.owner == nullptr) log.sink = nullptr;
+      }
+    } drop_sink{log};
     for (auto [type, name] :
          {std::pair{BPF_MAP_TYPE_RINGBUF, "ring buffer"}, std::pair{BPF_MAP_TYPE_TASK_STORAGE, "task storage"}}) {
       const int ok = libbpf_probe_bpf_map_type(type, nullptr);
@@ -180,7 +191,7 @@ class EbpfTelemetry final : public Telemetry {
     // (LIBBPF_OPTS is a GNU statement expression, not C++.)
     bpf_object_open_opts open_opts{};
     open_opts.sz = sizeof open_opts;
-    if (options.btf_path != "/sys/kernel/btf/vmlinux") open_opts.btf_custom_path = options.btf_path.c_str();
+    open_opts.btf_custom_path = options.btf_path.c_str();  // CO-RE relocates against the probed BTF
     std::unique_ptr<telemetry, SkeletonDeleter> skel(telemetry__open_opts(&open_opts));
     if (!skel) return base::propagate(libbpf_error(0, "open BPF skeleton"));
     struct Size {
@@ -218,8 +229,19 @@ class EbpfTelemetry final : public Telemetry {
     const int cpus = libbpf_num_possible_cpus();
     if (cpus <= 0) return base::propagate(libbpf_error(cpus, "count possible CPUs"));
     self->cpus_ = static_cast<std::size_t>(cpus);
+    log.owner = self.get();
     return self;
   }
+
+  ~EbpfTelemetry() override {
+    LibbpfLog& log = libbpf_log();
+    if (log.owner == this) {
+      log.sink = nullptr;
+      log.owner = nullptr;
+    }
+  }
+  EbpfTelemetry(const EbpfTelemetry&) = delete;
+  EbpfTelemetry& operator=(const EbpfTelemetry&) = delete;
 
   Mode mode() const override { return Mode::kEbpf; }
   std::string_view describe() const override { return "ebpf (tp_btf, ringbuf, task storage)"; }

@@ -85,8 +85,10 @@ struct Options {
   // Kernel paths (tests and unusual mounts): procfs, and the kernel's BTF.
   std::string proc_root = "/proc";
   std::string btf_path = "/sys/kernel/btf/vmlinux";
-  // libbpf's messages (warnings and info; debug is dropped), one line each.
-  // Null: dropped. Called on the thread that opens the telemetry.
+  // libbpf's messages (warnings and info; debug is dropped), one line each,
+  // while the telemetry is open (libbpf has one process-wide logger: the
+  // most recently opened eBPF telemetry's). Null: dropped. Called on the
+  // thread that uses the telemetry.
   std::function<void(std::string_view)> log;
   // Event timestamps of the sampler; null: CLOCK_MONOTONIC. Not owned.
   const base::Clock* clock = nullptr;

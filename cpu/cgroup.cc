@@ -120,6 +120,55 @@ void sleep_ms(int ms) {
 
 std::string format_bytes_or_max(std::uint64_t v) { return v == kUnlimited ? "max" : std::to_string(v); }
 
+// Asks the v2 cgroup at `dir` (the subtree's parent) to enable `wanted` for
+// its children; returns what it enables now. A cgroup with processes of its
+// own cannot (the "no internal processes" rule: EBUSY). If the only one is
+// this process — tandemd alone in its service cgroup, systemd's Delegate=yes —
+// it moves itself into a "daemon" leaf, as systemd's delegation rules advise,
+// and tries again. It never moves another process: with others there, the
+// controllers stay off for the subtree, and the caller reports them missing.
+base::Result<std::set<std::string>> delegate_from(int dir, const std::string& path,
+                                                  const std::vector<std::string>& wanted) {
+  auto words = [](std::string_view text) {
+    std::set<std::string> out;
+    for (auto w : base::split(base::trim(text), ' ', true)) out.emplace(w);
+    return out;
+  };
+  auto available = read_file(dir, "cgroup.controllers");
+  if (!available) return base::propagate(std::move(available.error()), path);
+  auto enabled = read_file(dir, "cgroup.subtree_control");
+  if (!enabled) return base::propagate(std::move(enabled.error()), path);
+  const std::set<std::string> can = words(*available);
+  std::set<std::string> on = words(*enabled);
+  std::string request;
+  for (const auto& w : wanted) {
+    if (can.contains(w) && !on.contains(w)) request += fmt::format("{}+{}", request.empty() ? "" : " ", w);
+  }
+  if (request.empty()) return on;
+  auto r = write_file(dir, "cgroup.subtree_control", request);
+  if (!r && r.error().code() == EBUSY) {
+    auto procs = read_file(dir, "cgroup.procs");
+    auto pids = procs ? parse_pids(*procs) : base::Result<std::vector<int>>(std::vector<int>{});
+    if (pids && pids->size() == 1 && pids->front() == ::getpid()) {
+      if (::mkdirat(dir, "daemon", 0755) != 0 && errno != EEXIST) {
+        return base::errno_error(fmt::format("mkdir {}/daemon", path));
+      }
+      auto leaf = open_dir(dir, "daemon");
+      if (!leaf) return base::propagate(std::move(leaf.error()));
+      auto mv = write_file(leaf->get(), "cgroup.procs", "0");
+      if (!mv) return base::propagate(std::move(mv.error()), fmt::format("move tandemd into {}/daemon", path));
+      r = write_file(dir, "cgroup.subtree_control", request);
+    }
+  }
+  if (!r) {
+    // Not fatal: the knobs of these controllers are reported unsupported.
+    return on;
+  }
+  enabled = read_file(dir, "cgroup.subtree_control");
+  if (!enabled) return base::propagate(std::move(enabled.error()), path);
+  return words(*enabled);
+}
+
 }  // namespace
 
 std::string_view name(Controller c) { return kControllerNames[index(c)]; }
@@ -308,13 +357,24 @@ base::Result<void> CgroupManager::init(const ManagerOptions& options) {
     h.v2 = true;
     h.mount_point = m.mount_point;
     h.root = subtree_of(*own);
-    // Controllers that v2 can hand to our subtree: those the parent of our
-    // root has available.
-    const std::string parent_dir = m.mount_point + (h.root.substr(0, h.root.rfind('/')));
-    auto avail = read_path(parent_dir + "/cgroup.controllers");
+    // The controllers v2 hands to our subtree: those the root's parent
+    // enables for its children. Ask it to enable the ones we want.
     std::set<std::string> available;
-    if (avail) {
-      for (auto c : base::split(base::trim(*avail), ' ', true)) available.emplace(c);
+    {
+      const auto slash = h.root.rfind('/');
+      const std::string parent_dir = m.mount_point + h.root.substr(0, slash);
+      auto pfd = open_dir(AT_FDCWD, parent_dir);
+      if (pfd) {
+        std::vector<std::string> wanted;
+        for (Controller c : {Controller::kCpu, Controller::kCpuset, Controller::kMemory, Controller::kPids}) {
+          if (options.want[index(c)]) wanted.emplace_back(name(c));
+        }
+        auto enabled = delegate_from(pfd->get(), parent_dir, wanted);
+        if (!enabled) return base::propagate(std::move(enabled.error()));
+        available = std::move(*enabled);
+      } else if (pfd.error().code() != ENOENT) {
+        return base::propagate(std::move(pfd.error()));
+      }  // a configured root whose parent does not exist yet: no controllers handed down
     }
     for (std::size_t i = 0; i < kControllers; ++i) {
       const auto c = static_cast<Controller>(i);
@@ -357,15 +417,6 @@ base::Result<void> CgroupManager::init(const ManagerOptions& options) {
     if (!mount) return base::propagate(std::move(mount.error()));
     auto parts = rel_parts(std::string_view(h.root).substr(1));
     if (!parts) return base::propagate(std::move(parts.error()), "root");
-    if (h.v2) {
-      // The root's parent must hand our controllers down.
-      const auto slash = h.root.rfind('/');
-      const std::string parent_rel = slash == 0 ? "." : h.root.substr(1, slash - 1);
-      auto pfd = open_dir(mount->get(), parent_rel);
-      if (!pfd) return base::propagate(std::move(pfd.error()));
-      auto en = enable_v2_controllers(pfd->get());
-      if (!en) return base::propagate(std::move(en.error()), fmt::format("{}: parent of the subtree", h.mount_point));
-    }
     const bool cpuset_v1 = !h.v2 && std::ranges::find(h.controllers, Controller::kCpuset) != h.controllers.end();
     auto fd = make_dirs(
         mount->get(), *parts, h.mount_point,
@@ -405,28 +456,13 @@ base::Result<void> CgroupManager::enable_v2_controllers(int dirfd) const {
   if (want.empty()) return {};
   auto have = read_file(dirfd, "cgroup.subtree_control");
   if (!have) return base::propagate(std::move(have.error()));
+  const auto names = base::split(base::trim(*have), ' ', true);
   bool missing = false;
   for (auto w : base::split(want, ' ')) {
-    const auto names = base::split(base::trim(*have), ' ', true);
     if (std::ranges::find(names, w.substr(1)) == names.end()) missing = true;
   }
   if (!missing) return {};
-  auto r = write_file(dirfd, "cgroup.subtree_control", want);
-  if (r || r.error().code() != EBUSY) return r;
-  // EBUSY: the cgroup has processes of its own (tandemd itself, started by
-  // systemd with Delegate=yes). Move them to a "daemon" leaf beside the
-  // subtree, as systemd's delegation rules advise, and try again.
-  if (::mkdirat(dirfd, "daemon", 0755) != 0 && errno != EEXIST) return base::errno_error("mkdir daemon leaf");
-  auto leaf = open_dir(dirfd, "daemon");
-  if (!leaf) return base::propagate(std::move(leaf.error()));
-  auto procs = read_file(dirfd, "cgroup.procs");
-  if (!procs) return base::propagate(std::move(procs.error()));
-  auto pids = parse_pids(*procs);
-  if (!pids) return base::propagate(std::move(pids.error()));
-  for (int pid : *pids) {
-    auto mv = write_file(leaf->get(), "cgroup.procs", std::to_string(pid));
-    if (!mv && mv.error().code() != ESRCH) return base::propagate(std::move(mv.error()), "move into daemon leaf");
-  }
+  // Inside the subtree only leaves hold processes, so this cannot meet EBUSY.
   return write_file(dirfd, "cgroup.subtree_control", want);
 }
 

@@ -5,10 +5,11 @@
 // `<own>/tandem`, where <own> is the cgroup tandemd runs in, separately in
 // each hierarchy it uses; or a configured absolute root. It never creates a
 // cgroup, writes a knob or moves a process outside that subtree (the one
-// exception, on pure v2, is moving tandemd itself into `<own>/daemon` so that
-// `<own>` may enable controllers for its children — the "no internal
-// processes" rule). Every control file is opened with openat() on directory
-// fds held from the start, so a path is resolved once.
+// exception, on v2, is moving tandemd itself — when it is the only process
+// of <own>, as under systemd's Delegate=yes — into `<own>/daemon`, so that
+// <own> may enable controllers for its children: the "no internal processes"
+// rule; it never moves another process). Every control file is opened with
+// openat() on directory fds held from the start, so a path is resolved once.
 //
 // Hierarchies. The v2 hierarchy, when mounted, is always used: its cgroup ids
 // key eBPF telemetry, and cgroup.kill, cgroup.freeze, cpu.stat and the

@@ -180,6 +180,17 @@ base::Result<void> HostPlane::start(Time now) {
                  s.calls.size(), std::chrono::duration<double>(config_.adopt_grace).count());
     sessions_.emplace(id, std::move(s));
   }
+  if (const std::uint32_t u = cgroups_->unsupported(); u != 0) {
+    std::string missing;
+    const std::pair<std::uint32_t, const char*> knobs[] = {
+        {cpu::kNoCpuWeight, "cpu weight"}, {cpu::kNoCpuMax, "cpu quota"},     {cpu::kNoMemoryHigh, "memory high"},
+        {cpu::kNoMemoryMax, "memory max"}, {cpu::kNoMemoryLow, "memory low"}, {cpu::kNoPidsMax, "pids max"},
+        {cpu::kNoCpus, "cpuset"}};
+    for (const auto& [bit, what] : knobs) {
+      if ((u & bit) != 0) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", what);
+    }
+    spdlog::warn("host: no controller here for: {} (those limits are skipped)", missing);
+  }
   spdlog::info("host: cgroups {}; telemetry {}", cgroups_->describe(),
                telemetry_ ? std::string(telemetry_->describe()) : "off: " + telemetry_error_);
   return {};

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -555,6 +556,27 @@ TEST_F(BpfTelemetryTest, UntrackStopsAccountingAndRetrackSeeds) {
   // Forgetting untracked the cgroup too: nothing more is counted anywhere.
   EXPECT_EQ(cg.wait(cg.spawn_exec({"/bin/true"})), 0);
   EXPECT_FALSE(ebpf_->sample().contains(kGroup));
+}
+
+TEST_F(BpfTelemetryTest, ALoneEventWakesAWaitingReader) {
+  TestCgroup cg("wakeup");
+  ASSERT_TRUE(ebpf_->track(cg.id(), 1, cg.fd()));
+  // Fork now, exec 300 ms later: far more than wakeup_interval after the
+  // fork's wakeup, so the exec record must wake a reader already waiting.
+  const pid_t pid = cg.spawn([] {
+    ::usleep(300'000);
+    ::execl("/bin/true", "true", nullptr);
+  });
+  auto seen = [&](ProcEvent::Kind kind) {
+    return std::any_of(events_.begin(), events_.end(),
+                       [&](const ProcEvent& e) { return e.pid == pid && e.kind == kind; });
+  };
+  ASSERT_TRUE(drain_until([&] { return seen(ProcEvent::Kind::kFork); }));
+  if (!seen(ProcEvent::Kind::kExec)) {  // (on a very slow machine it may be drained already)
+    pollfd p{ebpf_->event_fd(), POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 10'000), 1) << "no wakeup for the exec record";
+  }
+  EXPECT_EQ(cg.wait(pid), 0);
 }
 
 TEST_F(BpfTelemetryTest, TrackingIntoAnotherGroupIsRefused) {
