@@ -50,6 +50,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -381,6 +382,15 @@ RunResult run_once(const Options& options, const std::string& folder, int index,
   }
   wr.reset();
 
+  // What each process was seen doing (bits 1 fork, 2 exec, 4 exit), and
+  // which exec'd /bin/true — the daemon's work per event, and the check.
+  std::unordered_map<std::int32_t, unsigned> seen;
+  std::uint64_t trues = 0;
+  const auto record = [&](const bpf::ProcEvent& e) {
+    seen[e.pid] |= 1u << static_cast<unsigned>(e.kind);
+    if (e.kind == bpf::ProcEvent::Kind::kExec && std::string_view(e.comm) == "true") ++trues;
+  };
+
   // Wait for the tool's report, draining events and sampling each 10 ms.
   ToolResult result;
   std::size_t got = 0;
@@ -392,7 +402,7 @@ RunResult run_once(const Options& options, const std::string& folder, int index,
     const auto left =
         std::chrono::ceil<std::chrono::milliseconds>(tick + std::chrono::milliseconds(10) - SteadyClock::now());
     ::poll(fds, event_fd >= 0 ? 2 : 1, static_cast<int>(std::max<std::int64_t>(0, left.count())));
-    if (telemetry) out.events += telemetry->drain_events([](const bpf::ProcEvent&) {});
+    if (telemetry) out.events += telemetry->drain_events(record);
     if (SteadyClock::now() >= tick + std::chrono::milliseconds(10)) {
       if (telemetry) telemetry->sample();
       tick = SteadyClock::now();
@@ -421,22 +431,33 @@ RunResult run_once(const Options& options, const std::string& folder, int index,
     return out;
   }
   if (mode == Mode::kEbpf) {
-    // Every process, the tool included: fork, exec, exit.
+    // Every /bin/true and the tool: fork, exec, exit. (A sanitizer runtime
+    // may start helper processes of its own, e.g. LeakSanitizer's tracer at
+    // exit: they are forks and exits too, but never exec.)
     const std::uint64_t n = work == Work::kStorm ? options.processes : 0;
-    const std::uint64_t want = 3 * n + 3;
+    auto complete = [&] {
+      std::uint64_t full = 0;
+      for (const auto& [pid, bits] : seen) full += bits == 7u ? 1 : 0;
+      return full;
+    };
     const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
-    while (out.events < want && SteadyClock::now() < deadline) {
+    while ((trues < n || complete() < n + 1) && SteadyClock::now() < deadline) {
       pollfd p{event_fd, POLLIN, 0};
       ::poll(&p, 1, 10);
-      out.events += telemetry->drain_events([](const bpf::ProcEvent&) {});
+      out.events += telemetry->drain_events(record);
     }
     const bpf::GroupStats s = telemetry->sample().at(1);
-    if (out.events != want || telemetry->lost_events() != 0 || s.forks != n + 1 || s.execs != n + 1 ||
-        s.exits != n + 1 || s.live_processes != 0) {
+    const bool tool_seen =
+        seen.contains(static_cast<std::int32_t>(tool)) && seen[static_cast<std::int32_t>(tool)] == 7u;
+    if (trues != n || complete() != n + 1 || !tool_seen || telemetry->lost_events() != 0 || s.execs != n + 1 ||
+        s.forks != s.exits || s.forks < n + 1 || s.live_processes != 0) {
       out.timed = true;  // the time stands; what was seen is wrong
       out.ok = false;
-      out.problem = fmt::format("events {} of {}, lost {}, forks {} execs {} exits {} live {}", out.events, want,
-                                telemetry->lost_events(), s.forks, s.execs, s.exits, s.live_processes);
+      out.problem = fmt::format(
+          "{} of {} /bin/true exec'd, {} of {} processes complete (tool {}), lost {}; forks {} execs {} exits {} live "
+          "{}",
+          trues, n, complete(), n + 1, tool_seen ? "seen" : "missing", telemetry->lost_events(), s.forks, s.execs,
+          s.exits, s.live_processes);
     }
   }
   return out;

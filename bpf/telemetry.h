@@ -122,8 +122,9 @@ class Telemetry {
   // Called once per control tick (~10-100 ms): refreshes and returns the
   // per-group cumulative stats of every group tracked and not forgotten.
   virtual const std::unordered_map<std::uint64_t, GroupStats>& sample() = 0;
-  // Events the kernel could not queue (ring buffer full) plus processes it
-  // could not count (process map full), since open; 0 for sampling.
+  // Since open — eBPF: records the kernel could not queue (ring buffer full)
+  // plus processes it could not count (process map full); sampling: events
+  // dropped because 65,536 waited undrained.
   virtual std::uint64_t lost_events() { return 0; }
   // eBPF with Options::measure_run_time: kernel time spent in the programs
   // since open, in ns; 0 otherwise.
@@ -140,7 +141,8 @@ base::Result<std::unique_ptr<Telemetry>> open_sampler();
 base::Result<std::unique_ptr<Telemetry>> open_sampler(const Options& options, std::string_view why = "forced");
 
 // The id of the cgroup whose directory `dirfd` is: its kernfs node id, from
-// name_to_handle_at (on v2, the id BPF sees). EOPNOTSUPP off kernfs.
+// name_to_handle_at (on v2, the id BPF sees). EOPNOTSUPP for a directory
+// that is not on cgroupfs.
 base::Result<std::uint64_t> cgroup_id_of(int dirfd);
 
 }  // namespace tandem::bpf
