@@ -112,6 +112,18 @@ base::Result<void> walk(int dir, const std::string& rel, std::vector<std::string
   return {};
 }
 
+// A new v1 cpuset cgroup starts with no cpus and no mems, and no task can
+// join it until both are set: give it its parent's.
+base::Result<void> inherit_cpuset(int parent, int made) {
+  for (const char* f : {"cpuset.cpus", "cpuset.mems"}) {
+    auto v = read_file(parent, f);
+    if (!v) return base::propagate(std::move(v.error()));
+    auto w = write_file(made, f, base::trim(*v));
+    if (!w) return w;
+  }
+  return {};
+}
+
 void sleep_ms(int ms) {
   timespec ts{ms / 1000, static_cast<long>(ms % 1000) * 1000000L};
   while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -420,16 +432,7 @@ base::Result<void> CgroupManager::init(const ManagerOptions& options) {
     const bool cpuset_v1 = !h.v2 && std::ranges::find(h.controllers, Controller::kCpuset) != h.controllers.end();
     auto fd = make_dirs(
         mount->get(), *parts, h.mount_point,
-        [&](int parent, int made) -> base::Result<void> {
-          if (!cpuset_v1) return {};
-          for (const char* f : {"cpuset.cpus", "cpuset.mems"}) {
-            auto v = read_file(parent, f);
-            if (!v) return base::propagate(std::move(v.error()));
-            auto w = write_file(made, f, base::trim(*v));
-            if (!w) return w;
-          }
-          return {};
-        },
+        [&](int parent, int made) { return cpuset_v1 ? inherit_cpuset(parent, made) : base::Result<void>(); },
         [](int) -> base::Result<void> { return {}; });
     if (!fd) {
       return base::propagate(std::move(fd.error()), fmt::format("create the subtree {}", h.path()));
@@ -498,16 +501,7 @@ base::Result<Node> CgroupManager::create(std::string_view rel) {
     const bool cpuset_v1 = !h.v2 && std::ranges::find(h.controllers, Controller::kCpuset) != h.controllers.end();
     auto fd = make_dirs(
         root_.dirs[i].get(), *parts, h.path(),
-        [&](int parent, int made) -> base::Result<void> {
-          if (!cpuset_v1) return {};
-          for (const char* f : {"cpuset.cpus", "cpuset.mems"}) {
-            auto v = read_file(parent, f);
-            if (!v) return base::propagate(std::move(v.error()));
-            auto w = write_file(made, f, base::trim(*v));
-            if (!w) return w;
-          }
-          return {};
-        },
+        [&](int parent, int made) { return cpuset_v1 ? inherit_cpuset(parent, made) : base::Result<void>(); },
         [&](int passed) -> base::Result<void> {
           if (!h.v2) return {};
           return enable_v2_controllers(passed);
