@@ -226,6 +226,30 @@ TEST_F(Tools, MemoryMaxOomKillIsReportedAsSuch) {
   EXPECT_LE(res.peak_memory_bytes, (64ull + 1) << 20);
 }
 
+TEST_F(Tools, OverTheToolsBudgetLowPriorityToolsAreFrozenNotKilled) {
+  start("[memory]\ntools_budget = \"64M\"\nstall_kill_after = \"60s\"\n");
+  const auto s = open_session("tools-budget");
+  tandem_tool_options o{};
+  o.sz = sizeof o;
+  o.low_priority = 1;
+  const pid_t pid = spawn(s, {"burn-mem", "96", "60"}, &o);  // holds 96 MiB: over the 64 MiB budget
+  nlohmann::json tools;
+  EXPECT_TRUE(eventually(
+      [&] {
+        tools = ctl(daemon_->socket_path(), "tools");
+        return tools["sessions"].size() == 1 && tools["sessions"][0]["calls"][0].value("frozen", false);
+      },
+      10s))
+      << tools.dump() << daemon_->log();
+  EXPECT_TRUE(tools["sessions"][0]["calls"][0].value("throttled", false)) << tools.dump();
+  EXPECT_EQ(status()["host"]["memory_pressure"], "critical");
+  EXPECT_TRUE(alive(pid));  // degraded, not killed
+  // Closing the session kills it, frozen as it is, and removes its cgroups.
+  ASSERT_EQ(tandem_session_close(runner_, s, TANDEM_CLOSE_NORMAL), 0);
+  EXPECT_TRUE(eventually([&] { return !alive(pid); })) << "a frozen tool survived its session";
+  EXPECT_TRUE(eventually([&] { return ctl(daemon_->socket_path(), "tools")["sessions"].empty(); }));
+}
+
 TEST_F(Tools, AToolStalledAtItsLimitIsKilledWithAReason) {
   start("[memory]\nstall_kill_after = \"500ms\"\n");
   if (!memory_from_v1()) GTEST_SKIP() << "v2 memory.high throttles without stalling; the stall rule is v1's";
