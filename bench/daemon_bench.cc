@@ -187,6 +187,7 @@ struct Options {
   std::string policy = "tandem";
   int repeat = 1;
   Wake wake = Wake::kDoorbell;
+  std::string host = "ebpf";  // the host plane: ebpf, sampling (telemetry) or off (no cgroups)
   bool keep = false;
 };
 
@@ -206,6 +207,8 @@ void print_usage(std::FILE* to) {
       "  --wake MODE     engines wait for directives on the doorbell (doorbell, default) or poll\n"
       "                  the ring every 1 ms (poll)\n"
       "  --repeat N      runs, each with a fresh daemon; medians are printed (default 1)\n"
+      "  --host MODE     the daemon's host plane: ebpf (cgroups, eBPF telemetry; default when root),\n"
+      "                  sampling (cgroups, sampled telemetry) or off (no cgroups)\n"
       "  --keep          keep the runtime dir (config, tandemd.log) and print its path\n"
       "  --help          show this text\n");
 }
@@ -269,6 +272,14 @@ int parse_args(int argc, char** argv, Options& o) {
       auto v = value();
       ok = v.has_value() && !v->empty();
       if (ok) o.policy = *v;
+    } else if (arg == "--host") {
+      auto v = value();
+      ok = v.has_value() && (*v == "ebpf" || *v == "sampling" || *v == "off");
+      if (ok) {
+        o.host = *v;
+      } else if (v) {
+        fmt::print(stderr, "daemon_bench: --host takes ebpf, sampling or off, got '{}'\n", *v);
+      }
     } else if (arg == "--wake") {
       auto v = value();
       ok = v.has_value() && (*v == "doorbell" || *v == "poll");
@@ -776,6 +787,10 @@ std::string config_text(const Options& o) {
   if (o.policy == "mars" || o.policy == "tandem") {
     t += fmt::format("[policy.params]\nwindow_min = {0}\nwindow_max = {0}\nwindow_init = {0}\n", kOpenWindow);
   }
+  // A subtree of its own, so a tandemd running on the machine is never touched.
+  t += fmt::format("[cgroups]\nmode = \"{}\"\nsubtree = \"tandem-bench-{}\"\n", o.host == "off" ? "off" : "auto",
+                   ::getpid());
+  if (o.host != "off") t += fmt::format("[telemetry]\nmode = \"{}\"\n", o.host == "ebpf" ? "auto" : "sampling");
   return t;
 }
 
@@ -1153,7 +1168,8 @@ int run_main(int argc, char** argv) {
       {"engines", o.engines},   {"sessions", o.sessions}, {"stats_hz", o.stats_hz},
       {"churn_hz", o.churn_hz}, {"tool_ms", o.tool_ms},   {"tick_ms", o.tick_ms > 0 ? o.tick_ms : 50},
       {"policy", o.policy},     {"seconds", o.seconds},   {"warmup", o.warmup},
-      {"repeat", o.repeat},     {"cores", cores},         {"wake", o.wake == Wake::kDoorbell ? "doorbell" : "poll"}};
+      {"repeat", o.repeat},     {"cores", cores},         {"wake", o.wake == Wake::kDoorbell ? "doorbell" : "poll"},
+      {"host", o.host}};
   json list = json::array();
   for (const RunResult& r : runs) list.push_back(to_json(r));
   out["runs"] = list;
