@@ -19,6 +19,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "cpu/cgroup.h"
+
 namespace tandem::it {
 
 TempDir::TempDir() {
@@ -89,6 +91,17 @@ Daemon::Daemon(std::string runtime_dir, const std::string& config_text)
     text += fmt::format("\n[cgroups]\nsubtree = \"{}\"\n", dir_.substr(dir_.rfind('/') + 1));
   }
   std::ofstream(config_path_) << text;
+}
+
+Daemon::~Daemon() {
+  if (proc_.running()) (void)proc_.stop(SIGTERM);
+  if (::geteuid() != 0) return;
+  cpu::ManagerOptions o;
+  o.subtree = dir_.substr(dir_.rfind('/') + 1);  // the subtree every test daemon gets (its runtime dir's name)
+  auto m = cpu::CgroupManager::open(o);
+  if (!m) return;
+  (void)(*m)->kill((*m)->root(), 2000);
+  (void)(*m)->remove((*m)->root());
 }
 
 void Daemon::start() {

@@ -63,6 +63,11 @@ class Process {
 class Daemon {
  public:
   explicit Daemon(std::string runtime_dir, const std::string& config_text = "");
+  // Stops it, then removes its cgroup subtree (a daemon killed with SIGKILL
+  // leaves it behind for the next one to adopt), processes inside first.
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
   // Starts it and waits until its socket accepts connections (5 s at most).
   void start();
   void kill9() { proc_.kill9(); }
