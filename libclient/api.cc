@@ -307,15 +307,15 @@ int tandem_tool_spawn(tandem_client* client, uint64_t session, const char* tool_
     tandem::client::ToolSpec spec;
     for (std::size_t i = 0; argv[i] != nullptr; ++i) {
       if (i >= tandem::client::kMaxToolArgs) return invalid(c, fn, "argv has too many entries");
-      spec.argv.emplace_back(argv[i]);
+      spec.process.argv.emplace_back(argv[i]);
     }
     for (std::size_t i = 0; envp != nullptr && envp[i] != nullptr; ++i) {
       if (i >= tandem::client::kMaxToolArgs) return invalid(c, fn, "envp has too many entries");
       if (std::strchr(envp[i], '=') == nullptr) return invalid(c, fn, fmt::format("envp[{}] is not NAME=value", i));
-      spec.env.emplace_back(envp[i]);
+      spec.process.env.emplace_back(envp[i]);
     }
-    spec.inherit_env = envp == nullptr;
-    if (cwd != nullptr) spec.cwd = cwd;
+    spec.process.inherit_env = envp == nullptr;
+    if (cwd != nullptr) spec.process.cwd = cwd;
     tandem_tool_options o{};
     if (options != nullptr) {
       if (!read_sized(options, sizeof(std::size_t), o)) return invalid(c, fn, "options->sz is too small");
@@ -330,9 +330,9 @@ int tandem_tool_spawn(tandem_client* client, uint64_t session, const char* tool_
     }
     spec.limits = tandem::ipc::ToolLimitsInfo{o.cpu_quota_us, o.cpu_period_us, o.memory_high,
                                               o.memory_max,   o.pids_max,      o.low_priority != 0};
-    spec.stdin_fd = o.stdin_fd != 0 ? o.stdin_fd : -1;
-    spec.stdout_fd = o.stdout_fd != 0 ? o.stdout_fd : -1;
-    spec.stderr_fd = o.stderr_fd != 0 ? o.stderr_fd : -1;
+    spec.process.stdin_fd = o.stdin_fd != 0 ? o.stdin_fd : -1;
+    spec.process.stdout_fd = o.stdout_fd != 0 ? o.stdout_fd : -1;
+    spec.process.stderr_fd = o.stderr_fd != 0 ? o.stderr_fd : -1;
     std::int32_t pid = 0;
     int r = c.tool_spawn(session, tool_name, spec, pid);
     if (r == 0) *ret_pid = pid;

@@ -42,6 +42,7 @@
 #include "base/clock.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
+#include "cpu/spawn.h"
 #include "ipc/channel.h"
 #include "ipc/messages.h"
 #include "ipc/records.h"
@@ -83,18 +84,13 @@ inline constexpr std::size_t kMaxToolArgs = 65536;
 // from the small numbers runners pick for tandem_tool_begin.
 inline constexpr std::uint32_t kFirstSpawnCall = 0x80000000u;
 
-// What tandem_tool_spawn starts (api.cc checks it).
+// What tandem_tool_spawn starts (api.cc checks it): the process as
+// cpu::spawn takes it (tandemd's bubblewrap settings are added later), and
+// the limits tandemd is asked for.
 struct ToolSpec {
-  std::vector<std::string> argv;
-  std::vector<std::string> env;
-  bool inherit_env = true;
-  std::string cwd;
+  cpu::SpawnSpec process;
   ipc::ToolLimitsInfo limits;
-  int stdin_fd = -1;  // -1: inherit
-  int stdout_fd = -1;
-  int stderr_fd = -1;
 };
-
 // Thread-safety: one thread at a time.
 class Client {
  public:

@@ -89,14 +89,7 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
     placement.reset();
   }
 
-  cpu::SpawnSpec ss;
-  ss.argv = spec.argv;
-  ss.env = spec.env;
-  ss.inherit_env = spec.inherit_env;
-  ss.cwd = spec.cwd;
-  ss.stdin_fd = spec.stdin_fd;
-  ss.stdout_fd = spec.stdout_fd;
-  ss.stderr_fd = spec.stderr_fd;
+  cpu::SpawnSpec ss = spec.process;
   cpu::Placement where;
   ToolProc proc;
   if (placement) {
