@@ -894,6 +894,20 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     reject_record(c, "a directive on the event ring");
     return;
   }
+  if (r.type() == ipc::RecordType::kSessionOpen) {
+    const sched::Session* s = model_.sessions().find(r.session());
+    if (s != nullptr && s->state != SessionState::kDone) {
+      // The engine's first round opened it: a runner's SESSION_OPEN and its
+      // engine's ROUND_SUBMIT travel on different rings, so either may come
+      // first. The runner takes the session over (authorize() checked that
+      // no other runner holds it); its hints come too late for the policy,
+      // which saw the session arrive with the round.
+      meta_for(c, r.session()).owner = c.id;
+      ++c.accepted;
+      ++stats_.records_accepted;
+      return;
+    }
+  }
   // The host plane tracks tool calls whatever the scheduler makes of them
   // (a runner may run tools in a session no engine has seen).
   if (r.type() == ipc::RecordType::kToolStart) {

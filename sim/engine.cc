@@ -21,6 +21,7 @@ Engine::Engine(EngineId id, const Preset& preset, EngineLimits limits, sched::St
       scheduler_(scheduler),
       host_(host),
       counters_(counters),
+      link_time_scale_(limits.link_time_scale),
       free_uncached_(preset.gpu_blocks),
       saturating_tokens_(preset.step.saturating_tokens()) {
   params_.block_size = preset.block_size;
@@ -268,7 +269,7 @@ void Engine::offload(SessionId session, Time now) {
     cache_put(session, blocks, now, KvPlace::kOffloading);
   } else {
     const Time start = std::max(now, link_free_);
-    const Time done = start + from_us(preset_.swap_fixed_us + preset_.swap_us_per_token * tokens);
+    const Time done = start + from_us(link_time_scale_ * (preset_.swap_fixed_us + preset_.swap_us_per_token * tokens));
     link_free_ = done;
     offloading_.push_back({session, blocks, tokens, done});
     offloading_blocks_ += blocks;

@@ -114,6 +114,10 @@ class KvObserver {
 struct EngineLimits {
   std::uint32_t token_budget = 8192;
   std::uint32_t max_seqs = 1024;
+  // Multiplies the time an offload takes on the host link (the engine's
+  // clock, not a step). The simulator leaves it at 1; tandem-engine-emu sets
+  // 1 / speedup, since it divides step times but runs offloads on real time.
+  double link_time_scale = 1.0;
 };
 
 // Thread-safety: one thread (the simulation's).
@@ -225,6 +229,7 @@ class Engine {
   sched::StepScheduler& scheduler_;
   EngineHost& host_;
   RunCounters& counters_;
+  double link_time_scale_;
   KvObserver* observer_ = nullptr;
 
   std::vector<Req> running_;  // running order

@@ -328,6 +328,7 @@ void Node::tool_done(SimSession& s, Time now, std::int32_t exit_code) {
     result_.counters.tool_stretch_sum += base::to_seconds(wall) / r.tool_seconds;
     ++result_.counters.tool_stretch_calls;
   }
+  result_.tool_calls.push_back({r.tool_seconds, base::to_seconds(wall)});
   ++s.round;
   round_ready(s, now);
 }

@@ -31,9 +31,15 @@ struct SimConfig {
   double stall_s = 3600;  // no round ends, tool ends or arrivals for this long (virtual): the run fails
 };
 
+struct ToolCallRecord {
+  double nominal_s = 0;  // the trace's tool_seconds
+  double wall_s = 0;     // what it took under contention
+};
+
 struct SimResult {
   std::vector<SessionRecord> sessions;  // in workload order
   RunCounters counters;
+  std::vector<ToolCallRecord> tool_calls;  // in the order they ended
   std::uint64_t engine_steps = 0;
   std::uint64_t violations = 0;  // conservation or plan violations (must be 0)
   std::string first_violation;

@@ -66,8 +66,8 @@ base::Result<void> write_file(const std::string& path, std::string_view data) {
   return {};
 }
 
-// Writes "<path>.tmp" and renames it over `path`; on failure the temporary is
-// removed and `path` is left as it was. `what` says what is being written.
+}  // namespace
+
 base::Result<void> write_file_atomic(const std::string& path, std::string_view data, std::string_view what) {
   const std::string outer = fmt::format("write {} to {}", what, path);
   const std::string tmp = path + ".tmp";
@@ -99,6 +99,8 @@ base::Result<std::string> read_file(const std::string& path) {
   }
   return out;
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------
 // The metric fields of JSON and CSV, in schema order.
@@ -350,7 +352,8 @@ bool wants_log(const std::vector<double>& values) {
 }
 
 // The script and data files of the three panels, written into `dir`.
-base::Result<void> write_plot_inputs(const Report& report, const ScratchDir& dir) {
+// The gnuplot script of write_plot; its data files go into `files`.
+std::string plot_script(const Report& report, std::map<std::string, std::string>& files) {
   PlotData d = collect(report);
   const std::string context = fmt::format("preset {}, workload {}", report.preset, report.workload);
 
@@ -376,16 +379,11 @@ base::Result<void> write_plot_inputs(const Report& report, const ScratchDir& dir
         }
       }
     }
-    if (auto r = write_file(dir.file(fmt::format("series{}.dat", l)), series); !r) return r;
+    files[fmt::format("series{}.dat", l)] = std::move(series);
     std::sort(e2e.begin(), e2e.end());
     if (e2e.empty()) continue;
     has_cdf[l] = true;
-    std::string cdf = fmt::format("{} 0\n", gp_number(e2e.front()));
-    for (std::size_t i = 0; i < e2e.size(); ++i) {
-      cdf += fmt::format("{} {}\n", gp_number(e2e[i]),
-                         gp_number(static_cast<double>(i + 1) / static_cast<double>(e2e.size())));
-    }
-    if (auto r = write_file(dir.file(fmt::format("cdf{}.dat", l)), cdf); !r) return r;
+    files[fmt::format("cdf{}.dat", l)] = cdf_data(e2e);
     all_e2e.insert(all_e2e.end(), e2e.begin(), e2e.end());
   }
 
@@ -460,7 +458,7 @@ base::Result<void> write_plot_inputs(const Report& report, const ScratchDir& dir
     s += "\n";
   }
   s += "unset multiplot\nset output\n";
-  return write_file(dir.file("plot.gp"), s);
+  return s;
 }
 
 }  // namespace
@@ -507,7 +505,7 @@ void print_table(std::ostream& os, const Report& report) {
   print(os, resources);
 }
 
-base::Result<void> write_json(const Report& report, const std::string& path) {
+std::string report_json(const Report& report) {
   // ordered_json keeps the documented key order, which makes diffs readable.
   nlohmann::ordered_json doc;
   doc["preset"] = report.preset;
@@ -536,7 +534,11 @@ base::Result<void> write_json(const Report& report, const std::string& path) {
   // replace: a policy name with invalid UTF-8 must not throw out of here.
   std::string text = doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   text += '\n';
-  return write_file_atomic(path, text, "JSON report");
+  return text;
+}
+
+base::Result<void> write_json(const Report& report, const std::string& path) {
+  return write_file_atomic(path, report_json(report), "JSON report");
 }
 
 base::Result<void> write_csv(const Report& report, const std::string& path) {
@@ -568,17 +570,39 @@ base::Result<void> write_csv(const Report& report, const std::string& path) {
   return write_file_atomic(path, text, "CSV report");
 }
 
-base::Result<void> write_plot(const Report& report, const std::string& path) {
+base::Result<void> render_gnuplot(const std::string& script, const std::map<std::string, std::string>& files,
+                                  const std::string& path) {
   const std::string outer = "write plot to " + path;
-  if (report.runs.empty()) return base::make_error(EINVAL, outer + ": no runs to plot");
   auto dir = ScratchDir::create();
   if (!dir) return base::propagate(std::move(dir.error()), outer);
-  if (auto r = write_plot_inputs(report, *dir); !r) return base::propagate(std::move(r.error()), outer);
+  for (const auto& [name, text] : files) {
+    if (auto r = write_file(dir->file(name), text); !r) return base::propagate(std::move(r.error()), outer);
+  }
+  if (auto r = write_file(dir->file("plot.gp"), script); !r) return base::propagate(std::move(r.error()), outer);
   if (auto r = run_gnuplot(*dir, "plot.gp"); !r) return base::propagate(std::move(r.error()), outer);
   auto png = read_file(dir->file("plot.png"));
   if (!png) return base::propagate(std::move(png.error()), outer);
   if (png->empty()) return base::make_error(EIO, outer + ": gnuplot wrote an empty image");
   return write_file_atomic(path, *png, "plot");
+}
+
+base::Result<void> write_plot(const Report& report, const std::string& path) {
+  if (report.runs.empty()) return base::make_error(EINVAL, "write plot to " + path + ": no runs to plot");
+  std::map<std::string, std::string> files;
+  std::string script = plot_script(report, files);
+  return render_gnuplot(script, files, path);
+}
+
+std::string cdf_data(std::vector<double> values) {
+  std::erase_if(values, [](double v) { return !std::isfinite(v); });
+  if (values.empty()) return "";
+  std::sort(values.begin(), values.end());
+  std::string cdf = fmt::format("{} 0\n", gp_number(values.front()));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    cdf += fmt::format("{} {}\n", gp_number(values[i]),
+                       gp_number(static_cast<double>(i + 1) / static_cast<double>(values.size())));
+  }
+  return cdf;
 }
 
 }  // namespace tandem::sim

@@ -85,6 +85,9 @@ base::Result<std::unique_ptr<Emulator>> Emulator::create(EmulatorConfig config, 
   if (!(config.speedup > 0) || !std::isfinite(config.speedup)) {
     return base::make_error(EINVAL, "the speedup must be a positive number");
   }
+  // Steps are divided by the speedup; offloads run on the real clock, so
+  // their link time is divided here to keep the two in proportion.
+  config.limits.link_time_scale = 1.0 / config.speedup;
   auto pool = BlockPool::create(config.preset.gpu_blocks, config.preset.block_size, config.kv_block_bytes);
   if (!pool) return std::unexpected(std::move(pool.error()));
   return std::unique_ptr<Emulator>(new Emulator(std::move(config), client, std::move(*pool)));
@@ -180,6 +183,7 @@ void Emulator::run() {
 
     now = clock_.now();
     if (step_end_ && now >= *step_end_) {
+      late_ += now - *step_end_;
       step_end_.reset();
       engine_.finish_step(now);
       // Anonymous sessions end with their round.
@@ -458,8 +462,17 @@ void Emulator::publish(Time now) {
        {{"prompt", counters_.prompt_tokens},
         {"reused", counters_.reused_tokens},
         {"computed", counters_.computed_tokens},
+        {"new", counters_.new_tokens},
         {"recomputed", counters_.recomputed_tokens},
         {"preemptions", counters_.preemptions}}},
+      // Σ modelled step time (not divided by the speedup), block-seconds of
+      // pins on the real clock, and how late the engine thread woke for step
+      // ends in all (real seconds): a run whose lateness is a large share of
+      // busy_s / speedup did not keep up with the model.
+      {"time",
+       {{"busy_s", counters_.gpu_busy_s},
+        {"pinned_block_seconds", counters_.pinned_block_seconds},
+        {"late_s", std::chrono::duration<double>(late_).count()}}},
       {"rounds",
        {{"submitted", rounds_submitted_},
         {"completed", rounds_done_},

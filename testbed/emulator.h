@@ -191,6 +191,7 @@ class Emulator final : public sim::EngineHost, public sim::KvObserver {
   std::vector<sim::SessionId> held_;  // sessions with a held round, in arrival order
   std::optional<Time> step_end_;      // real time the step in progress ends
   Duration step_real_{};
+  Duration late_{};  // Σ (woken − step end) over steps
   Time last_report_{};
   Time last_publish_{};
   std::uint64_t anon_next_ = 1;

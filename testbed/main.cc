@@ -49,6 +49,7 @@ int run(const tandem::testbed::Flags& flags) {
   httplib::Server server;
   server.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
   server.set_keep_alive_timeout(1);  // bounds how long an idle connection delays shutdown
+  server.set_tcp_nodelay(true);      // one SSE event per token: Nagle would hold them for the ACK
   server.set_payload_max_length(std::size_t{64} << 20);
   int port = flags.port;
   if (port == 0) {

@@ -265,5 +265,38 @@ TEST_F(ProtocolTest, RunnerCannotTouchAnotherRunnersSessions) {
   EXPECT_EQ(sessions[0]["owner"], a->client_id());
 }
 
+// A runner opens a session and its agent sends the first round at once: the
+// two records travel on different rings, so the engine's may come first. The
+// runner's SESSION_OPEN then takes the session over; another runner's is
+// still refused.
+TEST_F(ProtocolTest, RunnerTakesOverASessionItsEngineOpenedFirst) {
+  constexpr std::uint64_t kSession = 0x5e55;
+  ipc::RoundSubmit round;
+  round.prompt_tokens = 100;
+  round.projected_blocks = 8;
+  ASSERT_TRUE(good_->push(record(round, kSession)));
+  ASSERT_TRUE(eventually([&] { return ctl(daemon_.socket_path(), "status")["sessions"]["total"] == 1; }));
+  auto a = RawClient::connect(daemon_.socket_path());
+  auto b = RawClient::connect(daemon_.socket_path());
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->hello(wire::Role::Runner, "agent"));
+  ASSERT_TRUE(b->hello(wire::Role::Runner, "other"));
+  const auto accepted = ctl(daemon_.socket_path(), "status")["records"]["accepted"].get<std::uint64_t>();
+  ASSERT_TRUE(a->push(record(ipc::SessionOpen{}, kSession)));
+  ASSERT_TRUE(eventually([&] {
+    return ctl(daemon_.socket_path(), "status")["records"]["accepted"].get<std::uint64_t>() == accepted + 1;
+  }));
+  auto sessions = ctl(daemon_.socket_path(), "sessions")["sessions"];
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0]["owner"], a->client_id());
+  EXPECT_EQ(ctl(daemon_.socket_path(), "status")["records"]["rejected"], 0);
+
+  ASSERT_TRUE(b->push(record(ipc::SessionOpen{}, kSession)));
+  ASSERT_TRUE(eventually([&] { return ctl(daemon_.socket_path(), "status")["records"]["rejected"] == 1; }));
+  sessions = ctl(daemon_.socket_path(), "sessions")["sessions"];
+  EXPECT_EQ(sessions[0]["owner"], a->client_id());
+  EXPECT_EQ(ctl(daemon_.socket_path(), "status")["sessions"]["total"], 1);
+}
+
 }  // namespace
 }  // namespace tandem::it

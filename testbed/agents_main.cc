@@ -1,0 +1,752 @@
+// tandem-agents: replays agent sessions through the live stack (docs/replay.md).
+//
+//   run            every session on a thread of its own: at its arrival it
+//                  opens the session on a libtandem runner handle, sends each
+//                  round to the engine emulator over HTTP (streamed, so the
+//                  first token's arrival is seen), and runs each tool step as
+//                  a real process, tandem-toolburn, through tandem_tool_spawn
+//                  in the session's cgroup. One runner thread owns the handle
+//                  (a handle is used by one thread at a time) and serves the
+//                  session threads' requests. A monitor samples tandemd's
+//                  status for the tools' memory. At the end the run's
+//                  metrics are computed with the simulator's code, next to
+//                  the simulator's prediction for the same workload.
+//   daemon-config  the tandemd.toml of a compressed run.
+//   compare        runs side by side (testbed/replay_report.h).
+//
+// Exit status: 0 when every session completed, 1 when some did not (or the
+// stack was not there), 2 for bad flags.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/core.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "base/unique_fd.h"
+#include "ipc/daemon_connection.h"
+#include "sim/node.h"
+#include "sim/preset.h"
+#include "sim/report.h"
+#include "sim/workload.h"
+#include "tandem/tandem.h"
+#include "testbed/replay.h"
+#include "testbed/replay_report.h"
+
+namespace tandem::testbed {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_stop{false};  // SIGINT/SIGTERM or the run's timeout
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// ---- the runner thread ---------------------------------------------------------
+
+struct ToolOutcome {
+  int rc = 0;  // tandem_tool_spawn's, or a pipe failure (negative errno)
+  std::string error;
+  tandem_tool_result result{};
+  std::string output;  // the tool's stdout
+};
+
+// Owns the runner handle; other threads call it through post().
+class Runner {
+ public:
+  explicit Runner(const std::string& runtime_dir) {
+    tandem_options o{};
+    o.sz = sizeof o;
+    o.runtime_dir = runtime_dir.empty() ? nullptr : runtime_dir.c_str();
+    o.name = "tandem-agents";
+    open_rc_ = tandem_runner_open(&o, &client_);
+    if (open_rc_ == 0) thread_ = std::thread([this] { loop(); });
+  }
+  ~Runner() {
+    {
+      std::lock_guard lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    tandem_close(client_);  // sessions still open end with the handle; their tools die
+  }
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  int open_rc() const { return open_rc_; }
+
+  std::future<std::pair<int, std::uint64_t>> open_session(const std::string& name) {
+    auto p = std::make_shared<std::promise<std::pair<int, std::uint64_t>>>();
+    auto f = p->get_future();
+    post([this, name, p] {
+      std::uint64_t id = 0;
+      const int rc = tandem_session_open(client_, name.c_str(), nullptr, &id);
+      p->set_value({rc, id});
+    });
+    return f;
+  }
+
+  void close_session(std::uint64_t id, bool ok) {
+    post([this, id, ok] { (void)tandem_session_close(client_, id, ok ? TANDEM_CLOSE_NORMAL : TANDEM_CLOSE_ERROR); });
+  }
+
+  std::future<ToolOutcome> spawn(std::uint64_t session, const std::string& kind, std::vector<std::string> argv) {
+    auto p = std::make_shared<std::promise<ToolOutcome>>();
+    auto f = p->get_future();
+    post([this, session, kind, argv = std::move(argv), p] {
+      int fds[2];
+      if (::pipe2(fds, O_CLOEXEC) != 0) {
+        ToolOutcome out;
+        out.rc = -errno;
+        out.error = fmt::format("pipe: {}", std::strerror(errno));
+        p->set_value(std::move(out));
+        return;
+      }
+      base::UniqueFd read_end(fds[0]);
+      base::UniqueFd write_end(fds[1]);
+      std::vector<const char*> args;
+      for (const std::string& a : argv) args.push_back(a.c_str());
+      args.push_back(nullptr);
+      tandem_tool_options o{};
+      o.sz = sizeof o;
+      o.stdout_fd = write_end.get();
+      std::int32_t pid = 0;
+      const int rc = tandem_tool_spawn(client_, session, kind.c_str(), args.data(), nullptr, nullptr, &o, &pid);
+      write_end.reset();
+      if (rc != 0) {
+        ToolOutcome out;
+        out.rc = rc;
+        out.error = tandem_last_error(client_);
+        p->set_value(std::move(out));
+        return;
+      }
+      (void)::fcntl(read_end.get(), F_SETFL, O_NONBLOCK);
+      running_.push_back({pid, std::move(read_end), p, {}});
+    });
+    return f;
+  }
+
+ private:
+  struct Running {
+    std::int32_t pid;
+    base::UniqueFd out;
+    std::shared_ptr<std::promise<ToolOutcome>> done;
+    std::string output;
+  };
+
+  void post(std::function<void()> fn) {
+    {
+      std::lock_guard lock(mu_);
+      inbox_.push_back(std::move(fn));
+    }
+    cv_.notify_all();
+  }
+
+  static void drain(Running& r) {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(r.out.get(), buf, sizeof buf);
+      if (n <= 0) break;
+      r.output.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+
+  void loop() {
+    std::deque<std::function<void()>> work;
+    tandem_directive dirs[16];
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        // Tools running: poll them every millisecond; otherwise wake for work
+        // (and at least every 50 ms to keep the connection served).
+        const auto wait = running_.empty() ? std::chrono::milliseconds(50) : std::chrono::milliseconds(1);
+        cv_.wait_for(lock, wait, [&] { return quit_ || !inbox_.empty(); });
+        if (quit_) break;
+        work.swap(inbox_);
+      }
+      for (auto& fn : work) fn();
+      work.clear();
+      (void)tandem_poll(client_, 0, 16, dirs);
+      for (auto it = running_.begin(); it != running_.end();) {
+        drain(*it);
+        tandem_tool_result res{};
+        res.sz = sizeof res;
+        const int rc = tandem_tool_wait(client_, it->pid, 0, &res);
+        if (rc == -ETIMEDOUT) {
+          if (g_stop.load()) (void)tandem_tool_kill(client_, it->pid);
+          ++it;
+          continue;
+        }
+        drain(*it);
+        ToolOutcome out;
+        out.rc = rc;
+        if (rc != 0) out.error = tandem_last_error(client_);
+        out.result = res;
+        out.output = std::move(it->output);
+        it->done->set_value(std::move(out));
+        it = running_.erase(it);
+      }
+    }
+    // Leaving: kill and reap what still runs, so no promise is left unset.
+    for (Running& r : running_) {
+      (void)tandem_tool_kill(client_, r.pid);
+      tandem_tool_result res{};
+      res.sz = sizeof res;
+      ToolOutcome out;
+      out.rc = tandem_tool_wait(client_, r.pid, 5000, &res);
+      out.result = res;
+      out.error = "the run stopped";
+      r.done->set_value(std::move(out));
+    }
+    running_.clear();
+  }
+
+  tandem_client* client_ = nullptr;
+  int open_rc_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> inbox_;
+  bool quit_ = false;
+  std::vector<Running> running_;  // runner thread only
+  std::thread thread_;
+};
+
+// ---- tandemd's status -------------------------------------------------------------
+
+// Samples `tandemctl status` every 250 ms: the tools' memory, and the host
+// plane's state for the report. Not reachable: the run goes on without it.
+class Monitor {
+ public:
+  explicit Monitor(std::string runtime_dir) : dir_(std::move(runtime_dir)) {
+    first_ = query();
+    thread_ = std::thread([this] {
+      std::unique_lock lock(mu_);
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return quit_; })) {
+        lock.unlock();
+        auto s = query();
+        lock.lock();
+        if (s) last_ = std::move(*s);
+      }
+    });
+  }
+  ~Monitor() { stop(); }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::optional<json>& first() const { return first_; }
+  std::uint64_t peak_tools_memory() const { return peak_; }
+  json last() {
+    std::lock_guard lock(mu_);
+    return last_;
+  }
+
+ private:
+  std::optional<json> query() {
+    if (!conn_) {
+      auto c = ipc::DaemonConnection::connect(dir_ + "/tandemd.sock");
+      if (!c) return std::nullopt;
+      if (!c->hello(wire::Role::CtlRead, "tandem-agents", std::nullopt, std::chrono::milliseconds(1000))) {
+        return std::nullopt;
+      }
+      conn_ = std::move(*c);
+    }
+    auto body = conn_->ctl("status", std::chrono::milliseconds(1000));
+    if (!body) {
+      conn_.reset();
+      return std::nullopt;
+    }
+    json j = json::parse(*body, nullptr, false);
+    if (j.is_discarded()) return std::nullopt;
+    if (j.contains("host") && j["host"].contains("tools_memory_bytes")) {
+      peak_ = std::max<std::uint64_t>(peak_, j["host"]["tools_memory_bytes"].get<std::uint64_t>());
+    }
+    return j;
+  }
+
+  std::string dir_;
+  std::optional<ipc::DaemonConnection> conn_;  // monitor thread (and the constructor)
+  std::optional<json> first_;
+  std::atomic<std::uint64_t> peak_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool quit_ = false;
+  json last_;
+  std::thread thread_;
+};
+
+// ---- one session -----------------------------------------------------------------
+
+struct Shared {
+  const ReplayFlags& flags;
+  std::string host;  // "127.0.0.1:8000" part of the URL
+  Runner& runner;
+  sim::ToolCpuTable cpus;
+  std::string toolburn;
+  Clock::time_point t0;
+  std::atomic<std::size_t> done{0};
+  std::atomic<std::size_t> tools{0};
+};
+
+// One streamed round: the first data event's arrival is the first token.
+std::optional<std::string> send_round(httplib::Client& cli, const json& body, Shared& sh, RoundLog& log) {
+  std::string buffer;
+  std::string last;  // the last chunk before [DONE]
+  std::string error;
+  bool first = true;
+  bool done = false;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, std::size_t len, std::uint64_t, std::uint64_t) {
+    if (first) {
+      log.first_token_s = since(sh.t0);
+      first = false;
+    }
+    buffer.append(data, len);
+    for (std::size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+      std::string event = buffer.substr(0, end);
+      buffer.erase(0, end + 2);
+      if (!event.starts_with("data: ")) continue;
+      event.erase(0, 6);
+      if (event == "[DONE]") {
+        done = true;
+      } else if (event.find("\"error\"") != std::string::npos && event.find("\"choices\"") == std::string::npos) {
+        error = event;
+      } else {
+        last = std::move(event);
+      }
+    }
+    return !g_stop.load();
+  };
+  auto res = cli.send(req);
+  log.end_s = since(sh.t0);
+  if (!res) return fmt::format("HTTP request failed: {}", httplib::to_string(res.error()));
+  if (res->status != 200) return fmt::format("HTTP {}: {}", res->status, res->body.substr(0, 300));
+  if (!error.empty()) return "stream error: " + error.substr(0, 300);
+  if (!done || last.empty()) return std::string("the stream ended without [DONE]");
+  json chunk = json::parse(last, nullptr, false);
+  if (!chunk.is_discarded() && chunk.contains("usage")) {
+    const json& u = chunk["usage"];
+    log.prompt_tokens = u.value("prompt_tokens", 0u);
+    if (u.contains("prompt_tokens_details")) log.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", 0u);
+  }
+  return std::nullopt;
+}
+
+// What tandem-toolburn --report says: its own wall time, and whether its
+// /proc/self/cgroup names its session's tools/ folder in some hierarchy (the
+// v2 line "0::/…/tools/<id>/<call>", or a v1 line).
+struct BurnReport {
+  double wall_s = -1;  // < 0: no report
+  bool in_session_cgroup = false;
+};
+BurnReport read_report(const std::string& output, std::uint64_t session) {
+  BurnReport r;
+  json j = json::parse(output, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return r;
+  if (j.contains("wall_s") && j["wall_s"].is_number()) r.wall_s = j["wall_s"].get<double>();
+  const std::string want = fmt::format("/tools/{:016x}/", session);
+  if (j.contains("cgroup") && j["cgroup"].is_array()) {
+    for (const json& line : j["cgroup"]) {
+      if (line.is_string() && line.get<std::string>().find(want) != std::string::npos) r.in_session_cgroup = true;
+    }
+  }
+  return r;
+}
+
+void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& log, Shared& sh) {
+  const double c = sh.flags.compress;
+  log.name = fmt::format("{}#{}", spec.name, index);
+  log.arrival_s = spec.arrival_s / c;
+  const auto arrive = sh.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(log.arrival_s));
+  while (Clock::now() < arrive && !g_stop.load()) {
+    std::this_thread::sleep_for(std::min<Clock::duration>(arrive - Clock::now(), std::chrono::milliseconds(100)));
+  }
+  if (g_stop.load()) {
+    log.error = "the run stopped before the session arrived";
+    return;
+  }
+  auto [rc, session] = sh.runner.open_session(log.name).get();
+  if (rc != 0) {
+    log.error = fmt::format("tandem_session_open: {}", std::strerror(-rc));
+    return;
+  }
+  httplib::Client cli(sh.host);
+  cli.set_connection_timeout(5);
+  cli.set_read_timeout(3600);
+  cli.set_keep_alive(true);
+  cli.set_tcp_nodelay(true);  // the request goes out in two writes: Nagle would hold the second for a delayed ACK
+  std::string prompt = log.name;
+  for (std::size_t r = 0; r < spec.rounds.size() && log.error.empty(); ++r) {
+    const sim::RoundSpec& round = spec.rounds[r];
+    if (g_stop.load()) {
+      log.error = "the run stopped";
+      break;
+    }
+    // Each prompt extends the last one's text, so the engine serves the
+    // session's previous context from its cache (the simulator's rule).
+    prompt += " r";
+    RoundLog rl;
+    rl.submit_s = since(sh.t0);
+    const json body = {{"prompt", prompt},
+                       {"prompt_tokens", round.input_tokens},
+                       {"max_tokens", round.output_tokens},
+                       {"session_id", log.name},
+                       {"stream", true},
+                       {"tool_follows", !round.tool.empty()}};
+    if (auto err = send_round(cli, body, sh, rl)) {
+      log.error = fmt::format("round {}: {}", r, *err);
+      break;
+    }
+    log.rounds.push_back(rl);
+    if (round.tool.empty()) continue;
+
+    const ToolStep step = tool_step(round, sh.cpus, c, sh.flags.tool_mem_mb);
+    std::vector<std::string> argv = {sh.toolburn,
+                                     "--cpu-seconds",
+                                     fmt::format("{:.6f}", step.cpu_s),
+                                     "--wall-seconds",
+                                     fmt::format("{:.6f}", step.wall_s),
+                                     "--mem-mb",
+                                     std::to_string(step.mem_mb),
+                                     "--report"};
+    const auto asked = Clock::now();
+    ToolOutcome out = sh.runner.spawn(session, round.tool, std::move(argv)).get();
+    const double call_s = std::chrono::duration<double>(Clock::now() - asked).count();
+    sh.tools.fetch_add(1);
+    if (out.rc != 0) {
+      log.error = fmt::format("round {}: tool {}: {} ({})", r, round.tool, out.error, std::strerror(-out.rc));
+      break;
+    }
+    ToolLog t;
+    t.kind = round.tool;
+    t.nominal_s = step.wall_s;
+    t.wall_s = static_cast<double>(out.result.wall_ns) * 1e-9;
+    t.call_s = call_s;
+    const BurnReport report = read_report(out.output, session);
+    t.run_s = report.wall_s >= 0 ? report.wall_s : t.wall_s;
+    t.cpu_s = static_cast<double>(out.result.cpu_ns) * 1e-9;
+    t.peak_mb = static_cast<double>(out.result.peak_memory_bytes) / (1024.0 * 1024.0);
+    t.exit_code = out.result.exit_code;
+    t.reason = out.result.reason;
+    t.placed = out.result.cgroup_id != 0;
+    t.verified = t.placed && report.in_session_cgroup;
+    log.tools.push_back(t);
+    if (t.exit_code != 0) {
+      log.error = fmt::format("round {}: tool {} ended with {} ({})", r, round.tool, t.exit_code, out.result.message);
+    }
+  }
+  log.complete = log.error.empty();
+  log.finish_s = since(sh.t0);
+  sh.runner.close_session(session, log.complete);
+  sh.done.fetch_add(1);
+}
+
+// ---- run ---------------------------------------------------------------------------
+
+std::optional<json> get_json(const std::string& host, const std::string& path) {
+  httplib::Client cli(host);
+  cli.set_connection_timeout(2);
+  cli.set_read_timeout(5);
+  auto res = cli.Get(path);
+  if (!res || res->status != 200) return std::nullopt;
+  json j = json::parse(res->body, nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+EngineTotals totals(const json& stats) {
+  EngineTotals e;
+  const json& t = stats.at("tokens");
+  e.prompt_tokens = t.at("prompt").get<std::uint64_t>();
+  e.reused_tokens = t.at("reused").get<std::uint64_t>();
+  e.new_tokens = t.at("new").get<std::uint64_t>();
+  e.recomputed_tokens = t.at("recomputed").get<std::uint64_t>();
+  e.computed_tokens = t.at("computed").get<std::uint64_t>();
+  e.preemptions = t.at("preemptions").get<std::uint64_t>();
+  e.busy_s = stats.at("time").at("busy_s").get<double>();
+  e.pinned_block_seconds = stats.at("time").at("pinned_block_seconds").get<double>();
+  return e;
+}
+
+EngineTotals minus(const EngineTotals& a, const EngineTotals& b) {
+  EngineTotals d;
+  d.prompt_tokens = a.prompt_tokens - b.prompt_tokens;
+  d.reused_tokens = a.reused_tokens - b.reused_tokens;
+  d.new_tokens = a.new_tokens - b.new_tokens;
+  d.recomputed_tokens = a.recomputed_tokens - b.recomputed_tokens;
+  d.computed_tokens = a.computed_tokens - b.computed_tokens;
+  d.preemptions = a.preemptions - b.preemptions;
+  d.busy_s = a.busy_s - b.busy_s;
+  d.pinned_block_seconds = a.pinned_block_seconds - b.pinned_block_seconds;
+  return d;
+}
+
+std::string default_toolburn() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "tandem-toolburn";
+  return (self.parent_path() / "tandem-toolburn").string();
+}
+
+int fail(const std::string& message) {
+  fmt::print(stderr, "tandem-agents: {}\n", message);
+  return 1;
+}
+
+int run(const ReplayFlags& flags) {
+  // The workload: the simulator's code, so both see the same sessions.
+  auto preset = sim::find_preset(flags.preset);
+  if (!preset) return fail(preset.error().message());
+  std::vector<sim::SessionSpec> pool;
+  std::string workload_name;
+  if (!flags.trace.empty()) {
+    auto loaded = sim::load_trace(flags.trace);
+    if (!loaded) return fail(loaded.error().message());
+    pool = std::move(*loaded);
+    workload_name = flags.trace.substr(flags.trace.find_last_of('/') + 1);
+  } else {
+    auto gen = sim::synthetic_pool(flags.synthetic, flags.sessions ? flags.sessions : 20, flags.seed);
+    if (!gen) return fail(gen.error().message());
+    pool = std::move(*gen);
+    workload_name = flags.synthetic;
+  }
+  sim::ArrivalSpec arrivals;
+  arrivals.rate_sps = flags.rate;
+  arrivals.poisson = flags.poisson;
+  arrivals.sessions = flags.sessions ? flags.sessions : pool.size();
+  arrivals.seed = flags.seed;
+  arrivals.max_model_len = preset->max_model_len;
+  auto workload = sim::make_workload(pool, workload_name, arrivals);
+  if (!workload) return fail(workload.error().message());
+  sim::ToolCpuTable cpus;
+  if (!flags.tool_cpu.empty()) {
+    if (auto r = cpus.apply(flags.tool_cpu); !r) return fail(r.error().message());
+  }
+  const std::string toolburn = flags.toolburn.empty() ? default_toolburn() : flags.toolburn;
+  if (::access(toolburn.c_str(), X_OK) != 0) {
+    return fail(fmt::format("the tool stand-in {} is not executable: {} (build tandem-toolburn or pass --toolburn)",
+                            toolburn, std::strerror(errno)));
+  }
+
+  // The engine: its policy (what tandemd sent it), and a check that it runs
+  // at this compression with this preset.
+  std::string host = flags.url.substr(std::string_view("http://").size());
+  if (auto slash = host.find('/'); slash != std::string::npos) host.resize(slash);
+  auto before = get_json(host, "/stats");
+  if (!before) return fail(fmt::format("no engine answers at {}/stats (start tandem-engine-emu first)", flags.url));
+  const double speedup = before->value("speedup", 0.0);
+  if (std::fabs(speedup - flags.compress) > 1e-9 * flags.compress) {
+    return fail(fmt::format("the engine runs with --speedup {} but --compress is {}: they must match", speedup,
+                            flags.compress));
+  }
+  if (before->value("model", "") != preset->name) {
+    return fail(
+        fmt::format("the engine serves preset '{}' but --preset is '{}'", before->value("model", ""), preset->name));
+  }
+  const std::string policy = before->value("policy", "fcfs");
+
+  const std::string runtime_dir = !flags.runtime_dir.empty()                     ? flags.runtime_dir
+                                  : std::getenv("TANDEM_RUNTIME_DIR") != nullptr ? std::getenv("TANDEM_RUNTIME_DIR")
+                                                                                 : "/run/tandem";
+  Monitor monitor(runtime_dir);
+  Runner runner(runtime_dir);
+  if (runner.open_rc() != 0) return fail(fmt::format("tandem_runner_open: {}", std::strerror(-runner.open_rc())));
+
+  const double span_s = workload->sessions.empty() ? 0 : workload->sessions.back().arrival_s / flags.compress;
+  const double timeout = flags.timeout_s > 0 ? flags.timeout_s : 4 * span_s + 120;
+  if (!flags.quiet) {
+    fmt::print(stderr,
+               "tandem-agents: {} sessions ({} rounds) of {} at {} sessions/s, compressed {}x: arrivals over {:.0f} s; "
+               "policy {}; tandemd {}\n",
+               workload->sessions.size(), workload->rounds, workload_name, flags.rate, flags.compress, span_s, policy,
+               monitor.first() ? "reachable" : "not reachable (tools run without cgroups)");
+  }
+
+  Shared sh{flags, host, runner, cpus, toolburn, Clock::now(), {}, {}};
+  std::vector<SessionLog> logs(workload->sessions.size());
+  std::vector<std::thread> threads;
+  threads.reserve(logs.size());
+  for (std::size_t i = 0; i < logs.size(); ++i) {
+    threads.emplace_back([&, i] { run_session(workload->sessions[i], i, logs[i], sh); });
+  }
+  // Progress every 5 s; the timeout stops the rest.
+  bool timed_out = false;
+  for (auto next = Clock::now();;) {
+    if (sh.done.load() == logs.size()) break;
+    if (g_stop.load()) break;
+    if (since(sh.t0) > timeout) {
+      timed_out = true;
+      g_stop.store(true);
+      break;
+    }
+    if (!flags.quiet && Clock::now() >= next) {
+      fmt::print(stderr, "tandem-agents: {:6.1f} s  sessions done {}/{}  tool calls {}\n", since(sh.t0), sh.done.load(),
+                 logs.size(), sh.tools.load());
+      next += std::chrono::seconds(5);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (auto& t : threads) t.join();
+  const double wall_s = since(sh.t0);
+  monitor.stop();
+  auto after = get_json(host, "/stats");
+  if (!after) return fail("the engine stopped answering before the run ended");
+
+  // Metrics, in trace seconds, with the simulator's code.
+  sim::SimConfig config;
+  config.preset = *preset;
+  config.limits.max_seqs = after->at("engine").value("max_seqs", preset->max_seqs);
+  config.limits.token_budget = after->at("engine").value("token_budget", preset->token_budget);
+  config.engines = 1;
+  config.tool_cores = flags.tool_cores;
+  config.policy = policy;
+  config.tool_cpu = cpus;
+  const std::vector<double> ideal = sim::ideal_times(*workload, config);
+  const EngineTotals engine = minus(totals(*after), totals(*before));
+  const Assembled a = assemble(logs, ideal, engine, flags.compress, flags.tool_cores, workload->capped_rounds);
+
+  RunSummary summary;
+  summary.preset = std::string(preset->name);
+  summary.workload = workload_name;
+  summary.policy = policy;
+  summary.rate = flags.rate;
+  summary.compress = flags.compress;
+  summary.sessions = logs.size();
+  summary.wall_s = wall_s;
+  summary.measured = sim::compute_metrics(a.records, a.counters);
+  for (const sim::SessionRecord& r : a.records) summary.e2e_s.push_back(r.finish_s - r.arrival_s);
+  summary.ttft_s = a.ttft_s;
+  std::vector<std::pair<double, double>> calls;
+  for (const SessionLog& s : logs) {
+    for (const ToolLog& t : s.tools) calls.emplace_back(t.nominal_s, t.run_s);
+  }
+  summary.long_stretch = mean_stretch(calls, kLongToolWallS);
+  summary.logs = &logs;
+  summary.engine_stats = *after;
+  summary.daemon_first = monitor.first().value_or(json());
+  summary.daemon_last = monitor.last();
+  summary.peak_tools_memory = monitor.peak_tools_memory();
+  summary.timed_out = timed_out;
+  summary.interrupted = g_stop.load() && !timed_out;
+
+  // The simulator's prediction: the same workload, node and policy.
+  auto predicted = sim::simulate(*workload, config, ideal);
+  if (predicted) {
+    summary.predicted = sim::compute_metrics(predicted->sessions, predicted->counters);
+    for (const sim::SessionRecord& r : predicted->sessions) summary.predicted_e2e_s.push_back(r.finish_s - r.arrival_s);
+    std::vector<std::pair<double, double>> sim_calls;
+    for (const sim::ToolCallRecord& t : predicted->tool_calls) sim_calls.emplace_back(t.nominal_s, t.wall_s);
+    summary.predicted_long_stretch = mean_stretch(sim_calls, kLongToolWallS * flags.compress);
+    for (const sim::SessionRecord& r : predicted->sessions) {
+      summary.predicted_ttft_s.insert(summary.predicted_ttft_s.end(), r.ttft_s.begin(), r.ttft_s.end());
+    }
+  } else {
+    summary.prediction_error = predicted.error().message();
+  }
+
+  print_run(stdout, summary);
+  if (!flags.out.empty()) {
+    if (auto w = write_run(summary, flags.out); !w) return fail(w.error().message());
+    if (!flags.quiet) fmt::print(stderr, "tandem-agents: run written to {}\n", flags.out);
+  }
+  const std::size_t completed = a.records.size();
+  if (timed_out) {
+    return fail(fmt::format("timed out after {:.0f} s: {} of {} sessions completed", timeout, completed, logs.size()));
+  }
+  if (completed != logs.size()) {
+    for (const SessionLog& s : logs) {
+      if (!s.complete) {
+        return fail(fmt::format("{} of {} sessions did not complete; the first: {}: {}", logs.size() - completed,
+                                logs.size(), s.name, s.error));
+      }
+    }
+  }
+  return 0;
+}
+
+void on_signal(int) { g_stop.store(true); }
+
+int agents_main(int argc, char** argv) {
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  auto flags = parse_replay_flags(args);
+  if (!flags) {
+    fmt::print(stderr, "tandem-agents: {}\n", flags.error());
+    return 2;
+  }
+  switch (flags->mode) {
+    case ReplayFlags::Mode::kHelp:
+      fmt::print("{}", replay_usage());
+      return 0;
+    case ReplayFlags::Mode::kDaemonConfig: {
+      auto c = daemon_config(flags->policy, flags->compress, flags->subtree, flags->tool_cpus);
+      if (!c) {
+        fmt::print(stderr, "tandem-agents: {}\n", c.error());
+        return 2;
+      }
+      fmt::print("{}", c->toml);
+      for (const std::string& w : c->clamped) fmt::print(stderr, "tandem-agents: {}\n", w);
+      return 0;
+    }
+    case ReplayFlags::Mode::kCompare: {
+      auto r = compare_runs(stdout, flags->inputs, flags->json, flags->sim_json, flags->plot);
+      if (!r) {
+        fmt::print(stderr, "tandem-agents: {}\n", r.error().message());
+        return 1;
+      }
+      return 0;
+    }
+    case ReplayFlags::Mode::kRun:
+      break;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return run(*flags);
+}
+
+}  // namespace
+}  // namespace tandem::testbed
+
+int main(int argc, char** argv) {
+  // Only allocation and a malformed answer from the engine's /stats can
+  // throw here (std::bad_alloc, nlohmann's type errors): say so.
+  try {
+    return tandem::testbed::agents_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem-agents: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,341 @@
+// The pure parts of tandem-agents (testbed/replay.h).
+#include "testbed/replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include <fmt/core.h>
+
+#include "base/parse.h"
+#include "sched/registry.h"
+
+namespace tandem::testbed {
+namespace {
+
+std::expected<double, std::string> positive(std::string_view flag, std::string_view v, bool allow_zero = false) {
+  auto x = base::parse_double(v);
+  if (!x || *x < 0 || (!allow_zero && *x == 0)) {
+    return std::unexpected(
+        fmt::format("{}: '{}' is not a {} number", flag, v, allow_zero ? "non-negative" : "positive"));
+  }
+  return *x;
+}
+
+// A TOML basic string.
+std::string toml_string(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Whether a policy parameter is a duration or a cost per unit of work in
+// microseconds: what time compression divides.
+bool time_valued(std::string_view name) { return name.ends_with("_s") || name.find("_us_") != std::string_view::npos; }
+
+}  // namespace
+
+std::string replay_usage() {
+  return R"(usage: tandem-agents run (--trace FILE | --synthetic NAME) --tool-cores N [options]
+       tandem-agents daemon-config --policy NAME [--compress C] [--subtree NAME] [--tool-cpus LIST]
+       tandem-agents compare RUN.json... [--json FILE] [--sim-json FILE] [--plot FILE.png]
+
+Replays agent sessions through the live stack: each round is an HTTP request
+to tandem-engine-emu with the session's id, each tool step a real process
+(tandem-toolburn) started through libtandem in the session's cgroup.
+
+run
+  --trace FILE          sessions from a traces/ JSONL file
+  --synthetic NAME      a synthetic workload (tandem-sim --list)
+  --sessions N          sessions to draw (default: every trace session once; 20 synthetic)
+  --rate R              arrivals, sessions per second of trace time (default 0.03)
+  --fixed-rate          evenly spaced arrivals (default: Poisson)
+  --seed S              seed for drawing sessions and arrivals (default 1)
+  --compress C          divide every duration by C (default 1); the engine must run with --speedup C
+  --preset NAME         the engine's preset (default h100-llama3-8b)
+  --tool-cores N        cores the tool processes get (for the simulator's prediction)
+  --tool-cpu SPEC       CPU demand per tool kind, "pytest=1,Read=0.05,*=0.5" (as tandem-sim)
+  --tool-mem-mb M       MiB a tool touches per core of its demand (default 64)
+  --url URL             the engine's HTTP endpoint (default http://127.0.0.1:8000)
+  --runtime-dir DIR     tandemd's runtime dir (default $TANDEM_RUNTIME_DIR, else /run/tandem)
+  --toolburn PATH       the tool stand-in (default: tandem-toolburn next to this binary)
+  --timeout S           give up after S wall seconds (default: 4 x the arrivals' span / C + 120)
+  --out FILE            the run as JSON (the simulator's format plus the testbed's records)
+  --quiet               no progress lines
+daemon-config           prints tandemd.toml for a run at this compression
+compare                 a side-by-side table of runs, merged JSON and a plot
+)";
+}
+
+std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::string_view> args) {
+  ReplayFlags f;
+  if (args.empty()) return std::unexpected("a command is needed: run, daemon-config or compare (see --help)");
+  const std::string_view cmd = args[0];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") return f;
+  if (cmd == "run") {
+    f.mode = ReplayFlags::Mode::kRun;
+  } else if (cmd == "daemon-config") {
+    f.mode = ReplayFlags::Mode::kDaemonConfig;
+  } else if (cmd == "compare") {
+    f.mode = ReplayFlags::Mode::kCompare;
+  } else {
+    return std::unexpected(fmt::format("unknown command '{}' (run, daemon-config or compare)", cmd));
+  }
+  using Mode = ReplayFlags::Mode;
+  struct Known {
+    std::string_view flag;
+    Mode mode;
+    bool takes_value;
+  };
+  static constexpr Known kKnown[] = {
+      {"--trace", Mode::kRun, true},
+      {"--synthetic", Mode::kRun, true},
+      {"--sessions", Mode::kRun, true},
+      {"--rate", Mode::kRun, true},
+      {"--fixed-rate", Mode::kRun, false},
+      {"--seed", Mode::kRun, true},
+      {"--compress", Mode::kRun, true},
+      {"--preset", Mode::kRun, true},
+      {"--tool-cores", Mode::kRun, true},
+      {"--tool-cpu", Mode::kRun, true},
+      {"--tool-mem-mb", Mode::kRun, true},
+      {"--url", Mode::kRun, true},
+      {"--runtime-dir", Mode::kRun, true},
+      {"--toolburn", Mode::kRun, true},
+      {"--timeout", Mode::kRun, true},
+      {"--out", Mode::kRun, true},
+      {"--quiet", Mode::kRun, false},
+      {"--policy", Mode::kDaemonConfig, true},
+      {"--subtree", Mode::kDaemonConfig, true},
+      {"--tool-cpus", Mode::kDaemonConfig, true},
+      {"--json", Mode::kCompare, true},
+      {"--sim-json", Mode::kCompare, true},
+      {"--plot", Mode::kCompare, true},
+  };
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    if (a == "--help" || a == "-h") {
+      f.mode = Mode::kHelp;
+      return f;
+    }
+    if (!a.starts_with("--")) {
+      if (f.mode != Mode::kCompare) return std::unexpected(fmt::format("unexpected argument '{}'", a));
+      f.inputs.emplace_back(a);
+      continue;
+    }
+    std::string_view flag = a;
+    std::string_view value;
+    bool has_value = false;
+    if (auto eq = a.find('='); eq != std::string_view::npos) {
+      flag = a.substr(0, eq);
+      value = a.substr(eq + 1);
+      has_value = true;
+    }
+    const Known* k = nullptr;
+    for (const Known& c : kKnown) {
+      if (c.flag == flag) k = &c;
+    }
+    // --compress belongs to run and daemon-config.
+    const bool shared = flag == "--compress" && f.mode == Mode::kDaemonConfig;
+    if (k == nullptr || (k->mode != f.mode && !shared)) {
+      return std::unexpected(fmt::format("unknown flag '{}' for '{}' (see --help)", flag, cmd));
+    }
+    if (!k->takes_value) {
+      if (has_value) return std::unexpected(fmt::format("{} takes no value", flag));
+    } else if (!has_value) {
+      if (i + 1 >= args.size()) return std::unexpected(fmt::format("{} needs a value", flag));
+      value = args[++i];
+    }
+    if (k->takes_value && value.empty()) return std::unexpected(fmt::format("{}: empty value", flag));
+    if (flag == "--trace") {
+      f.trace = value;
+    } else if (flag == "--synthetic") {
+      f.synthetic = value;
+    } else if (flag == "--sessions") {
+      auto n = base::parse_int<std::size_t>(value);
+      if (!n || *n == 0) return std::unexpected(fmt::format("--sessions: '{}' is not a positive integer", value));
+      f.sessions = *n;
+    } else if (flag == "--rate") {
+      auto x = positive(flag, value);
+      if (!x) return std::unexpected(x.error());
+      f.rate = *x;
+    } else if (flag == "--fixed-rate") {
+      f.poisson = false;
+    } else if (flag == "--seed") {
+      auto n = base::parse_int<std::uint64_t>(value);
+      if (!n) return std::unexpected(fmt::format("--seed: '{}' is not a non-negative integer", value));
+      f.seed = *n;
+    } else if (flag == "--compress") {
+      auto x = positive(flag, value);
+      if (!x) return std::unexpected(x.error());
+      if (*x > 1000) return std::unexpected(fmt::format("--compress: {} is above 1000", value));
+      f.compress = *x;
+    } else if (flag == "--preset") {
+      f.preset = value;
+    } else if (flag == "--tool-cores") {
+      auto x = positive(flag, value);
+      if (!x) return std::unexpected(x.error());
+      f.tool_cores = *x;
+    } else if (flag == "--tool-cpu") {
+      f.tool_cpu = value;
+    } else if (flag == "--tool-mem-mb") {
+      auto x = positive(flag, value, true);
+      if (!x) return std::unexpected(x.error());
+      if (*x > 65536) return std::unexpected(fmt::format("--tool-mem-mb: {} is above 65536", value));
+      f.tool_mem_mb = *x;
+    } else if (flag == "--url") {
+      if (!value.starts_with("http://")) {
+        return std::unexpected(fmt::format("--url: '{}' is not an http:// URL", value));
+      }
+      f.url = value;
+    } else if (flag == "--runtime-dir") {
+      f.runtime_dir = value;
+    } else if (flag == "--toolburn") {
+      f.toolburn = value;
+    } else if (flag == "--timeout") {
+      auto x = positive(flag, value);
+      if (!x) return std::unexpected(x.error());
+      f.timeout_s = *x;
+    } else if (flag == "--out") {
+      f.out = value;
+    } else if (flag == "--quiet") {
+      f.quiet = true;
+    } else if (flag == "--policy") {
+      f.policy = value;
+    } else if (flag == "--subtree") {
+      if (value.find('/') != std::string_view::npos || value == "." || value == "..") {
+        return std::unexpected(fmt::format("--subtree: '{}' is not a single folder name", value));
+      }
+      f.subtree = value;
+    } else if (flag == "--tool-cpus") {
+      f.tool_cpus = value;
+    } else if (flag == "--json") {
+      f.json = value;
+    } else if (flag == "--sim-json") {
+      f.sim_json = value;
+    } else if (flag == "--plot") {
+      f.plot = value;
+    }
+  }
+  switch (f.mode) {
+    case Mode::kRun:
+      if (f.trace.empty() == f.synthetic.empty()) return std::unexpected("run needs one of --trace or --synthetic");
+      if (f.tool_cores <= 0) return std::unexpected("run needs --tool-cores (the cores the tools get)");
+      break;
+    case Mode::kDaemonConfig:
+      if (f.policy.empty()) return std::unexpected("daemon-config needs --policy");
+      break;
+    case Mode::kCompare:
+      if (f.inputs.empty()) return std::unexpected("compare needs at least one run file");
+      break;
+    case Mode::kHelp:
+      break;
+  }
+  return f;
+}
+
+ToolStep tool_step(const sim::RoundSpec& round, const sim::ToolCpuTable& cpus, double compress,
+                   double mem_mb_per_core) {
+  ToolStep t;
+  const double demand = std::max(0.001, cpus.demand(round.tool));  // CpuPool's floor
+  t.wall_s = round.tool_seconds / compress;
+  t.cpu_s = demand * t.wall_s;
+  t.mem_mb = static_cast<std::uint64_t>(std::max(1.0, std::round(demand * mem_mb_per_core)));
+  if (mem_mb_per_core == 0) t.mem_mb = 0;
+  return t;
+}
+
+std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, double compress,
+                                                       std::string_view subtree, std::string_view tool_cpus) {
+  const sched::PolicyEntry* entry = sched::find_policy(policy);
+  if (entry == nullptr) {
+    std::string known;
+    for (const sched::PolicyEntry& e : sched::policy_registry())
+      known += (known.empty() ? "" : ", ") + std::string(e.name);
+    return std::unexpected(fmt::format("unknown policy '{}' (known: {})", policy, known));
+  }
+  if (!(compress > 0) || !std::isfinite(compress)) return std::unexpected("the compression must be a positive number");
+  DaemonConfig c;
+  c.tick_ms = static_cast<std::uint32_t>(std::max(1.0, std::round(50.0 / compress)));
+  for (const sched::ParamSpec& p : entry->params) {
+    if (!time_valued(p.name) || compress == 1.0) continue;
+    double v = p.default_value / compress;
+    if (v < p.min) {
+      c.clamped.push_back(fmt::format("{}: wanted {:.6g}, held at {:.6g}", p.name, v, p.min));
+      v = p.min;
+    }
+    c.params[std::string(p.name)] = v;
+  }
+  std::string t = fmt::format(
+      "# tandemd for a tandem-agents run compressed {}x (tandem-agents daemon-config):\n"
+      "# the policy's durations and per-work costs, and the tick, divided by {}.\n"
+      "[policy]\nname = {}\ntick_ms = {}\n",
+      compress, compress, toml_string(policy), c.tick_ms);
+  if (!c.params.empty()) {
+    t += "\n[policy.params]\n";
+    for (const auto& [name, v] : c.params) t += fmt::format("{} = {:.9g}\n", name, v);
+  }
+  t += "\n[cgroups]\nmode = \"auto\"\n";
+  if (!subtree.empty()) t += fmt::format("subtree = {}\n", toml_string(subtree));
+  if (!tool_cpus.empty()) t += fmt::format("tool_cpus = {}\n", toml_string(tool_cpus));
+  c.toml = std::move(t);
+  return c;
+}
+
+Assembled assemble(std::span<const SessionLog> sessions, std::span<const double> ideal_s, const EngineTotals& engine,
+                   double compress, double tool_cores, std::uint64_t capped_rounds) {
+  Assembled a;
+  const double c = compress;
+  for (std::size_t i = 0; i < sessions.size(); ++i) {
+    const SessionLog& s = sessions[i];
+    for (const ToolLog& t : s.tools) {
+      ++a.counters.tool_calls;
+      a.counters.tool_cpu_core_s += t.cpu_s * c;
+      if (t.nominal_s > 0) {
+        a.counters.tool_stretch_sum += t.run_s / t.nominal_s;
+        ++a.counters.tool_stretch_calls;
+      }
+    }
+    if (!s.complete) continue;
+    sim::SessionRecord r;
+    r.arrival_s = s.arrival_s * c;
+    r.finish_s = std::max(s.finish_s, s.arrival_s) * c;
+    r.ideal_s = i < ideal_s.size() ? ideal_s[i] : 0.0;
+    r.rounds = static_cast<std::uint32_t>(s.rounds.size());
+    for (const RoundLog& round : s.rounds) {
+      r.ttft_s.push_back(std::max(0.0, round.first_token_s - round.submit_s) * c);
+      a.ttft_s.push_back(r.ttft_s.back());
+    }
+    if (r.ideal_s > 0) a.records.push_back(std::move(r));
+  }
+  sim::RunCounters& k = a.counters;
+  k.prompt_tokens = engine.prompt_tokens;
+  k.reused_tokens = engine.reused_tokens;
+  k.new_tokens = engine.new_tokens;
+  k.recomputed_tokens = engine.recomputed_tokens;
+  k.computed_tokens = engine.computed_tokens;
+  k.preemptions = engine.preemptions;
+  k.pinned_block_seconds = engine.pinned_block_seconds * c;
+  k.gpu_busy_s = engine.busy_s;
+  k.engines = 1;
+  k.tool_cores = static_cast<std::uint32_t>(std::max(1.0, std::round(tool_cores)));
+  k.capped_rounds = capped_rounds;
+  return a;
+}
+
+double mean_stretch(std::span<const std::pair<double, double>> calls, double min_nominal_s) {
+  double sum = 0;
+  std::size_t n = 0;
+  for (const auto& [nominal, actual] : calls) {
+    if (nominal <= 0 || nominal < min_nominal_s) continue;
+    sum += actual / nominal;
+    ++n;
+  }
+  return n ? sum / static_cast<double>(n) : 0.0;
+}
+
+}  // namespace tandem::testbed

@@ -1,0 +1,163 @@
+// tandem-agents: replaying agent sessions through the live stack (issue 7,
+// docs/replay.md). This header holds the parts with no I/O, so tests can feed
+// them: the command line, what each tool step runs, the daemon configuration
+// for a time-compressed run, and turning what a run recorded into the
+// simulator's metrics (sim/metrics.h, the same code and definitions).
+//
+// Time compression. A run divides every duration by `compress` (C): arrivals
+// come C times faster, the engine emulator runs with --speedup C, tools last
+// 1/C of their trace time, and the policy's parameters that are durations
+// (names ending in _s) or costs per unit of work in microseconds (names with
+// _us_) are divided by C, as is the control tick. Everything the run measures
+// is multiplied by C before it becomes a metric, so a run's numbers read in
+// trace seconds and compare directly with tandem-sim's on the same workload.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/metrics.h"
+#include "sim/workload.h"
+
+namespace tandem::testbed {
+
+// ---- the command line ---------------------------------------------------------
+
+struct ReplayFlags {
+  enum class Mode { kHelp, kRun, kDaemonConfig, kCompare };
+  Mode mode = Mode::kHelp;
+
+  // run: the workload (the simulator's: same pool, same seed, same arrivals).
+  std::string trace;
+  std::string synthetic;
+  std::size_t sessions = 0;  // 0: every trace session once (20 for a synthetic one)
+  double rate = 0.03;        // sessions per second of trace time
+  bool poisson = true;
+  std::uint64_t seed = 1;
+  double compress = 1.0;
+  // run: the node (for tool demands and the simulator's prediction).
+  std::string preset = "h100-llama3-8b";
+  double tool_cores = 0;    // cores the tools get; required for run
+  std::string tool_cpu;     // sim::ToolCpuTable::apply spec
+  double tool_mem_mb = 64;  // MiB a tool touches per core of CPU demand
+  // run: the live stack.
+  std::string url = "http://127.0.0.1:8000";
+  std::string runtime_dir;  // "" = $TANDEM_RUNTIME_DIR, else /run/tandem
+  std::string toolburn;     // "" = tandem-toolburn next to this binary
+  double timeout_s = 0;     // wall seconds before the run gives up (0 = 4 × the trace's span / C + 120)
+  std::string out;          // run: the run's JSON
+  bool quiet = false;
+
+  // daemon-config: the policy whose tandemd.toml to print.
+  std::string policy;
+  std::string subtree;    // [cgroups] subtree ("" = the default)
+  std::string tool_cpus;  // [cgroups] tool_cpus ("" = all)
+
+  // compare: run files in, a table out, and the merged files.
+  std::vector<std::string> inputs;
+  std::string json;      // measured runs, the simulator's --json format
+  std::string sim_json;  // the simulator's predictions for the same runs
+  std::string plot;      // PNG
+};
+
+// "tandem-agents run|daemon-config|compare ..."; "--flag value" or
+// "--flag=value". The error names the flag or argument.
+std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::string_view> args);
+std::string replay_usage();
+
+// ---- what a run does ------------------------------------------------------------
+
+// The stand-in process for one tool step: `tandem-toolburn --cpu-seconds
+// cpu_s --wall-seconds wall_s --mem-mb mem_mb`, all compressed.
+struct ToolStep {
+  double wall_s = 0;
+  double cpu_s = 0;
+  std::uint64_t mem_mb = 0;
+};
+// The tool's CPU demand d (cores, from `cpus`, as the simulator's CpuPool
+// uses it): cpu = d · wall; memory = d · mem_mb_per_core MiB, at least 1.
+ToolStep tool_step(const sim::RoundSpec& round, const sim::ToolCpuTable& cpus, double compress, double mem_mb_per_core);
+
+// tandemd.toml for `policy` at compression `compress`: the policy's
+// duration and cost parameters divided by it (those that would fall below
+// their minimum are held there and listed in `clamped`), the tick too
+// (50 ms / C, at least 1 ms), cgroups on when possible, telemetry auto.
+// Errors name an unknown policy.
+struct DaemonConfig {
+  std::string toml;
+  std::map<std::string, double> params;  // what was set
+  std::vector<std::string> clamped;      // "name: wanted X, held at MIN"
+  std::uint32_t tick_ms = 50;
+};
+std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, double compress,
+                                                       std::string_view subtree, std::string_view tool_cpus);
+
+// ---- what a run recorded ----------------------------------------------------------
+
+// Wall-clock seconds since the run's start.
+struct RoundLog {
+  double submit_s = 0;
+  double first_token_s = 0;
+  double end_s = 0;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t cached_tokens = 0;
+};
+struct ToolLog {
+  std::string kind;
+  double nominal_s = 0;  // compressed
+  double run_s = 0;      // the tool's own wall time, start of main() to its report (its stretch)
+  double wall_s = 0;     // the call's, spawn to exit (tandem_tool_result.wall_ns)
+  double call_s = 0;     // the runner's: asking for the spawn to having the result
+  double cpu_s = 0;
+  double peak_mb = 0;
+  int exit_code = 0;
+  int reason = 0;         // tandem_tool_exit_reason
+  bool placed = false;    // it ran in a cgroup of its own
+  bool verified = false;  // its /proc/self/cgroup named its session's tools/ folder
+};
+struct SessionLog {
+  std::string name;
+  double arrival_s = 0;  // scheduled (arrival in the trace / C)
+  double finish_s = 0;   // end of its last round
+  bool complete = false;
+  std::string error;  // why not
+  std::vector<RoundLog> rounds;
+  std::vector<ToolLog> tools;
+};
+
+// Engine counters over the run (deltas of tandem-engine-emu's /stats).
+struct EngineTotals {
+  std::uint64_t prompt_tokens = 0, reused_tokens = 0, new_tokens = 0, recomputed_tokens = 0, computed_tokens = 0;
+  std::uint64_t preemptions = 0;
+  double busy_s = 0;                // modelled (trace) seconds
+  double pinned_block_seconds = 0;  // real seconds
+};
+
+// The simulator's records and counters from a run's logs, in trace seconds
+// (wall × compress). A tool's stretch is its own run time over its nominal
+// time: what contention did to it. Starting it (the cgroup, exec) is a cost
+// of the call, reported apart (call_s − run_s), as the simulator has none. Only complete sessions count, as in the
+// simulator; `ideal_s` is indexed like `sessions` (sim::ideal_times of the workload).
+struct Assembled {
+  std::vector<sim::SessionRecord> records;
+  sim::RunCounters counters;
+  std::vector<double> ttft_s;  // every round's, trace seconds
+};
+Assembled assemble(std::span<const SessionLog> sessions, std::span<const double> ideal_s, const EngineTotals& engine,
+                   double compress, double tool_cores, std::uint64_t capped_rounds);
+
+// Mean actual / nominal over the calls whose nominal time is at least
+// `min_nominal_s` (pairs of nominal, actual); 0 when there are none. A tool's
+// process costs a few milliseconds of its own whatever its trace time
+// (exec, the C++ runtime, touching its memory), so under strong compression
+// the calls that last a few milliseconds stretch for that reason alone:
+// this is the stretch contention causes, on the calls long enough to show it.
+constexpr double kLongToolWallS = 0.010;  // compressed (wall) seconds
+double mean_stretch(std::span<const std::pair<double, double>> calls, double min_nominal_s);
+
+}  // namespace tandem::testbed
