@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The main job's host-plane part (scripts/demo): a runner starts tool calls
+"""The tour's host-plane part (scripts/tour): a runner starts tool calls
 through libtandem (the Python binding) against a running tandemd, and shows
 what the host plane does with them. Usage: demo-tools.py RUNTIME_DIR TANDEMCTL.
 

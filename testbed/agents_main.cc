@@ -15,11 +15,12 @@
 //   compare        runs side by side (testbed/replay_report.h).
 //
 // Exit status: 0 when every session completed, 1 when some did not (or the
-// stack was not there), 2 for bad flags.
+// stack was not there), 2 for bad flags, 130 when stopped by SIGINT/SIGTERM.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -619,6 +620,12 @@ int run(const ReplayFlags& flags) {
   for (auto& t : threads) t.join();
   const double wall_s = since(sh.t0);
   monitor.stop();
+  if (g_stop.load() && !timed_out) {
+    const auto complete = std::count_if(logs.begin(), logs.end(), [](const SessionLog& l) { return l.complete; });
+    fmt::print(stderr, "tandem-agents: interrupted after {:.1f} s ({} of {} sessions complete): no results written\n",
+               wall_s, complete, logs.size());
+    return 130;
+  }
   auto after = get_json(host, "/stats");
   if (!after) return fail("the engine stopped answering before the run ended");
 
