@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,32 +36,59 @@
 namespace tandem::ctl {
 namespace {
 
-constexpr std::string_view kUsage = R"(usage: tandemctl [--runtime-dir DIR] [--json] [--timeout-ms N] COMMAND
+constexpr std::string_view kUsage = R"(usage: tandemctl [--runtime-dir DIR] [--json] [--timeout-ms N] COMMAND [ARGS]
 
-commands
-  status        the daemon: version, uptime, policy, clients, session counts
-  engines       connected inference engines and their KV pools
-  sessions      live sessions: state, KV residency, rounds, tools
-  tools         sessions' tool cgroups: calls, processes, CPU, memory, throttled/frozen
-  session-kill SESSION
-                end a session (name or id): kill every process of its tools and
-                remove its cgroups (needs the ctl_admin role: root by default)
+looking (the ctl_read role: anyone by default)
+  status              the daemon: version, uptime, policy, admission window, clients,
+                      sessions by state, host plane (cgroups, telemetry, pressure), metrics
+  engines             connected inference engines and their KV pools
+  sessions            live sessions: state, engine, KV residency, priority, rounds, tool
+  tools               sessions' tool cgroups: calls, processes, CPU, memory, throttled/frozen
+  top [--interval S] [--count N]
+                      status, engines and sessions refreshed every S seconds (default 2)
+  events [--follow]   the daemon's recent events (sessions, rounds, tools, KV, the policy's
+                      actions, operators' commands); --follow keeps printing new ones
+  metrics             the Prometheus text tandemd serves on its metrics port
+  policy [get]        the running policy, its parameters and their ranges
+
+steering (the ctl_admin role: root by default)
+  policy set KEY VALUE
+                      change a parameter of the running policy (or `name`, or `tick_ms`),
+                      validated as a config file is; lasts until the next reload or restart
+  session evict SESSION
+                      drop a session's KV on its engine now (its next round recomputes it)
+  session kill SESSION
+                      end a session: kill every process of its tools, remove its cgroups
+  drain               stop admitting new sessions; live ones go on to finish
+  undrain             admit new sessions again
+  reload              re-read the configuration file (as SIGHUP does) and say how it went
+
+SESSION is a session's name or its id (16 hex digits, or 0x-prefixed).
 
 options
   --runtime-dir DIR   where tandemd.sock lives (default: $TANDEM_RUNTIME_DIR, else /run/tandem)
-  --json              print the daemon's JSON answer instead of a table
+  --json              print the daemon's JSON answer instead of a table (events: one object per line)
   --timeout-ms N      give up on an answer after N milliseconds (default 5000)
   -h, --help          this text
+
+exit status
+  0 success; 1 the daemon could not be reached or failed the request; 2 usage error;
+  3 permission denied for this role; 4 no such session
 )";
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitDenied = 3;
+constexpr int kExitNotFound = 4;
 
 struct Options {
   std::string runtime_dir;
   bool json = false;
   int timeout_ms = 5000;
+  bool follow = false;      // events
+  double interval_s = 2.0;  // top
+  std::uint64_t count = 0;  // top: refreshes (0 = until interrupted)
   std::string command;
   std::vector<std::string> args;
 };
@@ -109,6 +137,21 @@ std::variant<Options, Failure> parse_args(int argc, char** argv) {
       auto n = base::parse_int<int>(*v);
       if (!n || *n <= 0) return Failure{kExitUsage, fmt::format("--timeout-ms: not a positive integer: '{}'", *v)};
       o.timeout_ms = *n;
+    } else if (arg == "--follow" || arg == "-f") {
+      if (inline_value) return Failure{kExitUsage, "--follow takes no value"};
+      o.follow = true;
+    } else if (arg == "--interval") {
+      auto v = value();
+      auto x = v ? base::parse_double(*v) : base::make_error(EINVAL, "");
+      if (!x || *x < 0.1 || *x > 3600) {
+        return Failure{kExitUsage, "--interval needs a number of seconds from 0.1 to 3600"};
+      }
+      o.interval_s = *x;
+    } else if (arg == "--count") {
+      auto v = value();
+      auto n = v ? base::parse_int<std::uint64_t>(*v) : base::make_error(EINVAL, "");
+      if (!n || *n == 0) return Failure{kExitUsage, "--count needs a positive integer"};
+      o.count = *n;
     } else if (arg == "--") {
       for (++i; i < argc; ++i) positional.emplace_back(argv[i]);
     } else if (arg.size() > 1 && arg.starts_with('-')) {
@@ -118,20 +161,37 @@ std::variant<Options, Failure> parse_args(int argc, char** argv) {
     }
   }
   if (positional.empty()) return Failure{kExitUsage, "no command given"};
-  if (!known_command(positional[0])) {
-    return Failure{kExitUsage, fmt::format("unknown command '{}'", clean(positional[0]))};
+  // "session evict|kill SESSION" is the daemon's session-evict|session-kill.
+  if (positional[0] == "session") {
+    if (positional.size() < 2 || (positional[1] != "evict" && positional[1] != "kill")) {
+      return Failure{kExitUsage, "session: expected 'session evict SESSION' or 'session kill SESSION'"};
+    }
+    positional[0] = "session-" + positional[1];
+    positional.erase(positional.begin() + 1);
   }
-  const std::size_t want_args = positional[0] == "session-kill" ? 1 : 0;
-  if (positional.size() < want_args + 1) {
-    return Failure{kExitUsage, fmt::format("{}: needs a session name or id", positional[0])};
+  const std::string& cmd = positional[0];
+  if (!known_command(cmd)) return Failure{kExitUsage, fmt::format("unknown command '{}'", clean(cmd))};
+  const std::size_t given = positional.size() - 1;
+  if (cmd == "session-kill" || cmd == "session-evict") {
+    if (given != 1) return Failure{kExitUsage, fmt::format("{}: needs one session name or id", cmd)};
+  } else if (cmd == "policy") {
+    const bool get = given == 0 || (given == 1 && positional[1] == "get");
+    const bool set = given == 3 && positional[1] == "set";
+    if (!get && !set) return Failure{kExitUsage, "policy: expected 'policy [get]' or 'policy set KEY VALUE'"};
+  } else if (given != 0) {
+    return Failure{kExitUsage, fmt::format("{}: unexpected argument '{}'", cmd, clean(positional[1]))};
   }
-  if (positional.size() > want_args + 1) {
-    return Failure{kExitUsage,
-                   fmt::format("{}: unexpected argument '{}'", positional[0], clean(positional[want_args + 1]))};
-  }
-  o.command = positional[0];
+  if (o.follow && cmd != "events") return Failure{kExitUsage, "--follow goes with events"};
+  o.command = cmd;
   o.args.assign(positional.begin() + 1, positional.end());
   return o;
+}
+
+// Whether `command` (with its arguments) steers: it needs ctl_admin.
+bool steers(const Options& o) {
+  return o.command == "session-kill" || o.command == "session-evict" || o.command == "drain" ||
+         o.command == "undrain" || o.command == "reload" ||
+         (o.command == "policy" && !o.args.empty() && o.args[0] == "set");
 }
 
 // Connects to the daemon's socket with send and receive timeouts set.
@@ -192,14 +252,15 @@ std::variant<std::string, Failure> ask(const Options& o) {
   int sock = std::get<base::UniqueFd>(connected).get();
 
   // Steering needs ctl_admin; looking needs only ctl_read, which anyone may have.
-  const wire::Role role = o.command == "session-kill" ? wire::Role::CtlAdmin : wire::Role::CtlRead;
+  const wire::Role role = steers(o) ? wire::Role::CtlAdmin : wire::Role::CtlRead;
   if (auto sent = ipc::send_message(sock, ipc::build_hello(role, "tandemctl", ::getpid())); !sent) {
     return Failure{kExitFailed, fmt::format("sending hello to {}: {}", clean(path), sent.error().message())};
   }
   auto welcome = receive(sock, o, path, "welcome");
   if (auto* f = std::get_if<Failure>(&welcome)) return std::move(*f);
   const wire::Message* m = std::get<ipc::ReceivedMessage>(welcome).message();
-  if (const auto* e = m->payload_as_Error()) return Failure{kExitFailed, error_text(e)};
+  if (const auto* e = m->payload_as_Error())
+    return Failure{e->code() == EPERM ? kExitDenied : kExitFailed, error_text(e)};
   if (m->payload_as_Welcome() == nullptr) {
     return Failure{kExitFailed, fmt::format("unexpected answer to hello from {} ({})", clean(path),
                                             wire::EnumNamePayload(m->payload_type()))};
@@ -211,7 +272,8 @@ std::variant<std::string, Failure> ask(const Options& o) {
   auto reply = receive(sock, o, path, "answer");
   if (auto* f = std::get_if<Failure>(&reply)) return std::move(*f);
   m = std::get<ipc::ReceivedMessage>(reply).message();
-  if (const auto* e = m->payload_as_Error()) return Failure{kExitFailed, error_text(e)};
+  if (const auto* e = m->payload_as_Error())
+    return Failure{e->code() == EPERM ? kExitDenied : kExitFailed, error_text(e)};
   const auto* response = m->payload_as_CtlResponse();
   if (response == nullptr) {
     return Failure{kExitFailed, fmt::format("unexpected answer to {} from {} ({})", o.command, clean(path),
@@ -220,9 +282,67 @@ std::variant<std::string, Failure> ask(const Options& o) {
   std::string body = response->body() != nullptr ? response->body()->str() : std::string();
   if (response->status() != 0) {
     if (body.empty()) body = std::strerror(response->status() > 0 ? response->status() : EPROTO);
-    return Failure{kExitFailed, clean(body)};
+    const int code = response->status() == EPERM    ? kExitDenied
+                     : response->status() == ENOENT ? kExitNotFound
+                                                    : kExitFailed;
+    return Failure{code, clean(body)};
   }
   return body;
+}
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_interrupt(int) { g_interrupted = 1; }
+
+int print(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return std::fflush(stdout) == 0 ? kExitOk : kExitFailed;
+}
+
+int fail(const Failure& f) {
+  std::fprintf(stderr, "tandemctl: %s\n", f.message.c_str());
+  return f.exit_code;
+}
+
+// Sleeps `seconds` in short steps; false when interrupted.
+bool pause_for(double seconds) {
+  for (double left = seconds; left > 0 && !g_interrupted; left -= 0.05) ::usleep(50000);
+  return !g_interrupted;
+}
+
+// events: asks for what came after the last seen event; --follow asks again
+// every 250 ms until interrupted or the daemon goes.
+int run_events(Options o) {
+  std::uint64_t since = 0;
+  for (;;) {
+    o.args = {std::to_string(since)};
+    auto answer = ask(o);
+    if (auto* f = std::get_if<Failure>(&answer)) return fail(*f);
+    auto text = render_events(std::get<std::string>(answer), o.json, since);
+    if (!text) return fail(Failure{kExitFailed, text.error().context()});
+    if (print(*text) != kExitOk) return kExitFailed;
+    if (!o.follow || !pause_for(0.25)) return kExitOk;
+  }
+}
+
+// top: status, engines and sessions, the screen redrawn every interval.
+int run_top(const Options& o) {
+  const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  for (std::uint64_t n = 1;; ++n) {
+    std::string screen = tty ? "\x1b[H\x1b[2J" : "";  // home, clear
+    for (const char* command : {"status", "engines", "sessions"}) {
+      Options one = o;
+      one.command = command;
+      one.args.clear();
+      auto answer = ask(one);
+      if (auto* f = std::get_if<Failure>(&answer)) return fail(*f);
+      auto text = render_top_part(command, std::get<std::string>(answer));
+      if (!text) return fail(Failure{kExitFailed, text.error().context()});
+      screen += *text;
+    }
+    if (!tty) screen += '\n';
+    if (print(screen) != kExitOk) return kExitFailed;
+    if ((o.count != 0 && n >= o.count) || !pause_for(o.interval_s)) return kExitOk;
+  }
 }
 
 int run(int argc, char** argv) {
@@ -236,18 +356,18 @@ int run(int argc, char** argv) {
     return f->exit_code;
   }
   const Options& o = std::get<Options>(parsed);
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  if (o.command == "events") return run_events(o);
+  if (o.command == "top") return run_top(o);
   auto answer = ask(o);
-  if (auto* f = std::get_if<Failure>(&answer)) {
-    std::fprintf(stderr, "tandemctl: %s\n", f->message.c_str());
-    return f->exit_code;
-  }
+  if (auto* f = std::get_if<Failure>(&answer)) return fail(*f);
   auto text = render(o.command, std::get<std::string>(answer), o.json);
-  if (!text) {
-    std::fprintf(stderr, "tandemctl: %s\n", text.error().context().c_str());
-    return kExitFailed;
-  }
-  std::fwrite(text->data(), 1, text->size(), stdout);
-  return std::fflush(stdout) == 0 ? kExitOk : kExitFailed;
+  if (!text) return fail(Failure{kExitFailed, text.error().context()});
+  return print(*text);
 }
 
 }  // namespace

@@ -19,13 +19,15 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::string_view, 5> kCommands = {"status", "engines", "sessions", "tools", "session-kill"};
+constexpr std::array<std::string_view, 14> kCommands = {"status", "engines",      "sessions",      "tools",  "metrics",
+                                                        "events", "top",          "policy",        "drain",  "undrain",
+                                                        "reload", "session-kill", "session-evict", "session"};
 
 // The keys `status` is documented to carry (docs/tandemctl.md), in display
 // order.
-constexpr std::array<std::string_view, 30> kStatusKeys = {
+constexpr std::array<std::string_view, 32> kStatusKeys = {
     // the daemon
-    "version", "pid", "uptime_s", "runtime_dir", "policy.name", "policy.epoch",
+    "version", "pid", "uptime_s", "runtime_dir", "policy.name", "policy.epoch", "admission_window", "metrics.listen",
     // connected clients by role
     "clients.engine", "clients.runner", "clients.ctl_read", "clients.ctl_admin",
     // sessions by state
@@ -306,6 +308,8 @@ base::Result<std::string> render_status(const json& reply) {
 }
 
 base::Result<std::string> render(std::string_view command, std::string_view body, bool json_out) {
+  // Prometheus text, as the endpoint serves it (with or without --json).
+  if (command == "metrics") return std::string(body);
   json reply = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (reply.is_discarded()) {
     return base::make_error(EBADMSG, fmt::format("{}: the daemon's reply is not valid JSON", clean(command)));
@@ -316,6 +320,21 @@ base::Result<std::string> render(std::string_view command, std::string_view body
   if (command == "engines") table = engines_table(reply);
   if (command == "sessions") table = sessions_table(reply);
   if (command == "tools") table = tools_table(reply);
+  if (command == "policy") return render_policy(reply);
+  if (command == "drain" || command == "undrain") {
+    const bool on = reply.is_object() && reply.value("draining", false);
+    return on ? fmt::format("draining: no new session is admitted ({} waiting, {} live)\n", cell(reply, "waiting"),
+                            cell(reply, "live"))
+              : std::string("admitting new sessions\n");
+  }
+  if (command == "reload") {
+    return fmt::format("reloaded {}: policy {} (epoch {})\n", cell(reply, "source"), cell(reply, "policy"),
+                       cell(reply, "epoch"));
+  }
+  if (command == "session-evict") {
+    return fmt::format("session {}: its KV on engine {} is dropped; its next round recomputes it\n",
+                       cell(reply, "session"), cell(reply, "engine"));
+  }
   if (command == "session-kill") {
     if (!reply.is_object() || !reply.contains("session")) {
       return base::make_error(EBADMSG, "session-kill: the daemon's reply has no session");
@@ -333,6 +352,90 @@ base::Result<std::string> render(std::string_view command, std::string_view body
                        table->rows.size(), total->get<std::uint64_t>());
   }
   return out;
+}
+
+base::Result<std::string> render_policy(const json& reply) {
+  if (!reply.is_object() || !reply.contains("params") || !reply["params"].is_object()) {
+    return base::make_error(EBADMSG, "policy: the daemon's reply has no params");
+  }
+  std::string out = fmt::format("policy {} (epoch {}, tick {} ms) from {}\n", cell(reply, "name"), cell(reply, "epoch"),
+                                cell(reply, "tick_ms"), cell(reply, "source"));
+  Table t;
+  t.header = {"PARAMETER", "VALUE", "DEFAULT", "RANGE", "MEANING"};
+  t.right_aligned = {false, true, true, false, false};
+  const json* specs = member(reply, "specs");
+  for (const auto& [name, value] : reply["params"].items()) {
+    std::vector<std::string> row = {clean(name), scalar_text(value).value_or(std::string(kMissing)),
+                                    std::string(kMissing), std::string(kMissing), std::string(kMissing)};
+    if (specs != nullptr && specs->is_array()) {
+      for (const json& spec : *specs) {
+        if (!spec.is_object() || spec.value("name", "") != name) continue;
+        row[2] = cell(spec, "default");
+        row[3] = fmt::format("{} .. {}", cell(spec, "min"), cell(spec, "max"));
+        row[4] = cell(spec, "doc");
+      }
+    }
+    t.rows.push_back(std::move(row));
+  }
+  return out + format_table(t);
+}
+
+base::Result<std::string> render_events(std::string_view body, bool json_out, std::uint64_t& since) {
+  json reply = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!reply.is_object() || !reply.contains("events") || !reply["events"].is_array()) {
+    return base::make_error(EBADMSG, "events: the daemon's reply has no events list");
+  }
+  std::string out;
+  const json* lost = member(reply, "lost");
+  if (lost != nullptr && lost->is_number_unsigned() && lost->get<std::uint64_t>() > 0 && since > 0) {
+    out += fmt::format("({} events left the daemon's log before they were read)\n", lost->get<std::uint64_t>());
+  }
+  for (const json& e : reply["events"]) {
+    if (!e.is_object()) continue;
+    if (json_out) {
+      out += e.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    } else {
+      std::string who;
+      if (e.contains("name")) who = cell(e, "name");
+      if (e.contains("session")) who += who.empty() ? cell(e, "session") : " (" + cell(e, "session") + ")";
+      std::string line = fmt::format("+{:>10}  {:<13}", cell(e, "t") + "s", cell(e, "kind"));
+      if (!who.empty()) line += "  " + who;
+      if (e.contains("detail")) line += "  " + cell(e, "detail");
+      out += line + "\n";
+    }
+    if (e.contains("seq") && e["seq"].is_number_unsigned()) since = std::max(since, e["seq"].get<std::uint64_t>());
+  }
+  return out;
+}
+
+base::Result<std::string> render_top_part(std::string_view command, std::string_view body) {
+  json reply = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_discarded()) return base::make_error(EBADMSG, fmt::format("{}: not valid JSON", clean(command)));
+  if (command == "status") {
+    // A value by dotted path, as a cell ("-" when absent).
+    const auto at = [&](std::string_view path) {
+      const json* v = at_path(reply, path);
+      return v == nullptr ? std::string(kMissing) : scalar_text(*v).value_or(std::string(kMissing));
+    };
+    const json* mem = at_path(reply, "host.tools_memory_bytes");
+    const json* up = at_path(reply, "uptime_s");
+    const json* draining = at_path(reply, "draining");
+    return fmt::format(
+        "tandemd {}  up {}  policy {} (window {}){}\n"
+        "sessions {}: {} waiting, {} reasoning, {} acting, {} paused   clients: {} engines, {} runners\n"
+        "host: memory pressure {} (PSI {} %), {} tool cgroups, {} MiB\n\n",
+        at("version"), up != nullptr && up->is_number() ? format_age(up->get<double>()) : std::string(kMissing),
+        at("policy.name"), at("admission_window"),
+        draining != nullptr && draining->is_boolean() && draining->get<bool>() ? "  DRAINING" : "",
+        at("sessions.total"), at("sessions.waiting"), at("sessions.reasoning"), at("sessions.acting"),
+        at("sessions.paused"), at("clients.engine"), at("clients.runner"), at("host.memory_pressure"),
+        at("host.memory_psi_some_avg10"), at("host.tool_cgroups"),
+        mem != nullptr && mem->is_number() ? fmt::format("{:.1f}", mem->get<double>() / (1024.0 * 1024.0))
+                                           : std::string(kMissing));
+  }
+  auto table = command == "engines" ? engines_table(reply) : sessions_table(reply);
+  if (!table) return base::propagate(std::move(table.error()));
+  return format_table(*table) + "\n";
 }
 
 }  // namespace tandem::ctl

@@ -9,6 +9,7 @@
 // `sessions` answer), is an error.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,18 @@ base::Result<std::string> render_status(const nlohmann::json& reply);
 // Errors: EBADMSG (body is not JSON, or has the wrong shape), EINVAL (a
 // command this build does not know).
 base::Result<std::string> render(std::string_view command, std::string_view body, bool json);
+
+// `tandemctl events`: one line per event ("+12.345s  round_end  agent-1
+// (00ab…)  round 3: …"), or with `json` one JSON object per line. `since` is
+// advanced to the last event shown. A gap (events that left the daemon's
+// window before they were read) is said in a line of its own.
+base::Result<std::string> render_events(std::string_view body, bool json, std::uint64_t& since);
+// One part of `tandemctl top`'s screen: a status summary, the engines
+// table or the sessions table.
+base::Result<std::string> render_top_part(std::string_view command, std::string_view body);
+// `tandemctl policy`: the policy, its tick and epoch, then a table of its
+// parameters (value, default, range).
+base::Result<std::string> render_policy(const nlohmann::json& reply);
 
 // Helpers, exposed for tests.
 // A value as a cell: strings (cleaned), numbers, booleans as yes/no; null,

@@ -7,6 +7,7 @@
 // struct (paths, names, powers of two, the policy and its parameters) live in
 // validate(), which also guards a Config built in code. The first error wins.
 #include "daemon/config.h"
+#include "daemon/metrics.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -65,8 +66,9 @@ constexpr UintKey<Config> kIpcKeys[] = {
     {"directive_slots", &Config::directive_slots, 64, 1 << 20, true},
 };
 
-constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles",  "limits",
-                                         "ipc",         "cgroups",   "tools",  "memory", "telemetry"};
+constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles",     "limits", "ipc",
+                                         "cgroups",     "tools",     "memory", "telemetry", "metrics"};
+constexpr std::string_view kMetricsKeys[] = {"listen"};
 constexpr std::string_view kCgroupKeys[] = {"mode",        "subtree",     "root",     "on_restart",
                                             "adopt_grace", "engine_cpus", "tool_cpus"};
 constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max", "pids_max",
@@ -270,6 +272,8 @@ class Parser {
         ok = uint_table(v, key, kIpcKeys, c);
       } else if (key == "cgroups" || key == "tools" || key == "memory" || key == "telemetry") {
         ok = host(v, key, c.host);
+      } else if (key == "metrics") {
+        ok = metrics(v, c);
       } else {
         ok = unknown(key, v, join(kTopKeys));
       }
@@ -395,6 +399,17 @@ class Parser {
     if (!string(n, key, out)) return false;
     if (std::ranges::find(allowed, out) == std::end(allowed)) {
       return fail(key, fmt::format("must be one of {}, got '{}'", join(allowed), out));
+    }
+    return true;
+  }
+
+  bool metrics(const toml::node& n, Config& c) {
+    const toml::table* t = table(n, "metrics");
+    if (t == nullptr) return false;
+    for (auto&& [k, v] : *t) {
+      const std::string key = dotted("metrics", k.str());
+      if (k.str() != "listen") return unknown(key, v, join(kMetricsKeys));
+      if (!string(v, key, c.metrics_listen)) return false;
     }
     return true;
   }
@@ -550,6 +565,10 @@ base::Result<void> validate(const Config& c) {
     return fail("log_level", fmt::format("must be one of {}, got '{}'", join(kLogLevels), c.log_level));
   }
 
+  if (!c.metrics_listen.empty()) {
+    if (auto a = parse_listen(c.metrics_listen); !a) return fail("metrics.listen", a.error().message());
+  }
+
   const sched::PolicyEntry* entry = sched::find_policy(c.policy);
   if (entry == nullptr) {
     return fail("policy.name", fmt::format("unknown policy '{}' (known: {})", c.policy, known_policies()));
@@ -674,6 +693,7 @@ std::string describe(const Config& c) {
       "memory       pressure_high {} %, pressure_critical {} %, tools_budget {}, stall_kill_after {} s\n",
       h.pressure_high, h.pressure_critical, h.tools_budget, std::chrono::duration<double>(h.stall_kill_after).count());
   out += fmt::format("telemetry    {}\n", h.telemetry);
+  out += fmt::format("metrics      {}\n", c.metrics_listen.empty() ? "off" : c.metrics_listen);
   for (std::size_t r = 0; r < kRoleCount; ++r) {
     const RoleGrant& g = c.roles[r];
     std::string who = "root, the daemon's user";

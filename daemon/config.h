@@ -100,6 +100,9 @@ struct Config {
       RoleGrant{}, RoleGrant{}, RoleGrant{.anyone = true, .uids = {}, .gids = {}}, RoleGrant{}};
   Limits limits;
   HostConfig host;
+  // [metrics] listen: Prometheus text on this loopback HOST:PORT
+  // (docs/metrics.md); "" turns the endpoint off (tandemctl metrics stays).
+  std::string metrics_listen = "127.0.0.1:9464";
   std::string source = "<defaults>";  // where it came from: "<defaults>" or a path
 
   RoleGrant& role(Role r) { return roles[static_cast<std::size_t>(r)]; }

@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/ids.h"
+#include "base/parse.h"
 
+#include "daemon/metrics.h"
 #include "daemon/server.h"
 
 namespace tandem::daemon {
@@ -52,23 +54,84 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
     send_message(c, ipc::build_ctl_response(0, ctl_sessions(now)));
   } else if (command == "tools") {
     send_message(c, ipc::build_ctl_response(0, ctl_tools()));
-  } else if (command == "session-kill") {
+  } else if (command == "metrics") {
+    send_message(c, ipc::build_ctl_response(0, metrics_text(now)));
+  } else if (command == "events") {
+    const std::string_view since =
+        req.args() != nullptr && req.args()->size() == 1 ? req.args()->Get(0)->string_view() : std::string_view("0");
+    send_message(c, ipc::build_ctl_response(0, ctl_events(since)));
+  } else if (command == "policy") {
+    std::vector<std::string_view> args;
+    if (req.args() != nullptr) {
+      for (const auto* a : *req.args()) args.push_back(a->string_view());
+    }
+    if (args.empty() || (args.size() == 1 && args[0] == "get")) {
+      send_message(c, ipc::build_ctl_response(0, ctl_policy()));
+    } else if (args.size() == 3 && args[0] == "set") {
+      if (c.role != Role::kCtlAdmin) {
+        send_message(c, ipc::build_ctl_response(EPERM, "policy set needs the ctl_admin role"));
+        return;
+      }
+      std::string out;
+      const int code = ctl_policy_set(args[1], args[2], out);
+      send_message(c, ipc::build_ctl_response(code, out));
+    } else {
+      send_message(c, ipc::build_ctl_response(EINVAL, "policy takes: get | set KEY VALUE"));
+    }
+  } else if (command == "session-kill" || command == "session-evict" || command == "drain" || command == "undrain" ||
+             command == "reload") {
     if (c.role != Role::kCtlAdmin) {
-      send_message(c, ipc::build_ctl_response(EPERM, "session-kill needs the ctl_admin role"));
+      send_message(c, ipc::build_ctl_response(EPERM, fmt::format("{} needs the ctl_admin role", command)));
       return;
     }
-    if (req.args() == nullptr || req.args()->size() != 1) {
-      send_message(c, ipc::build_ctl_response(EINVAL, "session-kill takes one argument: a session name or id"));
+    const bool session_cmd = command == "session-kill" || command == "session-evict";
+    const std::size_t want = session_cmd ? 1 : 0;
+    if ((req.args() == nullptr ? 0 : req.args()->size()) != want) {
+      send_message(c, ipc::build_ctl_response(
+                          EINVAL, session_cmd ? fmt::format("{} takes one argument: a session name or id", command)
+                                              : fmt::format("{} takes no argument", command)));
       return;
     }
     std::string out;
-    const int code = ctl_session_kill(req.args()->Get(0)->string_view(), now, out);
+    int code = 0;
+    if (command == "session-kill") {
+      code = ctl_session_kill(req.args()->Get(0)->string_view(), now, out);
+    } else if (command == "session-evict") {
+      code = ctl_session_evict(req.args()->Get(0)->string_view(), now, out);
+    } else if (command == "reload") {
+      notifier_->reloading();
+      auto fresh = reload_ ? reload_() : base::Result<std::shared_ptr<const CompiledConfig>>(config_);
+      auto applied =
+          fresh ? apply_config(std::move(*fresh), "reload") : base::Result<void>(std::unexpected(fresh.error()));
+      notifier_->ready();
+      if (applied) {
+        out = json{{"reloaded", true},
+                   {"source", config_->config().source},
+                   {"policy", config_->config().policy},
+                   {"epoch", policy_epoch_}}
+                  .dump();
+      } else {
+        code = applied.error().code() != 0 ? applied.error().code() : EINVAL;
+        out = applied.error().context();
+        spdlog::error("ctl reload: {}", out);
+      }
+    } else {
+      const bool on = command == "drain";
+      if (on != draining_)
+        spdlog::info("ctl: {} by an operator", on ? "draining: no new session is admitted" : "admitting again");
+      if (on != draining_) log_event(now, on ? "drain" : "undrain", 0, "by an operator");
+      draining_ = on;
+      out = json{{"draining", draining_},
+                 {"waiting", model_.sessions().count(sched::SessionState::kWaiting)},
+                 {"live", model_.sessions().size()}}
+                .dump();
+    }
     send_message(c, ipc::build_ctl_response(code, out));
   } else {
-    send_message(
-        c, ipc::build_ctl_response(
-               EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions, tools, session-kill)",
-                                   command.substr(0, 64))));
+    send_message(c, ipc::build_ctl_response(
+                        EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions, tools, metrics, "
+                                            "events, policy, drain, undrain, reload, session-evict, session-kill)",
+                                            command.substr(0, 64))));
   }
 }
 
@@ -97,7 +160,7 @@ std::string Server::ctl_tools() const {
   return text;
 }
 
-int Server::ctl_session_kill(std::string_view who, base::Time now, std::string& out) {
+sched::SessionId Server::find_live_session(std::string_view who, std::string& out) const {
   // An id (0x-prefixed or 16 hex digits) or a name.
   sched::SessionId id = 0;
   std::string_view hex = who.starts_with("0x") ? who.substr(2) : who;
@@ -112,9 +175,34 @@ int Server::ctl_session_kill(std::string_view who, base::Time now, std::string& 
   }
   if (s == nullptr || s->state == sched::SessionState::kDone) {
     out = fmt::format("no live session \"{}\"", who.substr(0, 128));
-    return ENOENT;
+    return 0;
   }
+  return id;
+}
+
+int Server::ctl_session_evict(std::string_view who, base::Time now, std::string& out) {
+  const sched::SessionId id = find_live_session(who, out);
+  if (id == 0) return ENOENT;
+  const sched::Session* s = model_.sessions().find(id);
+  if (s->engine == sched::kNoEngine) {
+    out = fmt::format("session {:016x} has no KV on any engine yet", id);
+    return EAGAIN;
+  }
+  // Its engine frees the KV (pins included) now, or at once after a round
+  // in flight; the next round recomputes what it needs.
+  spdlog::info("ctl: session {:#018x}'s KV evicted by an operator", id);
+  log_event(now, "evict", id, "by an operator");
+  apply({sched::ActionKind::kUnpin, id}, now);
+  apply({sched::ActionKind::kDrop, id}, now);
+  out = json{{"session", fmt::format("{:016x}", id)}, {"evicted", true}, {"engine", s->engine}}.dump();
+  return 0;
+}
+
+int Server::ctl_session_kill(std::string_view who, base::Time now, std::string& out) {
+  const sched::SessionId id = find_live_session(who, out);
+  if (id == 0) return ENOENT;
   spdlog::info("ctl: session {:#018x} killed by an operator", id);
+  log_event(now, "kill", id, "by an operator");
   effects_->kill_tools(id, ipc::ToolExitReason::kKilledSession);
   ++stats_.effects_kill_tools;
   (void)feed(sched::SessionClosed{id}, now);
@@ -163,7 +251,203 @@ std::string Server::ctl_status(base::Time now) const {
   json host;
   effects_->status(host);
   j["host"] = host.is_null() ? json{{"cgroups", "off"}, {"telemetry_mode", "off"}} : host;
+  if (auto w = policy_.control->admission_window()) {
+    j["admission_window"] = *w;
+  } else {
+    j["admission_window"] = nullptr;  // the policy admits every session
+  }
+  j["draining"] = draining_;
+  j["metrics"] = {{"listen", metrics_                 ? metrics_->address()
+                             : metrics_error_.empty() ? std::string("off")
+                                                      : "off: " + metrics_error_},
+                  {"scrapes", metrics_ ? metrics_->scrapes() : 0}};
   return j.dump();
+}
+
+std::string Server::ctl_events(std::string_view since_text) const {
+  const std::uint64_t since = base::parse_int<std::uint64_t>(since_text).value_or(0);
+  json list = json::array();
+  std::size_t bytes = 0;
+  std::uint64_t next = since;
+  for (const LoggedEvent& e : events_) {
+    if (e.seq <= since) continue;
+    json j = {{"seq", e.seq}, {"t", e.t}, {"kind", e.kind}};
+    if (e.session != 0) {
+      j["session"] = fmt::format("{:016x}", e.session);
+      if (!e.name.empty()) {
+        j["name"] = e.name;
+      } else if (auto m = meta_.find(e.session); m != meta_.end() && !m->second.name.empty()) {
+        j["name"] = m->second.name;
+      }
+    }
+    if (!e.detail.empty()) j["detail"] = e.detail;
+    bytes += j.dump().size() + 1;
+    if (bytes > kCtlListBudget) break;  // the rest comes with the next request
+    next = e.seq;
+    list.push_back(std::move(j));
+  }
+  // Events older than the log's window were lost to a slow follower.
+  const std::uint64_t oldest = events_.empty() ? next_event_ : events_.front().seq;
+  return json{{"events", list}, {"next", next}, {"lost", since + 1 < oldest ? oldest - since - 1 : 0}}.dump();
+}
+
+std::string Server::ctl_policy() const {
+  const Config& cfg = config_->config();
+  json params = json::object();
+  for (const auto& [k, v] : config_->params().values()) params[k] = v;
+  json specs = json::array();
+  for (const sched::ParamSpec& p : config_->policy().params) {
+    specs.push_back({{"name", p.name}, {"default", p.default_value}, {"min", p.min}, {"max", p.max}, {"doc", p.doc}});
+  }
+  return json{{"name", cfg.policy},
+              {"epoch", policy_epoch_},
+              {"tick_ms", std::chrono::duration_cast<std::chrono::milliseconds>(cfg.tick).count()},
+              {"source", cfg.source},
+              {"params", params},
+              {"specs", specs}}
+      .dump();
+}
+
+int Server::ctl_policy_set(std::string_view key, std::string_view value, std::string& out) {
+  // The running configuration with one key changed, validated and compiled
+  // like a file: a bad value changes nothing and says why.
+  Config next = config_->config();
+  if (key == "name") {
+    if (value != next.policy) next.policy_params.clear();  // the old policy's parameters mean nothing to another
+    next.policy = value;
+  } else if (key == "tick_ms") {
+    auto ms = base::parse_int<std::int64_t>(value);
+    if (!ms) {
+      out = fmt::format("tick_ms: '{}' is not an integer", value.substr(0, 64));
+      return EINVAL;
+    }
+    next.tick = std::chrono::milliseconds(*ms);
+  } else {
+    double v = 0;
+    if (value == "true" || value == "false") {
+      v = value == "true" ? 1 : 0;
+    } else if (auto d = base::parse_double(value)) {
+      v = *d;
+    } else {
+      out = fmt::format("{}: '{}' is not a number", key.substr(0, 64), value.substr(0, 64));
+      return EINVAL;
+    }
+    next.policy_params[std::string(key)] = v;
+  }
+  next.source =
+      fmt::format("{} + tandemctl policy set {} {}", config_->config().source, key.substr(0, 64), value.substr(0, 64));
+  auto compiled = CompiledConfig::compile(std::move(next));
+  if (!compiled) {
+    out = compiled.error().context();
+    return compiled.error().code() != 0 ? compiled.error().code() : EINVAL;
+  }
+  if (auto applied = apply_config(std::move(*compiled), "policy set"); !applied) {
+    out = applied.error().context();
+    return EINVAL;
+  }
+  out = ctl_policy();
+  return 0;
+}
+
+std::string Server::metrics_text(base::Time now) const {
+  PromText p;
+  const Config& cfg = config_->config();
+  p.gauge("tandem_build_info", "tandemd's version and running policy (always 1)", 1,
+          {{"version", kVersion}, {"policy", cfg.policy}});
+  p.gauge("tandem_uptime_seconds", "seconds since tandemd started", base::to_seconds(now - started_));
+
+  // Clients and sessions.
+  std::array<std::uint64_t, kRoleCount> roles{};
+  for (const auto& [id, c] : clients_) {
+    if (!c.doomed && c.phase == Phase::kActive) ++roles[static_cast<std::size_t>(c.role)];
+  }
+  for (std::size_t r = 0; r < kRoleCount; ++r) {
+    p.gauge("tandem_clients", "connected clients by role", static_cast<double>(roles[r]),
+            {{"role", to_string(static_cast<Role>(r))}});
+  }
+  const auto& table = model_.sessions();
+  using sched::SessionState;
+  for (auto state : {SessionState::kWaiting, SessionState::kReasoning, SessionState::kActing, SessionState::kPaused}) {
+    p.gauge("tandem_sessions", "live sessions by state", static_cast<double>(table.count(state)),
+            {{"state", lower(state)}});
+  }
+  if (auto w = policy_.control->admission_window()) {
+    p.gauge("tandem_admission_window", "sessions the policy lets reason at once (MARS's AIMD window)", *w);
+  }
+  std::uint64_t pinned_sessions = 0;
+  for (const auto& [id, sess] : table.sessions()) pinned_sessions += sess.residency == sched::Residency::kPinned;
+  p.gauge("tandem_kv_pinned_sessions", "sessions whose KV is pinned while their tool runs",
+          static_cast<double>(pinned_sessions));
+
+  // KV by engine.
+  for (const auto& [id, v] : model_.engines()) {
+    const auto it = clients_.find(id);
+    const std::string name = it != clients_.end() ? it->second.name : std::to_string(id);
+    const double total = v.has_stats ? v.kv.blocks_total : v.params.total_blocks;
+    const char* help = "KV blocks of each engine's pool by state (offloaded: host copies, outside the pool)";
+    p.gauge("tandem_kv_blocks", help, total, {{"engine", name}, {"state", "total"}});
+    p.gauge("tandem_kv_blocks", help, v.has_stats ? v.kv.blocks_free : total, {{"engine", name}, {"state", "free"}});
+    p.gauge("tandem_kv_blocks", help, v.kv.blocks_pinned, {{"engine", name}, {"state", "pinned"}});
+    p.gauge("tandem_kv_blocks", help, v.kv.blocks_offloaded, {{"engine", name}, {"state", "offloaded"}});
+    p.gauge("tandem_kv_blocks", help, static_cast<double>(v.queued_blocks), {{"engine", name}, {"state", "queued"}});
+  }
+  static constexpr const char* kKvKinds[] = {"evicted", "restored", "offloaded", "dropped"};
+  for (std::size_t k = 0; k < std::size(kKvKinds); ++k) {
+    p.counter("tandem_kv_events_total", "KV moves engines reported, by kind", static_cast<double>(stats_.kv_events[k]),
+              {{"kind", kKvKinds[k]}});
+  }
+  for (std::size_t k = 0; k < std::size(kKvKinds); ++k) {
+    p.counter("tandem_kv_event_blocks_total", "KV blocks those moves concerned, by kind",
+              static_cast<double>(stats_.kv_event_blocks[k]), {{"kind", kKvKinds[k]}});
+  }
+  p.counter("tandem_recomputed_tokens_total",
+            "prompt tokens a session had computed before that its engine did not serve from cache",
+            static_cast<double>(stats_.recomputed_tokens));
+
+  // Tools and the host.
+  p.counter("tandem_tool_calls_total", "tool calls given a cgroup", static_cast<double>(stats_.tools_prepared));
+  p.counter("tandem_tool_calls_refused_total", "tool calls refused a cgroup",
+            static_cast<double>(stats_.tools_refused));
+  json host;
+  effects_->status(host);
+  const auto num = [&](const char* key) {
+    return host.is_object() && host.contains(key) && host[key].is_number() ? host[key].get<double>() : 0.0;
+  };
+  p.gauge("tandem_tool_cgroups", "tool calls with a live cgroup", num("tool_cgroups"));
+  p.gauge("tandem_tool_memory_bytes", "memory of every tool call's cgroup, at the last host tick",
+          num("tools_memory_bytes"));
+  p.counter("tandem_tool_cpu_seconds_total", "CPU time of every tool call's cgroup", num("tools_cpu_seconds"));
+  p.counter("tandem_tools_killed_total", "tool calls tandemd killed", num("tools_killed"));
+  p.counter("tandem_tool_throttles_total", "tool calls throttled under memory pressure", num("throttles"));
+  p.counter("tandem_tool_freezes_total", "tool calls frozen under memory pressure", num("freezes"));
+  const double mem_psi = num("memory_psi_some_avg10");
+  const double cpu_psi = num("cpu_psi_some_avg10");
+  if (host.is_object() && host.contains("memory_psi_some_avg10") && mem_psi >= 0) {
+    p.gauge("tandem_pressure_some_avg10", "PSI some avg10 of the node (memory) and of the tools (cpu), percent",
+            mem_psi, {{"resource", "memory"}});
+  }
+  if (host.is_object() && host.contains("cpu_psi_some_avg10") && cpu_psi >= 0) {
+    p.gauge("tandem_pressure_some_avg10", "PSI some avg10 of the node (memory) and of the tools (cpu), percent",
+            cpu_psi, {{"resource", "cpu"}});
+  }
+
+  // The daemon itself.
+  p.counter("tandem_control_ticks_total", "control ticks run", static_cast<double>(stats_.ticks));
+  p.counter("tandem_control_tick_seconds_total", "time spent in control ticks", stats_.tick_seconds);
+  p.gauge("tandem_control_tick_seconds_max", "the longest control tick since start", stats_.tick_seconds_max);
+  p.counter("tandem_records_total", "ring records taken from clients, by result",
+            static_cast<double>(stats_.records_accepted), {{"result", "accepted"}});
+  p.counter("tandem_records_total", "ring records taken from clients, by result",
+            static_cast<double>(stats_.records_rejected), {{"result", "rejected"}});
+  p.counter("tandem_directives_total", "directives sent to engines", static_cast<double>(stats_.directives));
+  p.counter("tandem_directive_ring_overflows_total",
+            "directives dropped because an engine's directive ring and backlog were full",
+            static_cast<double>(stats_.directives_dropped));
+  p.counter("tandem_clients_refused_total", "connections refused at the handshake",
+            static_cast<double>(stats_.clients_refused));
+  p.counter("tandem_clients_dropped_total", "clients dropped for misbehaving",
+            static_cast<double>(stats_.clients_dropped));
+  return p.text();
 }
 
 std::string Server::ctl_engines() const {

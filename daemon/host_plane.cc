@@ -387,11 +387,18 @@ void HostPlane::tool_ended(sched::SessionId session, std::uint32_t call) {
   auto it = s->calls.find(call);
   if (it == s->calls.end()) return;
   it->second.ended = true;
+  if (auto u = cgroups_->usage(it->second.node)) account_cpu(it->second, *u);
   auto procs = cgroups_->processes(it->second.node);
   if (procs && procs->empty() && cgroups_->remove(it->second.node)) {
     if (telemetry_) telemetry_->untrack(it->second.node.id);
     s->calls.erase(it);
   }
+}
+
+void HostPlane::account_cpu(Call& c, const cpu::Usage& u) {
+  if (!u.cpu_ns || *u.cpu_ns <= c.cpu_ns) return;
+  tools_cpu_ns_ += *u.cpu_ns - c.cpu_ns;
+  c.cpu_ns = *u.cpu_ns;
 }
 
 void HostPlane::on_events() {
@@ -493,6 +500,7 @@ void HostPlane::memory_rules(Time now, const sched::NodeModel& model) {
     for (auto& [call, c] : s.calls) {
       auto u = cgroups_->usage(c.node);
       if (!u) continue;
+      account_cpu(c, *u);
       c.memory_bytes = u->memory_bytes.value_or(0);
       tools_memory_ += c.memory_bytes;
       if (u->memory_stalled && !c.frozen) {
@@ -603,6 +611,7 @@ void HostPlane::status(nlohmann::json& out) const {
       {"memory_psi_some_avg10", memory_psi_},
       {"cpu_psi_some_avg10", cpu_psi_},
       {"tools_memory_bytes", tools_memory_},
+      {"tools_cpu_seconds", static_cast<double>(tools_cpu_ns_) * 1e-9},
       {"runq_delay_p50_us", std::chrono::duration<double, std::micro>(view_.runq_delay_p50).count()},
       {"tools_prepared", tools_prepared_},
       {"tools_killed", tools_killed_},

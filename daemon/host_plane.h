@@ -98,7 +98,10 @@ class HostPlane final : public HostEffects {
     bool frozen = false;
     std::optional<base::Time> stalled_since;
     std::uint64_t memory_bytes = 0;  // at the last sample
+    std::uint64_t cpu_ns = 0;        // CPU time at the last read (tools_cpu_ns_ has it)
   };
+  // Adds what `c` used since its last read to tools_cpu_ns_.
+  void account_cpu(Call& c, const cpu::Usage& u);
   struct SessionCg {
     cpu::Node node;
     std::map<std::uint32_t, Call> calls;
@@ -141,6 +144,7 @@ class HostPlane final : public HostEffects {
   double memory_psi_ = -1.0;
   double cpu_psi_ = -1.0;
   std::uint64_t tools_memory_ = 0;
+  std::uint64_t tools_cpu_ns_ = 0;  // Σ CPU of every tool call, read each host tick and at a call's end
   std::array<std::uint64_t, bpf::kRunqBuckets> runq_last_{};
   sched::CpuView view_;
   // Counters for tandemctl status.

@@ -147,6 +147,18 @@ base::Result<std::unique_ptr<Server>> Server::create(std::shared_ptr<const Compi
   s->uring_ = std::move(*uring);
 
   if (auto r = s->install_policy(*s->config_); !r) return base::propagate(std::move(r.error()));
+  // The metrics endpoint is a convenience: a port in use costs the endpoint,
+  // not the daemon (tandemctl metrics still answers, status says why).
+  if (!cfg.metrics_listen.empty()) {
+    auto address = parse_listen(cfg.metrics_listen);  // validated with the config
+    auto endpoint = address ? MetricsEndpoint::open(*address) : std::unexpected(std::move(address.error()));
+    if (endpoint) {
+      s->metrics_.emplace(std::move(*endpoint));
+    } else {
+      s->metrics_error_ = endpoint.error().message();
+      spdlog::warn("{}; serving metrics only through tandemctl metrics", s->metrics_error_);
+    }
+  }
   s->started_ = s->clock_.now();
   s->watchdog_usec_ = notifier.watchdog_usec();
   return s;
@@ -180,7 +192,20 @@ base::Result<void> Server::run() {
     uring_.poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
     host_armed_ = true;
   }
+  if (metrics_) {
+    metrics_->arm(uring_);
+    spdlog::info("metrics on http://{}/metrics", metrics_->address());
+  }
   notifier_->ready();
+  if (watchdog_usec_ > 0) {
+    notifier_->watchdog();
+    last_watchdog_ = clock_.now();
+    if (config_->config().tick >= std::chrono::microseconds(watchdog_usec_ / 2)) {
+      spdlog::warn("the control tick ({} ms) is at least half the watchdog period ({} ms): pings may come late",
+                   std::chrono::duration_cast<std::chrono::milliseconds>(config_->config().tick).count(),
+                   watchdog_usec_ / 2000);
+    }
+  }
   notifier_->status(fmt::format("serving {} with policy {}", socket_path_, config_->config().policy));
   spdlog::info("listening on {} (policy {}, tick {} ms)", socket_path_, config_->config().policy,
                std::chrono::duration_cast<std::chrono::milliseconds>(config_->config().tick).count());
@@ -198,6 +223,7 @@ base::Result<void> Server::run() {
   spdlog::info("stopping: {} clients, {} sessions", clients_.size(), model_.sessions().size());
   for (auto& [id, c] : clients_) c.doomed = true;
   sweep();
+  if (metrics_) metrics_->close_all(uring_);
   return {};
 }
 
@@ -246,6 +272,13 @@ void Server::handle(Tag tag, int res) {
         host_armed_ = true;
       }
       break;
+    case Op::kMetricsAccept:
+    case Op::kMetricsConn:
+      if (metrics_ && !stopping_) {
+        const Time now = clock_.now();
+        metrics_->on(tag, res, uring_, now, [&] { return metrics_text(now); });
+      }
+      break;
     case Op::kCancel:
       break;
   }
@@ -270,7 +303,12 @@ void Server::on_signal() {
 
 void Server::on_timer() {
   const Time now = clock_.now();
-  if (watchdog_usec_ > 0 && now - last_watchdog_ >= std::chrono::microseconds(watchdog_usec_ / 2)) {
+  if (metrics_) metrics_->expire(uring_, now);
+  // Pings come only at ticks: ping when the next tick would be past half the
+  // watchdog period, so two pings are never more than usec/2 apart.
+  const auto due = std::max<base::Duration>(std::chrono::microseconds(watchdog_usec_ / 2) - config_->config().tick,
+                                            base::Duration::zero());
+  if (watchdog_usec_ > 0 && now - last_watchdog_ >= due) {
     notifier_->watchdog();
     last_watchdog_ = now;
   }
@@ -903,11 +941,13 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
       // no other runner holds it); its hints come too late for the policy,
       // which saw the session arrive with the round.
       meta_for(c, r.session()).owner = c.id;
+      log_event(now, "session_open", r.session(), "by its runner, after its engine's first round");
       ++c.accepted;
       ++stats_.records_accepted;
       return;
     }
   }
+  count_record(r);
   // The host plane tracks tool calls whatever the scheduler makes of them
   // (a runner may run tools in a session no engine has seen).
   if (r.type() == ipc::RecordType::kToolStart) {
@@ -936,15 +976,67 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
   }
 }
 
+// Counters for the metrics that the session table does not keep: KV moves
+// by kind, and the tokens a round computes again because its session's
+// earlier context was not served from cache (the part of the prompt that
+// the session had computed before, less the engine's prefix hit).
+void Server::count_record(const ipc::Record& r) {
+  if (r.type() == ipc::RecordType::kKvEvent) {
+    const auto e = r.as<ipc::KvEvent>();
+    const std::size_t kind = e.kind - 1u;  // KvEventKind 1..4, validated by the decoder
+    if (kind < stats_.kv_events.size()) {
+      ++stats_.kv_events[kind];
+      stats_.kv_event_blocks[kind] += e.blocks;
+    }
+  } else if (r.type() == ipc::RecordType::kRoundSubmit) {
+    const auto rs = r.as<ipc::RoundSubmit>();
+    if (const sched::Session* s = model_.sessions().find(r.session())) {
+      const std::uint32_t known = std::min(rs.prompt_tokens, s->context_tokens);
+      if (known > rs.cached_tokens) stats_.recomputed_tokens += known - rs.cached_tokens;
+    }
+  }
+}
+
 bool Server::feed(const sched::Event& e, Time now) {
   if (!model_.observe(e, now)) return false;
   policy_.control->on_event(e, model_, now);
+  if (const auto* o = std::get_if<sched::SessionOpened>(&e)) {
+    log_event(now, "session_open", o->session, "");
+  } else if (const auto* c = std::get_if<sched::SessionClosed>(&e)) {
+    log_event(now, "session_close", c->session, "");
+  } else if (const auto* r = std::get_if<sched::RoundSubmitted>(&e)) {
+    log_event(now, "round_submit", r->session,
+              fmt::format("round {} on engine {}: {} prompt tokens, {} cached", r->round, r->engine, r->prompt_tokens,
+                          r->cached_tokens));
+  } else if (const auto* d = std::get_if<sched::RoundEnded>(&e)) {
+    log_event(now, "round_end", d->session,
+              fmt::format("round {}: {} output tokens{}", d->round, d->output_tokens,
+                          d->tool_follows ? ", a tool follows" : ""));
+  } else if (const auto* t = std::get_if<sched::ToolStarted>(&e)) {
+    log_event(now, "tool_start", t->session, fmt::format("call {}", t->tool_call));
+  } else if (const auto* te = std::get_if<sched::ToolEnded>(&e)) {
+    log_event(now, "tool_end", te->session,
+              fmt::format("call {}: exit {} after {:.3f} s", te->tool_call, te->exit_code, base::to_seconds(te->wall)));
+  } else if (const auto* k = std::get_if<sched::KvChanged>(&e)) {
+    static constexpr const char* kKinds[] = {"evicted", "restored", "offloaded", "dropped"};
+    log_event(now, "kv", k->session,
+              fmt::format("{} {} blocks", kKinds[static_cast<std::size_t>(k->change) % 4], k->blocks));
+  }
   return true;
+}
+
+void Server::log_event(Time now, std::string_view kind, sched::SessionId session, std::string detail) {
+  if (events_.size() >= kEventLogSize) events_.pop_front();
+  std::string name;
+  if (auto m = meta_.find(session); session != 0 && m != meta_.end()) name = m->second.name;
+  events_.push_back({next_event_++, base::to_seconds(now - started_), std::string(kind), session, std::move(name),
+                     std::move(detail)});
 }
 
 // ---- control ----------------------------------------------------------------------
 
 void Server::tick(Time now) {
+  const Time began = clock_.now();
   ++stats_.ticks;
   actions_.clear();
   policy_.control->tick(model_, now, actions_);
@@ -962,6 +1054,9 @@ void Server::tick(Time now) {
     if (!c.doomed && c.role == Role::kEngine && c.has_channel) publish_status(c, now);
   }
   ring_directive_bells();
+  const double took = base::to_seconds(clock_.now() - began);
+  stats_.tick_seconds += took;
+  stats_.tick_seconds_max = std::max(stats_.tick_seconds_max, took);
 }
 
 void Server::session_done(sched::SessionId id) {
@@ -993,19 +1088,23 @@ void Server::apply(const sched::Action& a, Time now) {
   auto m = meta_.find(a.session);
   switch (a.kind) {
     case K::kAdmit:
+      if (draining_) break;  // draining: new sessions wait (paused ones are still restored)
       if (table.transition(a.session, SessionState::kReasoning, now)) {
+        log_event(now, "admit", a.session, fmt::format("on engine {}", engine));
         send_directive(engine, directive_slot(ipc::Admit{}, a.session, now));
         if (m != meta_.end()) m->second.told = engine;
       }
       break;
     case K::kPause:
       if (table.transition(a.session, SessionState::kPaused, now)) {
+        log_event(now, "pause", a.session, "");
         send_directive(engine, directive_slot(ipc::Pause{}, a.session, now));
         if (m != meta_.end()) m->second.told = sched::kNoEngine;
       }
       break;
     case K::kRestore:
       if (table.transition(a.session, SessionState::kReasoning, now, a.engine)) {
+        log_event(now, "restore", a.session, fmt::format("onto engine {}", a.engine));
         ipc::Restore r;
         r.engine = a.engine;
         const ipc::Slot slot = directive_slot(r, a.session, now);
@@ -1022,18 +1121,23 @@ void Server::apply(const sched::Action& a, Time now) {
       break;
     }
     case K::kPin: {
+      log_event(now, "pin", a.session,
+                fmt::format("for {:.3f} s", base::to_seconds(Time(std::chrono::nanoseconds(a.value)) - now)));
       ipc::Pin p;
       p.until_ns = std::max<std::int64_t>(a.value, 1);
       send_directive(engine, directive_slot(p, a.session, now));
       break;
     }
     case K::kUnpin:
+      log_event(now, "unpin", a.session, "");
       send_directive(engine, directive_slot(ipc::Unpin{}, a.session, now));
       break;
     case K::kDrop:
+      log_event(now, "drop", a.session, "");
       send_directive(engine, directive_slot(ipc::Drop{}, a.session, now));
       break;
     case K::kOffload:
+      log_event(now, "offload", a.session, "");
       send_directive(engine, directive_slot(ipc::Offload{}, a.session, now));
       break;
     case K::kSetCpuWeight:
@@ -1047,6 +1151,7 @@ void Server::apply(const sched::Action& a, Time now) {
       ++stats_.effects_cpu_quota;
       break;
     case K::kKillTools:
+      log_event(now, "kill_tools", a.session, "by the policy");
       effects_->kill_tools(a.session, ipc::ToolExitReason::kKilledPolicy);
       ++stats_.effects_kill_tools;
       break;
@@ -1111,52 +1216,56 @@ void Server::reload() {
   auto fresh = reload_ ? reload_() : base::Result<std::shared_ptr<const CompiledConfig>>(config_);
   if (!fresh) {
     spdlog::error("reload failed; the running configuration is unchanged: {}", fresh.error().message());
-    notifier_->ready();
-    return;
+  } else if (auto applied = apply_config(std::move(*fresh), "reload"); !applied) {
+    spdlog::error("{}", applied.error().message());
   }
+  notifier_->ready();
+}
+
+base::Result<void> Server::apply_config(std::shared_ptr<const CompiledConfig> fresh, std::string_view why) {
   const Config& old_cfg = config_->config();
-  const Config& cfg = (*fresh)->config();
+  const Config& cfg = fresh->config();
   std::string restart_only;
   if (cfg.runtime_dir != old_cfg.runtime_dir) restart_only = "runtime_dir";
   if (cfg.event_slots != old_cfg.event_slots) restart_only = "ipc.event_slots";
   if (cfg.directive_slots != old_cfg.directive_slots) restart_only = "ipc.directive_slots";
   if (!restart_only.empty()) {
-    spdlog::error(
-        "reload refused: {} changed and takes effect only at a restart; the running configuration is "
-        "unchanged",
-        restart_only);
-    notifier_->ready();
-    return;
+    return base::make_error(EINVAL, fmt::format("{} refused: {} changed and takes effect only at a restart; the "
+                                                "running configuration is unchanged",
+                                                why, restart_only));
   }
   if (!(cfg.host == old_cfg.host)) {
-    spdlog::warn("reload: [cgroups], [tools], [memory] and [telemetry] changes take effect at the next restart");
+    spdlog::warn("{}: [cgroups], [tools], [memory] and [telemetry] changes take effect at the next restart", why);
+  }
+  if (cfg.metrics_listen != old_cfg.metrics_listen) {
+    spdlog::warn("{}: [metrics] listen changes take effect at the next restart", why);
   }
   const bool policy_changed = cfg.policy != old_cfg.policy || cfg.policy_params != old_cfg.policy_params;
   if (policy_changed) {
-    if (auto r = install_policy(**fresh); !r) {
-      spdlog::error("reload failed; the running configuration is unchanged: {}", r.error().message());
-      notifier_->ready();
-      return;
+    if (auto r = install_policy(*fresh); !r) {
+      return base::make_error(
+          EINVAL, fmt::format("{} failed; the running configuration is unchanged: {}", why, r.error().message()));
     }
   }
   if (cfg.tick != old_cfg.tick) {
     auto timer = make_timer(cfg.tick);
     if (!timer) {
-      spdlog::error("reload: new tick timer: {}; keeping the old tick", timer.error().message());
+      spdlog::error("{}: new tick timer: {}; keeping the old tick", why, timer.error().message());
     } else {
       // The armed read holds the old timer's file; it fires once more and is
       // re-armed on the new one.
       timer_fd_ = std::move(*timer);
     }
   }
-  config_ = std::move(*fresh);
+  config_ = std::move(fresh);
   if (policy_changed) {
     for (auto& [id, c] : clients_) {
       if (!c.doomed && c.role == Role::kEngine && c.phase == Phase::kActive) send_policy_config(c);
     }
   }
-  spdlog::info("reloaded {} (policy {}{})", cfg.source, cfg.policy, policy_changed ? ", changed" : "");
-  notifier_->ready();
+  spdlog::info("{}: {} (policy {}{})", why, config_->config().source, config_->config().policy,
+               policy_changed ? ", changed" : "");
+  return {};
 }
 
 }  // namespace tandem::daemon

@@ -26,6 +26,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -41,6 +42,7 @@
 #include "base/unique_fd.h"
 #include "daemon/config.h"
 #include "daemon/effects.h"
+#include "daemon/metrics.h"
 #include "daemon/uring.h"
 #include "ipc/channel.h"
 #include "ipc/messages.h"
@@ -102,6 +104,13 @@ struct ServerStats {
   std::uint64_t resyncs = 0;         // Resync messages taken
   std::uint64_t tools_prepared = 0;  // ToolPrepare answered with a cgroup
   std::uint64_t tools_refused = 0;   // ToolPrepare answered with an error
+  // KV_EVENT records by ipc::KvEventKind − 1 (evicted, restored, offloaded,
+  // dropped) and the blocks they moved.
+  std::array<std::uint64_t, 4> kv_events{};
+  std::array<std::uint64_t, 4> kv_event_blocks{};
+  std::uint64_t recomputed_tokens = 0;  // prompt tokens a session had computed before and the engine did not hit
+  double tick_seconds = 0;              // Σ control tick durations
+  double tick_seconds_max = 0;
 };
 
 // Thread-safety: one thread.
@@ -244,6 +253,11 @@ class Server {
   void session_done(sched::SessionId id);
   base::Result<void> install_policy(const CompiledConfig& config);
   void reload();
+  // Makes `fresh` the running configuration (reload, `tandemctl policy set`):
+  // the policy rebuilt when it changed, engines sent the new PolicyConfig,
+  // the tick re-timed. Refused (nothing changes) when a restart-only key
+  // differs or the policy cannot be built; `why` names the caller in logs.
+  base::Result<void> apply_config(std::shared_ptr<const CompiledConfig> fresh, std::string_view why);
 
   // ctl (daemon/ctl.cc).
   std::string ctl_status(base::Time now) const;
@@ -252,6 +266,14 @@ class Server {
   std::string ctl_tools() const;
   // tandemctl session-kill: closes a session, killing its tools. 0 or an errno value; `out` says what happened.
   int ctl_session_kill(std::string_view who, base::Time now, std::string& out);
+  int ctl_session_evict(std::string_view who, base::Time now, std::string& out);
+  // The live session `who` names (an id or a name), or 0 with `out` saying so.
+  sched::SessionId find_live_session(std::string_view who, std::string& out) const;
+  std::string ctl_policy() const;
+  int ctl_policy_set(std::string_view key, std::string_view value, std::string& out);
+  // Prometheus text of everything below (docs/metrics.md).
+  std::string metrics_text(base::Time now) const;
+  void count_record(const ipc::Record& r);
 
   Client* find_client(std::uint32_t id);
 
@@ -272,6 +294,24 @@ class Server {
   std::uint64_t timer_buf_ = 0;
   bool stopping_ = false;
   bool host_armed_ = false;  // a POLLIN on the host plane's event fd is outstanding
+  // The event log `tandemctl events` reads: session lifecycle, rounds,
+  // tools, KV moves, the policy's actions and operators' commands.
+  struct LoggedEvent {
+    std::uint64_t seq;
+    double t;  // seconds since start
+    std::string kind;
+    sched::SessionId session;
+    std::string name;  // the session's, when known as it was logged
+    std::string detail;
+  };
+  static constexpr std::size_t kEventLogSize = 4096;
+  void log_event(base::Time now, std::string_view kind, sched::SessionId session, std::string detail);
+  std::string ctl_events(std::string_view since) const;
+  std::deque<LoggedEvent> events_;
+  std::uint64_t next_event_ = 1;
+  bool draining_ = false;  // tandemctl drain: no new session is admitted; live ones go on
+  std::optional<MetricsEndpoint> metrics_;
+  std::string metrics_error_;  // why there is no endpoint ("" when there is, or none was asked)
   std::uint64_t watchdog_usec_ = 0;
   base::Time last_watchdog_{};
 

@@ -21,14 +21,16 @@
 namespace tandem::daemon {
 
 enum class Op : std::uint8_t {
-  kSignal = 1,   // read of a signalfd_siginfo
-  kTimer,        // read of the timerfd's expiry count
-  kAccept,       // accept on the listening socket
-  kClientSock,   // POLLIN on a client socket
-  kClientPidfd,  // POLLIN on a client's pidfd: the process exited
-  kClientBell,   // read of a client's event-ring doorbell
-  kCancel,       // completion of a cancel request (ignored)
-  kHostEvents,   // POLLIN on the host plane's event fd (the eBPF ring buffer)
+  kSignal = 1,     // read of a signalfd_siginfo
+  kTimer,          // read of the timerfd's expiry count
+  kAccept,         // accept on the listening socket
+  kClientSock,     // POLLIN on a client socket
+  kClientPidfd,    // POLLIN on a client's pidfd: the process exited
+  kClientBell,     // read of a client's event-ring doorbell
+  kCancel,         // completion of a cancel request (ignored)
+  kHostEvents,     // POLLIN on the host plane's event fd (the eBPF ring buffer)
+  kMetricsAccept,  // accept on the metrics endpoint's TCP socket
+  kMetricsConn,    // POLLIN on a metrics connection (client = its connection id)
 };
 
 // op (8 bits) | client id (32 bits). Client ids are never reused, so a late

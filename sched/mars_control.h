@@ -118,6 +118,7 @@ class MarsControl final : public ControlPolicy {
   // Read-only state, for tests and `tandemctl`.
   const MarsControlParams& params() const { return p_; }
   std::uint32_t window() const { return w_aimd_; }  // W_aimd (caps folded in at each control)
+  std::optional<std::uint32_t> admission_window() const override { return w_aimd_; }
   std::uint32_t w_cpu() const { return w_cpu_; }
   std::uint32_t w_kv() const { return w_kv_; }
   std::uint32_t w_adm() const { return w_adm_; }  // min(W_aimd, W_cpu, W_kv) at the last tick

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,9 @@ class ControlPolicy {
   virtual void on_event(const Event& /*event*/, const NodeModel& /*model*/, Time /*now*/) {}
   // Every control interval.
   virtual void tick(const NodeModel& model, Time now, Actions& out) = 0;
+  // The admission window (sessions allowed to reason at once), for
+  // policies that keep one (MARS's AIMD); none for those that admit all.
+  virtual std::optional<std::uint32_t> admission_window() const { return std::nullopt; }
 };
 
 // ---- step scheduling --------------------------------------------------------

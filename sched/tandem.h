@@ -150,6 +150,7 @@ class TandemControl final : public ControlPolicy {
   void tick(const NodeModel& model, Time now, Actions& out) override;
 
   const MarsControl& mars() const { return mars_; }
+  std::optional<std::uint32_t> admission_window() const override { return mars_.window(); }
   // What residency last decided for a session (nullptr if none).
   const ResidencyDecision* residency_of(SessionId s) const;
 

@@ -351,7 +351,6 @@ bool wants_log(const std::vector<double>& values) {
   return hi / lo > 20.0;
 }
 
-// The script and data files of the three panels, written into `dir`.
 // The gnuplot script of write_plot; its data files go into `files`.
 std::string plot_script(const Report& report, std::map<std::string, std::string>& files) {
   PlotData d = collect(report);

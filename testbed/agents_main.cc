@@ -385,6 +385,11 @@ BurnReport read_report(const std::string& output, std::uint64_t session) {
 }
 
 void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& log, Shared& sh) {
+  // Counted on every way out: the main thread waits for all of them.
+  struct Done {
+    Shared& sh;
+    ~Done() { sh.done.fetch_add(1); }
+  } done{sh};
   const double c = sh.flags.compress;
   log.name = fmt::format("{}#{}", spec.name, index);
   log.arrival_s = spec.arrival_s / c;
@@ -469,7 +474,6 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
   log.complete = log.error.empty();
   log.finish_s = since(sh.t0);
   sh.runner.close_session(session, log.complete);
-  sh.done.fetch_add(1);
 }
 
 // ---- run ---------------------------------------------------------------------------
@@ -565,6 +569,10 @@ int run(const ReplayFlags& flags) {
   if (auto slash = host.find('/'); slash != std::string::npos) host.resize(slash);
   auto before = get_json(host, "/stats");
   if (!before) return fail(fmt::format("no engine answers at {}/stats (start tandem-engine-emu first)", flags.url));
+  if (!before->contains("tokens") || !before->contains("time") || !before->contains("engine")) {
+    return fail(fmt::format(
+        "{}/stats lacks the engine's token and time counters: is it tandem-engine-emu of this build?", flags.url));
+  }
   const double speedup = before->value("speedup", 0.0);
   if (std::fabs(speedup - flags.compress) > 1e-9 * flags.compress) {
     return fail(fmt::format("the engine runs with --speedup {} but --compress is {}: they must match", speedup,

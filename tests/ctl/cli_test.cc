@@ -223,6 +223,15 @@ TEST(TandemctlUsage, ErrorsExitTwoNamingTheArgument) {
       {{"--json=yes", "status"}, "--json takes no value"},
       {{"sessions", "extra"}, "sessions: unexpected argument 'extra'"},
       {{"--runtime-dir", "/" + std::string(200, 'x'), "status"}, "--runtime-dir: socket path too long"},
+      {{"session"}, "session: expected 'session evict SESSION' or 'session kill SESSION'"},
+      {{"session", "frob", "x"}, "session: expected"},
+      {{"session", "evict"}, "session-evict: needs one session name or id"},
+      {{"policy", "set", "window_max"}, "policy: expected 'policy [get]' or 'policy set KEY VALUE'"},
+      {{"policy", "frob"}, "policy: expected"},
+      {{"drain", "now"}, "drain: unexpected argument 'now'"},
+      {{"status", "--follow"}, "--follow goes with events"},
+      {{"top", "--interval", "0"}, "--interval needs a number of seconds"},
+      {{"top", "--count", "x"}, "--count needs a positive integer"},
   };
   for (const auto& c : cases) {
     Outcome o = run_ctl(dir.path(), c.args);
@@ -314,6 +323,52 @@ TEST(TandemctlDaemon, FailedRequestExitsOneWithTheBody) {
   EXPECT_EQ(daemon.seen().command, "status");
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_EQ(o.err, "tandemctl: status: not implemented yet\n");
+}
+
+TEST(TandemctlDaemon, SteeringAsksForTheAdminRoleAndDenialExitsThree) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string command;
+    wire::Role role;
+  };
+  const Case cases[] = {
+      {{"session", "evict", "a1"}, "session-evict", wire::Role::CtlAdmin},
+      {{"session", "kill", "a1"}, "session-kill", wire::Role::CtlAdmin},
+      {{"drain"}, "drain", wire::Role::CtlAdmin},
+      {{"undrain"}, "undrain", wire::Role::CtlAdmin},
+      {{"reload"}, "reload", wire::Role::CtlAdmin},
+      {{"policy", "set", "window_max", "8"}, "policy", wire::Role::CtlAdmin},
+      {{"policy"}, "policy", wire::Role::CtlRead},
+      {{"metrics"}, "metrics", wire::Role::CtlRead},
+  };
+  for (const Case& c : cases) {
+    TempDir dir;
+    FakeDaemon daemon(dir.path(), welcome(), ipc::build_ctl_response(EPERM, c.command + " needs the ctl_admin role"));
+    std::vector<std::string> args = {"--runtime-dir", dir.path().string()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    Outcome o = run_ctl(dir.path(), args);
+    EXPECT_EQ(daemon.seen().command, c.command);
+    EXPECT_EQ(daemon.seen().role, c.role) << c.command;
+    EXPECT_EQ(o.exit_code, 3) << c.command << o.err;
+    EXPECT_EQ(o.err, "tandemctl: " + c.command + " needs the ctl_admin role\n");
+  }
+}
+
+TEST(TandemctlDaemon, UnknownSessionExitsFour) {
+  TempDir dir;
+  FakeDaemon daemon(dir.path(), welcome(), ipc::build_ctl_response(ENOENT, "no live session \"x\""));
+  Outcome o = run_ctl(dir.path(), {"--runtime-dir", dir.path().string(), "session", "kill", "x"});
+  EXPECT_EQ(o.exit_code, 4);
+  EXPECT_EQ(o.err, "tandemctl: no live session \"x\"\n");
+}
+
+TEST(TandemctlDaemon, MetricsPrintsTheTextAsItComes) {
+  TempDir dir;
+  const std::string text = "# HELP tandem_up x\n# TYPE tandem_up gauge\ntandem_up 1\n";
+  FakeDaemon daemon(dir.path(), welcome(), ipc::build_ctl_response(0, text));
+  Outcome o = run_ctl(dir.path(), {"--runtime-dir", dir.path().string(), "--json", "metrics"});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, text);
 }
 
 TEST(TandemctlDaemon, BadJsonExitsOne) {

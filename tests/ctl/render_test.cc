@@ -44,6 +44,8 @@ TEST(RenderStatus, SampleIsAlignedKeyValueLines) {
             "runtime_dir:          /run/tandem\n"
             "policy.name:          tandem\n"
             "policy.epoch:         1\n"
+            "admission_window:     -\n"
+            "metrics.listen:       -\n"
             "clients.engine:       1\n"
             "clients.runner:       1\n"
             "clients.ctl_read:     1\n"
@@ -181,6 +183,68 @@ TEST(RenderSessionKill, SaysWhatHappened) {
   ASSERT_TRUE(text) << text.error().message();
   EXPECT_NE(text->find("913ec560715f3bce killed"), std::string::npos) << *text;
   EXPECT_FALSE(render("session-kill", "{}", false));
+}
+
+TEST(RenderSteering, SaysWhatHappened) {
+  auto drain = render("drain", R"({"draining":true,"waiting":2,"live":5})", false);
+  ASSERT_TRUE(drain);
+  EXPECT_EQ(*drain, "draining: no new session is admitted (2 waiting, 5 live)\n");
+  EXPECT_EQ(*render("undrain", R"({"draining":false})", false), "admitting new sessions\n");
+  EXPECT_EQ(
+      *render("reload", R"({"reloaded":true,"source":"/etc/tandem/tandemd.toml","policy":"mars","epoch":3})", false),
+      "reloaded /etc/tandem/tandemd.toml: policy mars (epoch 3)\n");
+  EXPECT_NE(render("session-evict", R"({"session":"00ab","evicted":true,"engine":2})", false)->find("engine 2"),
+            std::string::npos);
+}
+
+TEST(RenderPolicy, ParametersWithDefaultsAndRanges) {
+  auto text = render("policy", R"({"name":"mars","epoch":2,"tick_ms":50,"source":"f.toml",
+      "params":{"window_max":7,"window_min":1},
+      "specs":[{"name":"window_max","default":30,"min":1,"max":4096,"doc":"ceiling"},
+               {"name":"window_min","default":1,"min":1,"max":4096,"doc":"floor"}]})",
+                     false);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_EQ(*text,
+            "policy mars (epoch 2, tick 50 ms) from f.toml\n"
+            "PARAMETER   VALUE  DEFAULT  RANGE      MEANING\n"
+            "window_max      7       30  1 .. 4096  ceiling\n"
+            "window_min      1        1  1 .. 4096  floor\n");
+  EXPECT_FALSE(render("policy", R"({"name":"mars"})", false));
+}
+
+TEST(RenderEvents, LinesAdvanceTheCursorAndSayWhatWasLost) {
+  std::uint64_t since = 0;
+  auto text = render_events(R"({"events":[
+      {"seq":4,"t":1.5,"kind":"admit","session":"00000000000000ab","name":"agent-1","detail":"on engine 2"},
+      {"seq":5,"t":2.25,"kind":"drain","detail":"by an operator"}],"next":5,"lost":0})",
+                            false, since);
+  ASSERT_TRUE(text) << text.error().message();
+  EXPECT_EQ(*text,
+            "+      1.5s  admit          agent-1 (00000000000000ab)  on engine 2\n"
+            "+     2.25s  drain          by an operator\n");
+  EXPECT_EQ(since, 5u);
+  auto json_lines = render_events(R"({"events":[{"seq":9,"t":3,"kind":"pin"}],"next":9,"lost":3})", true, since);
+  ASSERT_TRUE(json_lines);
+  EXPECT_EQ(*json_lines,
+            "(3 events left the daemon's log before they were read)\n"
+            "{\"kind\":\"pin\",\"seq\":9,\"t\":3}\n");
+  EXPECT_EQ(since, 9u);
+  EXPECT_FALSE(render_events("[]", false, since));
+}
+
+TEST(RenderTop, StatusSummaryAndTables) {
+  auto head = render_top_part("status", R"({"version":"0.1.0","uptime_s":65,"policy":{"name":"tandem"},
+      "admission_window":12,"draining":true,"sessions":{"total":3,"waiting":1,"reasoning":1,"acting":1,"paused":0},
+      "clients":{"engine":2,"runner":1},"host":{"memory_pressure":"normal","memory_psi_some_avg10":0.5,
+      "tool_cgroups":4,"tools_memory_bytes":1048576}})");
+  ASSERT_TRUE(head) << head.error().message();
+  EXPECT_NE(head->find("policy tandem (window 12)  DRAINING"), std::string::npos) << *head;
+  EXPECT_NE(head->find("sessions 3: 1 waiting, 1 reasoning, 1 acting, 0 paused"), std::string::npos) << *head;
+  EXPECT_NE(head->find("4 tool cgroups, 1.0 MiB"), std::string::npos) << *head;
+  auto sparse = render_top_part("status", "{}");
+  ASSERT_TRUE(sparse) << "missing keys are dashes, not errors";
+  EXPECT_TRUE(render_top_part("sessions", R"({"sessions":[]})"));
+  EXPECT_FALSE(render_top_part("engines", "nope"));
 }
 
 TEST(RenderSessions, NullsEmptyNameAndOddIds) {

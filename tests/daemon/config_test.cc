@@ -1,6 +1,7 @@
 // tandemd.toml parsing, validation, compilation and role checks.
 #include "daemon/config.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -283,6 +284,29 @@ TEST(Config, ExampleFileIsTheDefaults) {
   EXPECT_EQ(r->limits.records_per_s, d.limits.records_per_s);
   EXPECT_EQ(r->limits.messages_per_s, d.limits.messages_per_s);
   EXPECT_EQ(r->limits.pump_batch, d.limits.pump_batch);
+  EXPECT_EQ(r->metrics_listen, d.metrics_listen);
+}
+
+TEST(Config, MetricsListensOnLoopbackOnly) {
+  EXPECT_EQ(Config{}.metrics_listen, "127.0.0.1:9464");
+  for (std::string_view ok : {"127.0.0.1:0", "127.1.2.3:9100", "localhost:9464", "[::1]:9464", ""}) {
+    auto r = parse_config(fmt::format("[metrics]\nlisten = \"{}\"\n", ok), "t.toml");
+    ASSERT_TRUE(r) << ok << ": " << r.error().message();
+    EXPECT_EQ(r->metrics_listen, ok);
+  }
+  for (std::string_view bad :
+       {"0.0.0.0:9464", "10.0.0.1:9464", "[::]:9464", "127.0.0.1", "127.0.0.1:70000", "host:9464", "[::1]9464"}) {
+    auto r = parse_config(fmt::format("[metrics]\nlisten = \"{}\"\n", bad), "t.toml");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_THAT(r.error().message(), HasSubstr("metrics.listen")) << bad;
+    EXPECT_THAT(r.error().message(), HasSubstr(bad)) << bad;
+  }
+  auto unknown = parse_config("[metrics]\nport = 1\n", "t.toml");
+  ASSERT_FALSE(unknown);
+  EXPECT_THAT(unknown.error().message(), HasSubstr("metrics.port"));
+  auto d = parse_config("[metrics]\nlisten = \"\"\n", "t.toml");
+  ASSERT_TRUE(d);
+  EXPECT_THAT(describe(*d), HasSubstr("metrics      off"));
 }
 
 TEST(CompiledConfig, FillsPolicyDefaults) {

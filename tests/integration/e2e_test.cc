@@ -163,6 +163,73 @@ TEST(EndToEnd, RoundsAreAdmittedAsThePolicySays) {
   EXPECT_EQ(emu.stop(), 0);
 }
 
+// The operator's commands through the real tandemctl: drain holds new
+// sessions while live ones go on; policy set changes the running policy
+// (validated); events shows what happened; session evict/kill and the exit
+// codes; reload goes back to the file.
+TEST(EndToEnd, OperatorsSteerThroughTandemctl) {
+  TempDir dir;
+  Daemon daemon(dir.path(), "[policy]\nname = \"mars\"\n");
+  daemon.start();
+  Emulator emu;
+  emu.start(dir.path(), "emu-0");
+  Runner runner(dir.path());
+  ASSERT_TRUE(runner.wait_connected());
+  runner.open("live-1");
+  ASSERT_EQ(emu.complete("live-1", 4), 200);
+
+  int st = 0;
+  EXPECT_NE(tandemctl(dir.path(), "drain", &st).find("draining: no new session is admitted"), std::string::npos);
+  EXPECT_EQ(st, 0);
+  runner.open("new-1");
+  auto held = std::async(std::launch::async, [&] { return emu.complete("new-1", 4); });
+  EXPECT_EQ(held.wait_for(1500ms), std::future_status::timeout) << "a new session waits while draining";
+  EXPECT_EQ(emu.complete("live-1", 4), 200) << "a live session goes on";
+  EXPECT_NE(tandemctl(dir.path(), "status").find("draining:"), std::string::npos);
+  tandemctl(dir.path(), "undrain", &st);
+  EXPECT_EQ(st, 0);
+  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(held.get(), 200);
+
+  // policy get / set: a bad key changes nothing and names the problem (exit 1).
+  const std::string bad = tandemctl(dir.path(), "policy set window_maxx 3", &st);
+  EXPECT_NE(st, 0);
+  EXPECT_NE(bad.find("not a parameter of policy 'mars'"), std::string::npos) << bad;
+  const std::string set = tandemctl(dir.path(), "policy set window_max 7", &st);
+  EXPECT_EQ(st, 0) << set;
+  const json policy = json::parse(tandemctl(dir.path(), "policy --json"));
+  EXPECT_EQ(policy["name"], "mars");
+  EXPECT_EQ(policy["params"]["window_max"], 7);
+  EXPECT_GE(policy["epoch"].get<int>(), 2);
+
+  // session evict / kill, and the exit codes for a missing session.
+  const std::string evicted = tandemctl(dir.path(), "session evict live-1", &st);
+  EXPECT_EQ(st, 0) << evicted;
+  EXPECT_NE(evicted.find("dropped"), std::string::npos) << evicted;
+  tandemctl(dir.path(), "session kill nobody", &st);
+  EXPECT_EQ(WEXITSTATUS(st), 4);
+  tandemctl(dir.path(), "session kill new-1", &st);
+  EXPECT_EQ(st, 0);
+  tandemctl(dir.path(), "session frob x", &st);
+  EXPECT_EQ(WEXITSTATUS(st), 2);
+
+  // events: what happened, in order, names included.
+  const std::string events = tandemctl(dir.path(), "events");
+  for (const char* want : {"drain", "undrain", "admit", "round_end", "evict", "kill"}) {
+    EXPECT_NE(events.find(want), std::string::npos) << want << "\n" << events;
+  }
+  EXPECT_NE(events.find("new-1"), std::string::npos) << events;
+
+  // reload: back to the file's policy parameters.
+  const std::string reloaded = tandemctl(dir.path(), "reload", &st);
+  EXPECT_EQ(st, 0) << reloaded;
+  EXPECT_EQ(json::parse(tandemctl(dir.path(), "policy --json"))["params"]["window_max"], 30);
+  const std::string top = tandemctl(dir.path(), "top --count 1", &st);
+  EXPECT_EQ(st, 0);
+  EXPECT_NE(top.find("policy mars"), std::string::npos) << top;
+  EXPECT_EQ(emu.stop(), 0);
+}
+
 TEST(EndToEnd, DaemonKilledUnderLoadRestartsAndResyncs) {
   TempDir dir;
   Daemon daemon(dir.path());

@@ -90,6 +90,8 @@ Daemon::Daemon(std::string runtime_dir, const std::string& config_text)
   if (text.find("[cgroups]") == std::string::npos) {
     text += fmt::format("\n[cgroups]\nsubtree = \"{}\"\n", dir_.substr(dir_.rfind('/') + 1));
   }
+  // ... and a metrics port of its own (any free one: status says which).
+  if (text.find("[metrics]") == std::string::npos) text += "\n[metrics]\nlisten = \"127.0.0.1:0\"\n";
   std::ofstream(config_path_) << text;
 }
 

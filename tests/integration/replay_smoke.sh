@@ -35,6 +35,13 @@ if [ "$before" != "$after" ]; then
   comm -13 <(echo "$before") <(echo "$after")
   exit 1
 fi
+# tandemd, the engine and the agents carry their run's runtime dir in their
+# command line; tool processes sit in the cgroups checked above.
+if procs=$(pgrep -a -f '/tmp/tandem-replay\.'); then
+  echo "processes left behind:"
+  echo "$procs"
+  exit 1
+fi
 
 python3 - "$out" "$(id -u)" <<'EOF'
 import json, os, sys

@@ -1,0 +1,166 @@
+// The real tandemd's metrics: scraped over HTTP from its loopback port and
+// through `ctl metrics`, both checked with an independent parser (Debian's
+// python3-prometheus-client), and their values against what a client did.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/integration/harness.h"
+
+namespace tandem::it {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string http_get(std::uint16_t port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+// Runs the exposition through prometheus_client's parser; returns its
+// "name{labels} value" lines, or "ERROR: ..." (or "SKIP" without the parser).
+std::string parse_with_prometheus_client(const std::string& text, const std::string& dir) {
+  const std::string in = dir + "/metrics.txt";
+  std::ofstream(in) << text;
+  const std::string cmd =
+      "/usr/bin/python3 -c '"
+      "import sys\n"
+      "try:\n"
+      "    from prometheus_client.parser import text_string_to_metric_families\n"
+      "except ImportError:\n"
+      "    print(\"SKIP\"); sys.exit(0)\n"
+      "try:\n"
+      "    for f in text_string_to_metric_families(open(sys.argv[1]).read()):\n"
+      "        for s in f.samples:\n"
+      "            print(f.type, s.name, sorted(s.labels.items()), s.value)\n"
+      "except Exception as e:\n"
+      "    print(\"ERROR:\", e)\n"
+      "' " +
+      in + " 2>&1";
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    ::pclose(p);
+  }
+  return out;
+}
+
+ipc::EngineInfo engine_info() {
+  ipc::EngineInfo e;
+  e.gpu_index = 0;
+  e.block_size = 16;
+  e.total_blocks = 1000;
+  e.max_seqs = 64;
+  e.token_budget = 2048;
+  return e;
+}
+
+TEST(Metrics, ScrapedOverHttpAndCtlAndParsedByPrometheusClient) {
+  TempDir dir;
+  Daemon daemon(dir.path());
+  daemon.start();
+  auto engine = RawClient::connect(daemon.socket_path());
+  ASSERT_TRUE(engine);
+  ASSERT_TRUE(engine->hello(wire::Role::Engine, "gpu0-engine", engine_info()));
+  ipc::KvStats stats;
+  stats.blocks_total = 1000;
+  stats.blocks_free = 700;
+  stats.blocks_pinned = 40;
+  ASSERT_TRUE(engine->push(record(stats, 0)));
+  ipc::RoundSubmit round;
+  round.prompt_tokens = 100;
+  round.projected_blocks = 8;
+  ASSERT_TRUE(engine->push(record(round, 0x77)));
+  ipc::KvEvent evicted;
+  evicted.kind = static_cast<std::uint8_t>(ipc::KvEventKind::kEvicted);
+  evicted.blocks = 5;
+  ASSERT_TRUE(engine->push(record(evicted, 0x77)));
+
+  const nlohmann::json status = ctl(daemon.socket_path(), "status");
+  const std::string listen = status["metrics"]["listen"].get<std::string>();
+  ASSERT_THAT(listen, ::testing::StartsWith("127.0.0.1:")) << status.dump();
+  const auto port = static_cast<std::uint16_t>(std::stoi(listen.substr(listen.rfind(':') + 1)));
+
+  std::string body;
+  ASSERT_TRUE(eventually([&] {
+    const std::string reply = http_get(port, "/metrics");
+    const auto split = reply.find("\r\n\r\n");
+    if (split == std::string::npos) return false;
+    body = reply.substr(split + 4);
+    return body.find("kind=\"evicted\"} 1\n") != std::string::npos;
+  })) << body;
+  EXPECT_THAT(http_get(port, "/nope"), HasSubstr("404 Not Found"));
+
+  const std::string parsed = parse_with_prometheus_client(body, dir.path());
+  if (parsed.starts_with("SKIP")) GTEST_SKIP() << "python3-prometheus-client is not installed (scripts/install-deps)";
+  ASSERT_THAT(parsed, ::testing::Not(HasSubstr("ERROR"))) << parsed << "\n---\n" << body;
+  // The families the issue names, with the values this test caused.
+  EXPECT_THAT(parsed, HasSubstr("gauge tandem_sessions [('state', 'reasoning')]"));
+  EXPECT_THAT(parsed, HasSubstr("gauge tandem_kv_blocks [('engine', 'gpu0-engine'), ('state', 'total')] 1000.0"));
+  EXPECT_THAT(parsed, HasSubstr("gauge tandem_kv_blocks [('engine', 'gpu0-engine'), ('state', 'pinned')] 40.0"));
+  EXPECT_THAT(parsed, HasSubstr("counter tandem_kv_events_total [('kind', 'evicted')] 1.0"));
+  EXPECT_THAT(parsed, HasSubstr("counter tandem_kv_event_blocks_total [('kind', 'evicted')] 5.0"));
+  EXPECT_THAT(parsed, HasSubstr("gauge tandem_admission_window [] "));
+  EXPECT_THAT(parsed, HasSubstr("gauge tandem_clients [('role', 'engine')] 1.0"));
+  for (const char* family :
+       {"tandem_kv_pinned_sessions", "tandem_recomputed_tokens_total", "tandem_tool_calls_total",
+        "tandem_tool_cpu_seconds_total", "tandem_tool_memory_bytes", "tandem_control_tick_seconds_total",
+        "tandem_control_ticks_total", "tandem_directive_ring_overflows_total", "tandem_records_total"}) {
+    EXPECT_THAT(parsed, HasSubstr(std::string(" ") + family + " ")) << family;
+  }
+
+  // tandemctl metrics: the same families through the control socket.
+  auto c = RawClient::connect(daemon.socket_path());
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->hello(wire::Role::CtlRead, "it-ctl"));
+  auto text = c->ctl("metrics");
+  ASSERT_TRUE(text) << text.error().message();
+  const std::string via_ctl = parse_with_prometheus_client(*text, dir.path());
+  EXPECT_THAT(via_ctl, ::testing::Not(HasSubstr("ERROR"))) << via_ctl;
+  EXPECT_THAT(via_ctl, HasSubstr("counter tandem_kv_events_total [('kind', 'evicted')] 1.0"));
+  EXPECT_GE(ctl(daemon.socket_path(), "status")["metrics"]["scrapes"].get<int>(), 1);
+}
+
+TEST(Metrics, APortInUseCostsTheEndpointNotTheDaemon) {
+  TempDir first_dir;
+  Daemon first(first_dir.path());
+  first.start();
+  const std::string taken = ctl(first.socket_path(), "status")["metrics"]["listen"].get<std::string>();
+  TempDir dir;
+  Daemon second(dir.path(), "[metrics]\nlisten = \"" + taken + "\"\n");
+  second.start();
+  const std::string listen = ctl(second.socket_path(), "status")["metrics"]["listen"].get<std::string>();
+  EXPECT_THAT(listen, HasSubstr("off: metrics: bind " + taken));
+  EXPECT_THAT(second.log(), HasSubstr("serving metrics only through tandemctl metrics"));
+  auto c = RawClient::connect(second.socket_path());
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->hello(wire::Role::CtlRead, "it-ctl"));
+  auto text = c->ctl("metrics");
+  ASSERT_TRUE(text);
+  EXPECT_THAT(*text, HasSubstr("tandem_build_info{"));
+}
+
+}  // namespace
+}  // namespace tandem::it
