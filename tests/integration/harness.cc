@@ -136,6 +136,16 @@ std::string Daemon::log() const {
 
 bool socket_accepts(const std::string& path) { return RawClient::connect(path).has_value(); }
 
+ipc::EngineInfo test_engine_info() {
+  ipc::EngineInfo e;
+  e.gpu_index = 0;
+  e.block_size = 16;
+  e.total_blocks = 1000;
+  e.max_seqs = 64;
+  e.token_budget = 2048;
+  return e;
+}
+
 nlohmann::json ctl(const std::string& socket_path, const std::string& command) {
   auto c = RawClient::connect(socket_path);
   if (!c) {

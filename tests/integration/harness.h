@@ -87,6 +87,10 @@ class Daemon {
 // Whether `path` accepts a SOCK_SEQPACKET connection now.
 bool socket_accepts(const std::string& path);
 
+// An engine's parameters for raw-protocol tests: GPU 0, 1,000 blocks of 16
+// tokens, 64 sequences, 2,048 tokens a step.
+ipc::EngineInfo test_engine_info();
+
 // Polls `pred` every 10 ms until it is true or `timeout` passes.
 template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {

@@ -67,23 +67,13 @@ std::string parse_with_prometheus_client(const std::string& text, const std::str
   return out;
 }
 
-ipc::EngineInfo engine_info() {
-  ipc::EngineInfo e;
-  e.gpu_index = 0;
-  e.block_size = 16;
-  e.total_blocks = 1000;
-  e.max_seqs = 64;
-  e.token_budget = 2048;
-  return e;
-}
-
 TEST(Metrics, ScrapedOverHttpAndCtlAndParsedByPrometheusClient) {
   TempDir dir;
   Daemon daemon(dir.path());
   daemon.start();
   auto engine = RawClient::connect(daemon.socket_path());
   ASSERT_TRUE(engine);
-  ASSERT_TRUE(engine->hello(wire::Role::Engine, "gpu0-engine", engine_info()));
+  ASSERT_TRUE(engine->hello(wire::Role::Engine, "gpu0-engine", test_engine_info()));
   ipc::KvStats stats;
   stats.blocks_total = 1000;
   stats.blocks_free = 700;

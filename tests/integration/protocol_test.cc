@@ -20,16 +20,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-ipc::EngineInfo engine_info() {
-  ipc::EngineInfo e;
-  e.gpu_index = 0;
-  e.block_size = 16;
-  e.total_blocks = 1000;
-  e.max_seqs = 64;
-  e.token_budget = 2048;
-  return e;
-}
-
 class ProtocolTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -37,7 +27,7 @@ class ProtocolTest : public ::testing::Test {
     auto g = RawClient::connect(daemon_.socket_path());
     ASSERT_TRUE(g) << g.error().message();
     good_.emplace(std::move(*g));
-    auto h = good_->hello(wire::Role::Engine, "good-engine", engine_info());
+    auto h = good_->hello(wire::Role::Engine, "good-engine", test_engine_info());
     ASSERT_TRUE(h) << h.error().message();
   }
 
@@ -140,7 +130,7 @@ TEST_F(ProtocolTest, MalformedMessageIsRefused) {
 TEST_F(ProtocolTest, CtlRequestFromAnEngineIsAnError) {
   auto c = RawClient::connect(daemon_.socket_path());
   ASSERT_TRUE(c);
-  ASSERT_TRUE(c->hello(wire::Role::Engine, "nosy-engine", engine_info()));
+  ASSERT_TRUE(c->hello(wire::Role::Engine, "nosy-engine", test_engine_info()));
   auto r = c->ctl("status");
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), EPERM);
@@ -167,7 +157,7 @@ TEST_F(ProtocolTest, UnauthorisedUidIsRefused) {
     if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
     auto c = RawClient::connect(daemon_.socket_path());
     if (!c) ::_exit(11);
-    auto h = c->hello(wire::Role::Engine, "intruder", engine_info());
+    auto h = c->hello(wire::Role::Engine, "intruder", test_engine_info());
     if (h) ::_exit(12);  // welcomed: wrong
     if (h.error().code() != EACCES) ::_exit(13);
     if (h.error().message().find("uid 65534") == std::string::npos) ::_exit(14);
