@@ -1,0 +1,369 @@
+// The CUDA driver backend: libcuda.so.1 through dlopen + cuGetProcAddress,
+// compiled only when cuda.h is available (TANDEM_HAVE_CUDA_H).
+#include "gpu/cuda_device.h"
+
+#include <cerrno>
+
+#ifdef TANDEM_HAVE_CUDA_H
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace tandem::gpu {
+namespace {
+
+// The entry points tandem uses; decltype of the header's declarations, so a
+// signature can never drift from cuda.h. Names without the _v2 suffixes the
+// header's macros add: cuGetProcAddress picks the version from CUDA_VERSION.
+struct Driver {
+  decltype(&::cuGetErrorName) get_error_name = nullptr;
+  decltype(&::cuGetErrorString) get_error_string = nullptr;
+  decltype(&::cuInit) init = nullptr;
+  decltype(&::cuDriverGetVersion) driver_get_version = nullptr;
+  decltype(&::cuDeviceGetCount) device_get_count = nullptr;
+  decltype(&::cuDeviceGet) device_get = nullptr;
+  decltype(&::cuDeviceGetName) device_get_name = nullptr;
+  decltype(&::cuDeviceTotalMem) device_total_mem = nullptr;
+  decltype(&::cuDeviceGetAttribute) device_get_attribute = nullptr;
+  decltype(&::cuDevicePrimaryCtxRetain) primary_ctx_retain = nullptr;
+  decltype(&::cuDevicePrimaryCtxRelease) primary_ctx_release = nullptr;
+  decltype(&::cuDeviceGetDevResource) device_get_dev_resource = nullptr;
+  decltype(&::cuDevSmResourceSplitByCount) dev_sm_resource_split_by_count = nullptr;
+  decltype(&::cuDevResourceGenerateDesc) dev_resource_generate_desc = nullptr;
+  decltype(&::cuGreenCtxCreate) green_ctx_create = nullptr;
+  decltype(&::cuGreenCtxGetDevResource) green_ctx_get_dev_resource = nullptr;
+  decltype(&::cuGreenCtxStreamCreate) green_ctx_stream_create = nullptr;
+  decltype(&::cuStreamDestroy) stream_destroy = nullptr;
+  decltype(&::cuGreenCtxDestroy) green_ctx_destroy = nullptr;
+
+  // "<call>: CUDA_ERROR_…: <cuGetErrorString>[: detail]".
+  std::unexpected<base::Error> error(std::string_view call, CUresult r, std::string_view detail = {}) const {
+    const char* name = nullptr;
+    const char* text = nullptr;
+    if (get_error_name == nullptr || get_error_name(r, &name) != CUDA_SUCCESS) name = nullptr;
+    if (get_error_string == nullptr || get_error_string(r, &text) != CUDA_SUCCESS) text = nullptr;
+    std::string n = name != nullptr ? std::string(name) : cu_result_name(r);
+    std::string_view t = text != nullptr ? std::string_view(text) : cu_result_description(r);
+    return cu_error(call, r, n, t, detail);
+  }
+};
+
+// Green-context streams (cuGreenCtxStreamCreate) arrived in 12.5.
+constexpr int kMinDriverVersion = 12050;
+
+template <class Fn>
+bool resolve(decltype(&::cuGetProcAddress) get, const char* symbol, int abi, Fn* out, std::string* missing) {
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+  if (get(symbol, &p, abi, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
+      status != CU_GET_PROC_ADDRESS_SUCCESS || p == nullptr) {
+    if (!missing->empty()) *missing += ", ";
+    *missing += symbol;
+    return false;
+  }
+  *out = reinterpret_cast<Fn>(p);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast): dlsym's contract
+  return true;
+}
+
+base::Result<Driver> load_driver() {
+  // RTLD_LOCAL: the driver's symbols stay out of the global namespace.
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    return base::make_error(ENOENT, fmt::format("dlopen libcuda.so.1: {}", why != nullptr ? why : "unknown error"));
+  }
+  void* sym = dlsym(lib, "cuGetProcAddress_v2");
+  if (sym == nullptr) {
+    return base::make_error(ENOTSUP, "libcuda.so.1 has no cuGetProcAddress_v2 (driver older than 12.0)");
+  }
+  auto get =
+      reinterpret_cast<decltype(&::cuGetProcAddress)>(sym);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+
+  Driver d;
+  std::string missing;
+  // The driver's version first: it picks the ABI to ask for (no newer than the
+  // header's, no newer than the driver's), and it best explains missing symbols.
+  int version = 0;
+  if (!resolve(get, "cuDriverGetVersion", CUDA_VERSION, &d.driver_get_version, &missing) ||
+      d.driver_get_version(&version) != CUDA_SUCCESS) {
+    return base::make_error(ENOTSUP, "libcuda.so.1: cuDriverGetVersion is unavailable");
+  }
+  if (version < kMinDriverVersion) {
+    return base::make_error(ENOTSUP, fmt::format("CUDA driver {}.{} is too old: green-context streams need 12.5",
+                                                 version / 1000, (version % 1000) / 10));
+  }
+  const int abi = std::min(version, CUDA_VERSION);
+  resolve(get, "cuGetErrorName", abi, &d.get_error_name, &missing);
+  resolve(get, "cuGetErrorString", abi, &d.get_error_string, &missing);
+  resolve(get, "cuInit", abi, &d.init, &missing);
+  resolve(get, "cuDeviceGetCount", abi, &d.device_get_count, &missing);
+  resolve(get, "cuDeviceGet", abi, &d.device_get, &missing);
+  resolve(get, "cuDeviceGetName", abi, &d.device_get_name, &missing);
+  resolve(get, "cuDeviceTotalMem", abi, &d.device_total_mem, &missing);
+  resolve(get, "cuDeviceGetAttribute", abi, &d.device_get_attribute, &missing);
+  resolve(get, "cuDevicePrimaryCtxRetain", abi, &d.primary_ctx_retain, &missing);
+  resolve(get, "cuDevicePrimaryCtxRelease", abi, &d.primary_ctx_release, &missing);
+  resolve(get, "cuDeviceGetDevResource", abi, &d.device_get_dev_resource, &missing);
+  resolve(get, "cuDevSmResourceSplitByCount", abi, &d.dev_sm_resource_split_by_count, &missing);
+  resolve(get, "cuDevResourceGenerateDesc", abi, &d.dev_resource_generate_desc, &missing);
+  resolve(get, "cuGreenCtxCreate", abi, &d.green_ctx_create, &missing);
+  resolve(get, "cuGreenCtxGetDevResource", abi, &d.green_ctx_get_dev_resource, &missing);
+  resolve(get, "cuGreenCtxStreamCreate", abi, &d.green_ctx_stream_create, &missing);
+  resolve(get, "cuStreamDestroy", abi, &d.stream_destroy, &missing);
+  resolve(get, "cuGreenCtxDestroy", abi, &d.green_ctx_destroy, &missing);
+  if (!missing.empty()) return base::make_error(ENOTSUP, fmt::format("libcuda.so.1 lacks {}", missing));
+  if (CUresult r = d.init(0); r != CUDA_SUCCESS) return d.error("cuInit", r);
+  return d;
+}
+
+// One load per process; a failure is remembered (a driver does not appear
+// while a process runs).
+const base::Result<Driver>& driver() {
+  static const base::Result<Driver> kDriver = load_driver();
+  return kDriver;
+}
+
+class CudaDevice final : public DeviceApi {
+ public:
+  CudaDevice(const Driver& d, int ordinal, CUdevice dev, CUdevResource all)
+      : d_(d), ordinal_(ordinal), dev_(dev), all_(all) {}
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  ~CudaDevice() override {
+    std::lock_guard lock(mu_);
+    // Streams before their contexts (cuGreenCtxDestroy does not destroy them).
+    for (auto& [id, s] : streams_) (void)d_.stream_destroy(s.stream);
+    for (auto& [id, g] : contexts_) (void)d_.green_ctx_destroy(g);
+    (void)d_.primary_ctx_release(dev_);
+  }
+
+  std::string_view backend() const override { return "cuda"; }
+
+  base::Result<int> device_count() override {
+    int n = 0;
+    if (CUresult r = d_.device_get_count(&n); r != CUDA_SUCCESS) return d_.error("cuDeviceGetCount", r);
+    return n;
+  }
+
+  base::Result<DeviceInfo> info() override {
+    std::lock_guard lock(mu_);
+    std::array<char, 256> name{};
+    if (CUresult r = d_.device_get_name(name.data(), static_cast<int>(name.size()), dev_); r != CUDA_SUCCESS) {
+      return d_.error("cuDeviceGetName", r);
+    }
+    size_t bytes = 0;
+    if (CUresult r = d_.device_total_mem(&bytes, dev_); r != CUDA_SUCCESS) return d_.error("cuDeviceTotalMem", r);
+    int sms = 0;
+    if (CUresult r = d_.device_get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev_); r != CUDA_SUCCESS) {
+      return d_.error("cuDeviceGetAttribute", r, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT");
+    }
+    return DeviceInfo{.ordinal = ordinal_,
+                      .name = std::string(name.data()),
+                      .sm_count = static_cast<std::uint32_t>(sms),
+                      .total_memory = bytes};
+  }
+
+  base::Result<SmResource> sm_resource() override { return to_sm(all_); }
+
+  base::Result<std::uint32_t> split_group_count(std::uint32_t min_count) override {
+    std::lock_guard lock(mu_);
+    unsigned int nb = 0;
+    if (CUresult r = d_.dev_sm_resource_split_by_count(nullptr, &nb, &all_, nullptr, 0, min_count); r != CUDA_SUCCESS) {
+      return d_.error("cuDevSmResourceSplitByCount", r, fmt::format("query, minCount {}", min_count));
+    }
+    return nb;
+  }
+
+  base::Result<Split> split_by_count(std::uint32_t max_groups, std::uint32_t min_count) override {
+    // A NULL result array would turn the call into a query.
+    if (max_groups == 0) {
+      return cu_error("cuDevSmResourceSplitByCount", kCudaErrorInvalidValue, "nbGroups is 0 with a result array");
+    }
+    std::lock_guard lock(mu_);
+    std::vector<CUdevResource> groups(max_groups);
+    CUdevResource rem{};
+    unsigned int nb = max_groups;
+    if (CUresult r = d_.dev_sm_resource_split_by_count(groups.data(), &nb, &all_, &rem, 0, min_count);
+        r != CUDA_SUCCESS) {
+      return d_.error("cuDevSmResourceSplitByCount", r, fmt::format("{} groups, minCount {}", max_groups, min_count));
+    }
+    Split out;
+    for (unsigned int i = 0; i < nb && i < max_groups; ++i) {
+      ResourceId id = next_resource_++;
+      pieces_[id] = groups[i];
+      out.groups.push_back(id);
+      out.group_sm_count = groups[i].sm.smCount;
+    }
+    if (rem.type == CU_DEV_RESOURCE_TYPE_SM && rem.sm.smCount > 0) {
+      ResourceId id = next_resource_++;
+      pieces_[id] = rem;
+      out.remaining = id;
+      out.remaining_sm_count = rem.sm.smCount;
+    }
+    return out;
+  }
+
+  base::Result<GreenCtxId> create_green_context(std::span<const ResourceId> pieces) override {
+    std::lock_guard lock(mu_);
+    std::vector<CUdevResource> res;
+    for (ResourceId id : pieces) {
+      auto it = pieces_.find(id);
+      if (it == pieces_.end()) {
+        return cu_error("cuDevResourceGenerateDesc", kCudaErrorInvalidValue,
+                        fmt::format("resource {} was not made by a split", id));
+      }
+      res.push_back(it->second);
+    }
+    CUdevResourceDesc desc = nullptr;
+    if (CUresult r = d_.dev_resource_generate_desc(&desc, res.data(), static_cast<unsigned int>(res.size()));
+        r != CUDA_SUCCESS) {
+      return d_.error("cuDevResourceGenerateDesc", r, fmt::format("{} resources", res.size()));
+    }
+    CUgreenCtx g = nullptr;
+    if (CUresult r = d_.green_ctx_create(&g, desc, dev_, CU_GREEN_CTX_DEFAULT_STREAM); r != CUDA_SUCCESS) {
+      return d_.error("cuGreenCtxCreate", r);
+    }
+    GreenCtxId id = next_ctx_++;
+    contexts_[id] = g;
+    return id;
+  }
+
+  base::Result<SmResource> green_context_sm_resource(GreenCtxId ctx) override {
+    std::lock_guard lock(mu_);
+    auto it = contexts_.find(ctx);
+    if (it == contexts_.end()) {
+      return cu_error("cuGreenCtxGetDevResource", kCudaErrorInvalidContext, fmt::format("green context {}", ctx));
+    }
+    CUdevResource got{};
+    if (CUresult r = d_.green_ctx_get_dev_resource(it->second, &got, CU_DEV_RESOURCE_TYPE_SM); r != CUDA_SUCCESS) {
+      return d_.error("cuGreenCtxGetDevResource", r);
+    }
+    return to_sm(got);
+  }
+
+  base::Result<StreamId> create_stream(GreenCtxId ctx, int priority) override {
+    std::lock_guard lock(mu_);
+    auto it = contexts_.find(ctx);
+    if (it == contexts_.end()) {
+      return cu_error("cuGreenCtxStreamCreate", kCudaErrorInvalidContext, fmt::format("green context {}", ctx));
+    }
+    CUstream s = nullptr;
+    // CU_STREAM_NON_BLOCKING is required by cuGreenCtxStreamCreate.
+    if (CUresult r = d_.green_ctx_stream_create(&s, it->second, CU_STREAM_NON_BLOCKING, priority); r != CUDA_SUCCESS) {
+      return d_.error("cuGreenCtxStreamCreate", r, fmt::format("priority {}", priority));
+    }
+    StreamId id = next_stream_++;
+    streams_[id] = Stream{.stream = s, .ctx = ctx};
+    return id;
+  }
+
+  base::Result<void> destroy_stream(StreamId stream) override {
+    std::lock_guard lock(mu_);
+    auto it = streams_.find(stream);
+    if (it == streams_.end()) {
+      return cu_error("cuStreamDestroy", kCudaErrorInvalidHandle, fmt::format("stream {}", stream));
+    }
+    if (CUresult r = d_.stream_destroy(it->second.stream); r != CUDA_SUCCESS) return d_.error("cuStreamDestroy", r);
+    streams_.erase(it);
+    return {};
+  }
+
+  base::Result<void> destroy_green_context(GreenCtxId ctx) override {
+    std::lock_guard lock(mu_);
+    auto it = contexts_.find(ctx);
+    if (it == contexts_.end()) {
+      return cu_error("cuGreenCtxDestroy", kCudaErrorInvalidContext, fmt::format("green context {}", ctx));
+    }
+    auto live = static_cast<std::size_t>(
+        std::ranges::count_if(streams_, [ctx](const auto& kv) { return kv.second.ctx == ctx; }));
+    if (live > 0) return live_streams_error(ctx, live);
+    if (CUresult r = d_.green_ctx_destroy(it->second); r != CUDA_SUCCESS) return d_.error("cuGreenCtxDestroy", r);
+    contexts_.erase(it);
+    return {};
+  }
+
+ private:
+  struct Stream {
+    CUstream stream;
+    GreenCtxId ctx;
+  };
+
+  static SmResource to_sm(const CUdevResource& r) {
+    return SmResource{.sm_count = r.sm.smCount,
+                      .min_partition_size = r.sm.minSmPartitionSize,
+                      .alignment = r.sm.smCoscheduledAlignment};
+  }
+
+  const Driver& d_;
+  const int ordinal_;
+  const CUdevice dev_;
+  CUdevResource all_;  // the device's SM resource; the input of every split
+  std::mutex mu_;
+  std::uint64_t next_resource_ = 1;
+  std::uint64_t next_ctx_ = 1;
+  std::uint64_t next_stream_ = 1;
+  std::map<ResourceId, CUdevResource> pieces_;
+  std::map<GreenCtxId, CUgreenCtx> contexts_;
+  std::map<StreamId, Stream> streams_;
+};
+
+}  // namespace
+
+bool cuda_backend_built() { return true; }
+
+base::Result<std::unique_ptr<DeviceApi>> open_cuda_device(int ordinal) {
+  const base::Result<Driver>& loaded = driver();
+  if (!loaded) return base::propagate(loaded.error(), "open_cuda_device");
+  const Driver& d = *loaded;
+
+  int count = 0;
+  if (CUresult r = d.device_get_count(&count); r != CUDA_SUCCESS) {
+    return base::propagate(d.error("cuDeviceGetCount", r).error(), "open_cuda_device");
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    return base::propagate(
+        cu_error("cuDeviceGet", kCudaErrorInvalidDevice, fmt::format("ordinal {}, {} device(s)", ordinal, count))
+            .error(),
+        "open_cuda_device");
+  }
+  CUdevice dev = 0;
+  if (CUresult r = d.device_get(&dev, ordinal); r != CUDA_SUCCESS) {
+    return base::propagate(d.error("cuDeviceGet", r).error(), "open_cuda_device");
+  }
+  CUcontext primary = nullptr;
+  if (CUresult r = d.primary_ctx_retain(&primary, dev); r != CUDA_SUCCESS) {
+    return base::propagate(d.error("cuDevicePrimaryCtxRetain", r).error(), "open_cuda_device");
+  }
+  CUdevResource all{};
+  if (CUresult r = d.device_get_dev_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM); r != CUDA_SUCCESS) {
+    (void)d.primary_ctx_release(dev);
+    return base::propagate(d.error("cuDeviceGetDevResource", r, "CU_DEV_RESOURCE_TYPE_SM").error(), "open_cuda_device");
+  }
+  return std::unique_ptr<DeviceApi>(std::make_unique<CudaDevice>(d, ordinal, dev, all));
+}
+
+}  // namespace tandem::gpu
+
+#else  // !TANDEM_HAVE_CUDA_H
+
+namespace tandem::gpu {
+
+bool cuda_backend_built() { return false; }
+
+base::Result<std::unique_ptr<DeviceApi>> open_cuda_device(int /*ordinal*/) {
+  return base::make_error(ENOTSUP,
+                          "open_cuda_device: built without CUDA headers (cuda.h not found at configure "
+                          "time, or TANDEM_WITH_CUDA=OFF)");
+}
+
+}  // namespace tandem::gpu
+
+#endif  // TANDEM_HAVE_CUDA_H
