@@ -99,12 +99,7 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
     } else if (command == "session-evict") {
       code = ctl_session_evict(req.args()->Get(0)->string_view(), now, out);
     } else if (command == "reload") {
-      notifier_->reloading();
-      auto fresh = reload_ ? reload_() : base::Result<std::shared_ptr<const CompiledConfig>>(config_);
-      auto applied =
-          fresh ? apply_config(std::move(*fresh), "reload") : base::Result<void>(std::unexpected(fresh.error()));
-      notifier_->ready();
-      if (applied) {
+      if (auto applied = reload(); applied) {
         out = json{{"reloaded", true},
                    {"source", config_->config().source},
                    {"policy", config_->config().policy},
@@ -113,13 +108,12 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
       } else {
         code = applied.error().code() != 0 ? applied.error().code() : EINVAL;
         out = applied.error().context();
-        spdlog::error("ctl reload: {}", out);
       }
     } else {
       const bool on = command == "drain";
       if (on != draining_)
         spdlog::info("ctl: {} by an operator", on ? "draining: no new session is admitted" : "admitting again");
-      if (on != draining_) log_event(now, on ? "drain" : "undrain", 0, "by an operator");
+      if (on != draining_) log_event(now, on ? LogKind::kDrain : LogKind::kUndrain, 0);
       draining_ = on;
       out = json{{"draining", draining_},
                  {"waiting", model_.sessions().count(sched::SessionState::kWaiting)},
@@ -191,7 +185,7 @@ int Server::ctl_session_evict(std::string_view who, base::Time now, std::string&
   // Its engine frees the KV (pins included) now, or at once after a round
   // in flight; the next round recomputes what it needs.
   spdlog::info("ctl: session {:#018x}'s KV evicted by an operator", id);
-  log_event(now, "evict", id, "by an operator");
+  log_event(now, LogKind::kEvict, id);
   apply({sched::ActionKind::kUnpin, id}, now);
   apply({sched::ActionKind::kDrop, id}, now);
   out = json{{"session", fmt::format("{:016x}", id)}, {"evicted", true}, {"engine", s->engine}}.dump();
@@ -202,7 +196,7 @@ int Server::ctl_session_kill(std::string_view who, base::Time now, std::string& 
   const sched::SessionId id = find_live_session(who, out);
   if (id == 0) return ENOENT;
   spdlog::info("ctl: session {:#018x} killed by an operator", id);
-  log_event(now, "kill", id, "by an operator");
+  log_event(now, LogKind::kKill, id);
   effects_->kill_tools(id, ipc::ToolExitReason::kKilledSession);
   ++stats_.effects_kill_tools;
   (void)feed(sched::SessionClosed{id}, now);
@@ -264,23 +258,81 @@ std::string Server::ctl_status(base::Time now) const {
   return j.dump();
 }
 
+// An event log entry's kind and its text (ctl events).
+std::pair<std::string_view, std::string> Server::describe_event(const LoggedEvent& e) {
+  using L = LogKind;
+  const auto& v = e.v;
+  switch (e.kind) {
+    case L::kSessionOpen:
+      return {"session_open", ""};
+    case L::kSessionTakeover:
+      return {"session_open", "by its runner, after its engine's first round"};
+    case L::kSessionClose:
+      return {"session_close", ""};
+    case L::kRoundSubmit:
+      return {"round_submit",
+              fmt::format("round {} on engine {}: {} prompt tokens, {} cached", v[0], v[1], v[2], v[3])};
+    case L::kRoundEnd:
+      return {"round_end", fmt::format("round {}: {} output tokens{}", v[0], v[1], v[2] ? ", a tool follows" : "")};
+    case L::kToolStart:
+      return {"tool_start", fmt::format("call {}", v[0])};
+    case L::kToolEnd:
+      return {"tool_end", fmt::format("call {}: exit {} after {:.3f} s", v[0], v[1], static_cast<double>(v[2]) * 1e-9)};
+    case L::kKv: {
+      static constexpr const char* kKinds[] = {"evicted", "restored", "offloaded", "dropped"};
+      return {"kv", fmt::format("{} {} blocks", kKinds[static_cast<std::size_t>(v[0]) % 4], v[1])};
+    }
+    case L::kAdmit:
+      return {"admit", fmt::format("on engine {}", v[0])};
+    case L::kPause:
+      return {"pause", ""};
+    case L::kRestore:
+      return {"restore", fmt::format("onto engine {}", v[0])};
+    case L::kPin:
+      return {"pin", fmt::format("for {:.3f} s", static_cast<double>(v[0]) * 1e-9)};
+    case L::kUnpin:
+      return {"unpin", ""};
+    case L::kDrop:
+      return {"drop", ""};
+    case L::kOffload:
+      return {"offload", ""};
+    case L::kKillTools:
+      return {"kill_tools", "by the policy"};
+    case L::kDrain:
+      return {"drain", "by an operator"};
+    case L::kUndrain:
+      return {"undrain", "by an operator"};
+    case L::kEvict:
+      return {"evict", "by an operator"};
+    case L::kKill:
+      return {"kill", "by an operator"};
+  }
+  return {"?", ""};
+}
+
 std::string Server::ctl_events(std::string_view since_text) const {
   const std::uint64_t since = base::parse_int<std::uint64_t>(since_text).value_or(0);
+  // Names: of live sessions from their meta, of ended ones from the close
+  // (or kill) event that kept theirs.
+  std::unordered_map<sched::SessionId, std::string_view> names;
+  for (const LoggedEvent& e : events_) {
+    if (!e.name.empty()) names[e.session] = e.name;
+  }
+  for (const auto& [id, m] : meta_) {
+    if (!m.name.empty()) names[id] = m.name;
+  }
   json list = json::array();
   std::size_t bytes = 0;
   std::uint64_t next = since;
   for (const LoggedEvent& e : events_) {
     if (e.seq <= since) continue;
-    json j = {{"seq", e.seq}, {"t", e.t}, {"kind", e.kind}};
+    auto [kind, detail] = describe_event(e);
+    json j = {{"seq", e.seq}, {"t", e.t}, {"kind", kind}};
     if (e.session != 0) {
       j["session"] = fmt::format("{:016x}", e.session);
-      if (!e.name.empty()) {
-        j["name"] = e.name;
-      } else if (auto m = meta_.find(e.session); m != meta_.end() && !m->second.name.empty()) {
-        j["name"] = m->second.name;
-      }
+      if (auto n = names.find(e.session); n != names.end()) j["name"] = n->second;
     }
-    if (!e.detail.empty()) j["detail"] = e.detail;
+    if (!detail.empty()) j["detail"] = std::move(detail);
     bytes += j.dump().size() + 1;
     if (bytes > kCtlListBudget) break;  // the rest comes with the next request
     next = e.seq;

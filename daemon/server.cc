@@ -289,7 +289,7 @@ void Server::on_signal() {
   std::memcpy(&info, signal_buf_, sizeof info);
   switch (info.ssi_signo) {
     case SIGHUP:
-      reload();
+      (void)reload();  // logged either way
       break;
     case SIGTERM:
     case SIGINT:
@@ -941,7 +941,7 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
       // no other runner holds it); its hints come too late for the policy,
       // which saw the session arrive with the round.
       meta_for(c, r.session()).owner = c.id;
-      log_event(now, "session_open", r.session(), "by its runner, after its engine's first round");
+      log_event(now, LogKind::kSessionTakeover, r.session());
       ++c.accepted;
       ++stats_.records_accepted;
       return;
@@ -1000,37 +1000,32 @@ void Server::count_record(const ipc::Record& r) {
 bool Server::feed(const sched::Event& e, Time now) {
   if (!model_.observe(e, now)) return false;
   policy_.control->on_event(e, model_, now);
+  using L = LogKind;
   if (const auto* o = std::get_if<sched::SessionOpened>(&e)) {
-    log_event(now, "session_open", o->session, "");
+    log_event(now, L::kSessionOpen, o->session);
   } else if (const auto* c = std::get_if<sched::SessionClosed>(&e)) {
-    log_event(now, "session_close", c->session, "");
+    log_event(now, L::kSessionClose, c->session);
   } else if (const auto* r = std::get_if<sched::RoundSubmitted>(&e)) {
-    log_event(now, "round_submit", r->session,
-              fmt::format("round {} on engine {}: {} prompt tokens, {} cached", r->round, r->engine, r->prompt_tokens,
-                          r->cached_tokens));
+    log_event(now, L::kRoundSubmit, r->session, {r->round, r->engine, r->prompt_tokens, r->cached_tokens});
   } else if (const auto* d = std::get_if<sched::RoundEnded>(&e)) {
-    log_event(now, "round_end", d->session,
-              fmt::format("round {}: {} output tokens{}", d->round, d->output_tokens,
-                          d->tool_follows ? ", a tool follows" : ""));
+    log_event(now, L::kRoundEnd, d->session, {d->round, d->output_tokens, d->tool_follows});
   } else if (const auto* t = std::get_if<sched::ToolStarted>(&e)) {
-    log_event(now, "tool_start", t->session, fmt::format("call {}", t->tool_call));
+    log_event(now, L::kToolStart, t->session, {t->tool_call});
   } else if (const auto* te = std::get_if<sched::ToolEnded>(&e)) {
-    log_event(now, "tool_end", te->session,
-              fmt::format("call {}: exit {} after {:.3f} s", te->tool_call, te->exit_code, base::to_seconds(te->wall)));
+    log_event(now, L::kToolEnd, te->session, {te->tool_call, te->exit_code, te->wall.count()});
   } else if (const auto* k = std::get_if<sched::KvChanged>(&e)) {
-    static constexpr const char* kKinds[] = {"evicted", "restored", "offloaded", "dropped"};
-    log_event(now, "kv", k->session,
-              fmt::format("{} {} blocks", kKinds[static_cast<std::size_t>(k->change) % 4], k->blocks));
+    log_event(now, L::kKv, k->session, {static_cast<std::int64_t>(k->change), k->blocks});
   }
   return true;
 }
 
-void Server::log_event(Time now, std::string_view kind, sched::SessionId session, std::string detail) {
+void Server::log_event(Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v) {
   if (events_.size() >= kEventLogSize) events_.pop_front();
   std::string name;
-  if (auto m = meta_.find(session); session != 0 && m != meta_.end()) name = m->second.name;
-  events_.push_back({next_event_++, base::to_seconds(now - started_), std::string(kind), session, std::move(name),
-                     std::move(detail)});
+  if (kind == LogKind::kSessionClose || kind == LogKind::kKill) {
+    if (auto m = meta_.find(session); m != meta_.end()) name = m->second.name;
+  }
+  events_.push_back({next_event_++, base::to_seconds(now - started_), kind, session, v, std::move(name)});
 }
 
 // ---- control ----------------------------------------------------------------------
@@ -1090,21 +1085,21 @@ void Server::apply(const sched::Action& a, Time now) {
     case K::kAdmit:
       if (draining_) break;  // draining: new sessions wait (paused ones are still restored)
       if (table.transition(a.session, SessionState::kReasoning, now)) {
-        log_event(now, "admit", a.session, fmt::format("on engine {}", engine));
+        log_event(now, LogKind::kAdmit, a.session, {engine});
         send_directive(engine, directive_slot(ipc::Admit{}, a.session, now));
         if (m != meta_.end()) m->second.told = engine;
       }
       break;
     case K::kPause:
       if (table.transition(a.session, SessionState::kPaused, now)) {
-        log_event(now, "pause", a.session, "");
+        log_event(now, LogKind::kPause, a.session);
         send_directive(engine, directive_slot(ipc::Pause{}, a.session, now));
         if (m != meta_.end()) m->second.told = sched::kNoEngine;
       }
       break;
     case K::kRestore:
       if (table.transition(a.session, SessionState::kReasoning, now, a.engine)) {
-        log_event(now, "restore", a.session, fmt::format("onto engine {}", a.engine));
+        log_event(now, LogKind::kRestore, a.session, {a.engine});
         ipc::Restore r;
         r.engine = a.engine;
         const ipc::Slot slot = directive_slot(r, a.session, now);
@@ -1121,23 +1116,22 @@ void Server::apply(const sched::Action& a, Time now) {
       break;
     }
     case K::kPin: {
-      log_event(now, "pin", a.session,
-                fmt::format("for {:.3f} s", base::to_seconds(Time(std::chrono::nanoseconds(a.value)) - now)));
+      log_event(now, LogKind::kPin, a.session, {a.value - base::to_ns(now)});
       ipc::Pin p;
       p.until_ns = std::max<std::int64_t>(a.value, 1);
       send_directive(engine, directive_slot(p, a.session, now));
       break;
     }
     case K::kUnpin:
-      log_event(now, "unpin", a.session, "");
+      log_event(now, LogKind::kUnpin, a.session);
       send_directive(engine, directive_slot(ipc::Unpin{}, a.session, now));
       break;
     case K::kDrop:
-      log_event(now, "drop", a.session, "");
+      log_event(now, LogKind::kDrop, a.session);
       send_directive(engine, directive_slot(ipc::Drop{}, a.session, now));
       break;
     case K::kOffload:
-      log_event(now, "offload", a.session, "");
+      log_event(now, LogKind::kOffload, a.session);
       send_directive(engine, directive_slot(ipc::Offload{}, a.session, now));
       break;
     case K::kSetCpuWeight:
@@ -1151,7 +1145,7 @@ void Server::apply(const sched::Action& a, Time now) {
       ++stats_.effects_cpu_quota;
       break;
     case K::kKillTools:
-      log_event(now, "kill_tools", a.session, "by the policy");
+      log_event(now, LogKind::kKillTools, a.session);
       effects_->kill_tools(a.session, ipc::ToolExitReason::kKilledPolicy);
       ++stats_.effects_kill_tools;
       break;
@@ -1211,15 +1205,18 @@ void Server::publish_status(Client& c, Time now) {
   c.status.publish(st);
 }
 
-void Server::reload() {
+base::Result<void> Server::reload() {
   notifier_->reloading();
   auto fresh = reload_ ? reload_() : base::Result<std::shared_ptr<const CompiledConfig>>(config_);
+  base::Result<void> done;
   if (!fresh) {
     spdlog::error("reload failed; the running configuration is unchanged: {}", fresh.error().message());
-  } else if (auto applied = apply_config(std::move(*fresh), "reload"); !applied) {
-    spdlog::error("{}", applied.error().message());
+    done = std::unexpected(std::move(fresh.error()));
+  } else if (done = apply_config(std::move(*fresh), "reload"); !done) {
+    spdlog::error("{}", done.error().message());
   }
   notifier_->ready();
+  return done;
 }
 
 base::Result<void> Server::apply_config(std::shared_ptr<const CompiledConfig> fresh, std::string_view why) {

@@ -252,7 +252,9 @@ class Server {
   void publish_status(Client& c, base::Time now);
   void session_done(sched::SessionId id);
   base::Result<void> install_policy(const CompiledConfig& config);
-  void reload();
+  // Re-reads the configuration and applies it (SIGHUP, `tandemctl reload`);
+  // a failure is logged and returned, and changes nothing.
+  base::Result<void> reload();
   // Makes `fresh` the running configuration (reload, `tandemctl policy set`):
   // the policy rebuilt when it changed, engines sent the new PolicyConfig,
   // the tick re-timed. Refused (nothing changes) when a restart-only key
@@ -296,17 +298,42 @@ class Server {
   bool host_armed_ = false;  // a POLLIN on the host plane's event fd is outstanding
   // The event log `tandemctl events` reads: session lifecycle, rounds,
   // tools, KV moves, the policy's actions and operators' commands.
+  // Logged in the hot path as numbers; the text is made only when
+  // `tandemctl events` asks (ctl_events).
+  enum class LogKind : std::uint8_t {
+    kSessionOpen,      // v: —
+    kSessionTakeover,  // a runner's SESSION_OPEN after its engine's first round
+    kSessionClose,
+    kRoundSubmit,  // v: round, engine, prompt tokens, cached tokens
+    kRoundEnd,     // v: round, output tokens, tool follows
+    kToolStart,    // v: call
+    kToolEnd,      // v: call, exit code, wall ns
+    kKv,           // v: sched::KvChange, blocks
+    kAdmit,        // v: engine
+    kPause,
+    kRestore,  // v: engine
+    kPin,      // v: ns pinned for
+    kUnpin,
+    kDrop,
+    kOffload,
+    kKillTools,
+    kDrain,
+    kUndrain,
+    kEvict,
+    kKill,
+  };
   struct LoggedEvent {
     std::uint64_t seq;
     double t;  // seconds since start
-    std::string kind;
+    LogKind kind;
     sched::SessionId session;
-    std::string name;  // the session's, when known as it was logged
-    std::string detail;
+    std::array<std::int64_t, 4> v;
+    std::string name;  // only where the session's name is about to go (close, kill)
   };
   static constexpr std::size_t kEventLogSize = 4096;
-  void log_event(base::Time now, std::string_view kind, sched::SessionId session, std::string detail);
+  void log_event(base::Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {});
   std::string ctl_events(std::string_view since) const;
+  static std::pair<std::string_view, std::string> describe_event(const LoggedEvent& e);
   std::deque<LoggedEvent> events_;
   std::uint64_t next_event_ = 1;
   bool draining_ = false;  // tandemctl drain: no new session is admitted; live ones go on

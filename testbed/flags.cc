@@ -43,6 +43,12 @@ an OpenAI-style HTTP API, scheduling by tandemd through libtandem.
 )";
 }
 
+FlagArg split_flag(std::string_view arg) {
+  const auto eq = arg.find('=');
+  if (eq == std::string_view::npos) return {arg, {}, false};
+  return {arg.substr(0, eq), arg.substr(eq + 1), true};
+}
+
 std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> args) {
   Flags f;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -52,14 +58,7 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
       continue;
     }
     if (!a.starts_with("--")) return std::unexpected(fmt::format("unexpected argument '{}'", a));
-    std::string_view flag = a;
-    std::string_view value;
-    bool has_value = false;
-    if (auto eq = a.find('='); eq != std::string_view::npos) {
-      flag = a.substr(0, eq);
-      value = a.substr(eq + 1);
-      has_value = true;
-    }
+    auto [flag, value, has_value] = split_flag(a);
     static constexpr std::string_view kKnown[] = {"--preset",         "--port",     "--runtime-dir",
                                                   "--name",           "--speedup",  "--kv-blocks",
                                                   "--kv-block-bytes", "--max-seqs", "--token-budget"};

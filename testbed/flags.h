@@ -29,6 +29,15 @@ struct Flags {
 
 // "--flag value" or "--flag=value". The error names the flag.
 std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> args);
+
+// One "--flag" or "--flag=value" argument, split at the first '=' (the
+// testbed binaries' shared convention).
+struct FlagArg {
+  std::string_view flag;
+  std::string_view value;
+  bool has_value = false;
+};
+FlagArg split_flag(std::string_view arg);
 std::string usage();
 
 // The preset with the flags' overrides: --kv-blocks sets the pool (and caps

@@ -10,6 +10,7 @@
 
 #include "base/parse.h"
 #include "sched/registry.h"
+#include "testbed/flags.h"
 
 namespace tandem::testbed {
 namespace {
@@ -127,14 +128,7 @@ std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::
       f.inputs.emplace_back(a);
       continue;
     }
-    std::string_view flag = a;
-    std::string_view value;
-    bool has_value = false;
-    if (auto eq = a.find('='); eq != std::string_view::npos) {
-      flag = a.substr(0, eq);
-      value = a.substr(eq + 1);
-      has_value = true;
-    }
+    auto [flag, value, has_value] = split_flag(a);
     const Known* k = nullptr;
     for (const Known& c : kKnown) {
       if (c.flag == flag) k = &c;
