@@ -57,6 +57,10 @@ std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId 
       }
       return sched::KvChanged{session, client, change, r.blocks};
     }
+    case RecordType::kGpuPartitions:
+    case RecordType::kStageProfile:
+    case RecordType::kWeightModule:
+      return std::nullopt;  // GPU-plane state, not policy events (the server keeps them)
     case RecordType::kSessionOpen: {
       auto r = record.as<ipc::SessionOpen>();
       return sched::SessionOpened{session, r.priority_class, r.expected_rounds};

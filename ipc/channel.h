@@ -38,7 +38,8 @@ struct EngineStatus {
   std::uint64_t offload_plan = 0;      // bit i: offload weight module i to host
   std::uint32_t flags = 0;             // kStatus* bits
   std::uint32_t reserved0 = 0;
-  std::uint64_t reserved[3] = {};
+  std::uint64_t offload_freed_bytes = 0;  // device bytes offload_plan frees: the engine may grow its KV pool by this
+  std::uint64_t reserved[2] = {};
 };
 static_assert(sizeof(EngineStatus) == 64);
 inline constexpr std::uint32_t kStatusDraining = 1u << 0;  // admit nothing new

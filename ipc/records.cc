@@ -2,6 +2,7 @@
 #include "ipc/records.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tandem::ipc {
 namespace {
@@ -47,6 +48,50 @@ Problem check(const KvStats& r, bool strict) {
   // Pinned blocks are allocated, so they come out of the non-free part.
   if (r.blocks_pinned > r.blocks_total - r.blocks_free) return "blocks_pinned > allocated blocks";
   if (strict && r.reserved != 0) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const GpuPartitions& r, bool strict) {
+  if (r.count == 0 || r.count > kMaxGpuPartitions) return "count outside 1..16";
+  if (r.device_sms == 0) return "device_sms is 0";
+  for (std::uint32_t i = 0; i < kMaxGpuPartitions; ++i) {
+    if (i >= r.count) {
+      if (r.decode_sms[i] != 0) return "decode_sms past count is not zero";
+      continue;
+    }
+    if (r.decode_sms[i] == 0) return "decode_sms is 0";
+    if (r.decode_sms[i] > r.device_sms) return "decode_sms > device_sms";
+    if (i > 0 && r.decode_sms[i] <= r.decode_sms[i - 1]) return "decode_sms not strictly increasing";
+  }
+  if (strict && (r.reserved0 != 0 || r.reserved1 != 0)) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const StageProfileRow& r, bool strict) {
+  if (r.stage > static_cast<std::uint8_t>(GpuStage::kPrefill)) return "unknown stage";
+  if (r.row_count == 0 || r.row_count > kMaxProfileRows) return "row_count outside 1..64";
+  if (r.row >= r.row_count) return "row >= row_count";
+  if (r.sm_count == 0) return "sm_count is 0";
+  if (!std::isfinite(r.latency_s) || r.latency_s <= 0) return "latency_s not finite and > 0";
+  if (!std::isfinite(r.throughput) || r.throughput < 0) return "throughput not finite and >= 0";
+  if (strict && (r.reserved0 != 0 || !all_zero(r.reserved))) return "reserved field is not zero";
+  return nullptr;
+}
+
+Problem check(const WeightModule& r, bool /*strict*/) {
+  if (r.index >= kMaxWeightModules) return "index >= 64";
+  if (r.layers < 3) return "layers < 3";
+  if (r.slots < 2 || r.slots >= r.layers) return "slots outside 2..layers-1";
+  if (r.layer_compute_us == 0) return "layer_compute_us is 0";
+  if (r.bytes == 0) return "bytes is 0";
+  bool ended = false;
+  for (char c : r.name) {
+    if (c == 0) {
+      ended = true;
+    } else if (ended || c < 0x20 || c > 0x7e) {
+      return "name not NUL-padded printable ASCII";
+    }
+  }
   return nullptr;
 }
 
@@ -142,6 +187,12 @@ Verdict validate_any(const Slot& raw, Direction dir) {
       return validate<KvStats>(raw, kUp, dir, 0, false);
     case RecordType::kKvEvent:
       return validate<KvEvent>(raw, kUp, dir, 0, true);
+    case RecordType::kGpuPartitions:
+      return validate<GpuPartitions>(raw, kUp, dir, 0, false);
+    case RecordType::kStageProfile:
+      return validate<StageProfileRow>(raw, kUp, dir, 0, false);
+    case RecordType::kWeightModule:
+      return validate<WeightModule>(raw, kUp, dir, 0, false);
     case RecordType::kSessionOpen:
       return validate<SessionOpen>(raw, kUp, dir, 0, true);
     case RecordType::kSessionClose:
@@ -186,6 +237,12 @@ std::string_view record_type_name(RecordType t) {
       return "KV_STATS";
     case RecordType::kKvEvent:
       return "KV_EVENT";
+    case RecordType::kGpuPartitions:
+      return "GPU_PARTITIONS";
+    case RecordType::kStageProfile:
+      return "STAGE_PROFILE";
+    case RecordType::kWeightModule:
+      return "WEIGHT_MODULE";
     case RecordType::kSessionOpen:
       return "SESSION_OPEN";
     case RecordType::kSessionClose:

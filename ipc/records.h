@@ -36,6 +36,9 @@ enum class RecordType : std::uint16_t {
   kRoundEnd = 3,
   kKvStats = 4,
   kKvEvent = 5,
+  kGpuPartitions = 6,  // the engine's green-context pool (libtandem GreenContextPool)
+  kStageProfile = 7,   // one row of a stage's latency/throughput profile
+  kWeightModule = 8,   // a weight module the daemon may plan to offload
   // runner → daemon
   kSessionOpen = 16,
   kSessionClose = 17,
@@ -136,6 +139,59 @@ struct KvEvent {
   std::uint64_t reserved[3] = {};
 };
 
+// The partitions of an engine's green-context pool, sent once it is built (and
+// again on every resync). The daemon publishes an index into them on the
+// status page (EngineStatus::sm_partition). Session 0.
+inline constexpr std::uint32_t kMaxGpuPartitions = 16;
+
+struct GpuPartitions {
+  static constexpr RecordType kType = RecordType::kGpuPartitions;
+  RecordHeader header = make_header(kType);
+  std::uint8_t count = 0;  // partitions, 1..kMaxGpuPartitions
+  std::uint8_t reserved0 = 0;
+  std::uint16_t device_sms = 0;  // SMs on the device
+  std::uint32_t reserved1 = 0;
+  std::uint16_t decode_sms[kMaxGpuPartitions] = {};  // decode SMs of partition i, strictly increasing; 0 past count
+};
+
+// Stages a profile may describe.
+enum class GpuStage : std::uint8_t { kDecode = 0, kPrefill = 1 };
+
+// One row of a stage's profile (Nova: latency and throughput against SM
+// count). Rows of one profile are sent in order 0..row_count-1; the daemon
+// takes the profile when the last row arrives. Session 0.
+inline constexpr std::uint32_t kMaxProfileRows = 64;
+
+struct StageProfileRow {
+  static constexpr RecordType kType = RecordType::kStageProfile;
+  RecordHeader header = make_header(kType);
+  std::uint8_t stage = 0;      // GpuStage
+  std::uint8_t row = 0;        // 0-based, < row_count
+  std::uint8_t row_count = 0;  // 1..kMaxProfileRows
+  std::uint8_t reserved0 = 0;
+  std::uint32_t sm_count = 0;  // > 0
+  double latency_s = 0.0;      // one step, finite and > 0
+  double throughput = 0.0;     // work per second, finite and >= 0
+  std::uint64_t reserved[2] = {};
+};
+
+// A weight module the engine can stream from host memory with a LayerStreamer
+// (Nova): L layers of `bytes / layers` each, K device slots when offloaded,
+// T microseconds of compute per layer. The daemon sets bit `index` of
+// EngineStatus::offload_plan to ask for it to be offloaded. Session 0.
+inline constexpr std::uint32_t kMaxWeightModules = 64;
+
+struct WeightModule {
+  static constexpr RecordType kType = RecordType::kWeightModule;
+  RecordHeader header = make_header(kType);
+  std::uint8_t index = 0;     // < kMaxWeightModules
+  std::uint8_t slots = 0;     // K when offloaded, 2 <= K < layers
+  std::uint16_t layers = 0;   // L, >= 3
+  std::uint32_t layer_compute_us = 0;  // T, > 0
+  std::uint64_t bytes = 0;    // the whole module on the device, > 0
+  char name[24] = {};         // NUL-padded, printable ASCII
+};
+
 // ---- runner → daemon -------------------------------------------------------
 
 inline constexpr std::uint8_t kPriorityClasses = 4;  // 0 = default … 3 = background
@@ -229,6 +285,9 @@ TANDEM_RECORD_LAYOUT(RoundFirstToken);
 TANDEM_RECORD_LAYOUT(RoundEnd);
 TANDEM_RECORD_LAYOUT(KvStats);
 TANDEM_RECORD_LAYOUT(KvEvent);
+TANDEM_RECORD_LAYOUT(GpuPartitions);
+TANDEM_RECORD_LAYOUT(StageProfileRow);
+TANDEM_RECORD_LAYOUT(WeightModule);
 TANDEM_RECORD_LAYOUT(SessionOpen);
 TANDEM_RECORD_LAYOUT(SessionClose);
 TANDEM_RECORD_LAYOUT(ToolStart);
@@ -243,6 +302,9 @@ static_assert(offsetof(RoundFirstToken, queue_delay_ns) == 32 && offsetof(RoundF
 static_assert(offsetof(RoundEnd, blocks_held) == 32);
 static_assert(offsetof(KvStats, step_time_us) == 52);
 static_assert(offsetof(KvEvent, blocks) == 28);
+static_assert(offsetof(GpuPartitions, decode_sms) == 32);
+static_assert(offsetof(StageProfileRow, latency_s) == 32 && offsetof(StageProfileRow, throughput) == 40);
+static_assert(offsetof(WeightModule, bytes) == 32 && offsetof(WeightModule, name) == 40);
 static_assert(offsetof(ToolStart, cgroup_id) == 40);
 static_assert(offsetof(ToolEnd, exit_code) == 36 && offsetof(ToolEnd, peak_memory_bytes) == 56);
 static_assert(offsetof(Restore, engine) == 24 && offsetof(Pin, until_ns) == 24);
