@@ -123,7 +123,7 @@ struct KvStats {  // session = 0: the engine's whole pool
   std::uint32_t waiting_seqs = 0;
   std::uint32_t step_tokens = 0;   // tokens in the last step
   std::uint32_t step_time_us = 0;  // duration of the last step
-  std::uint64_t reserved = 0;
+  std::uint64_t block_bytes = 0;   // device bytes of one KV block (all layers); 0 = unknown
 };
 
 enum class KvEventKind : std::uint8_t { kEvicted = 1, kRestored = 2, kOffloaded = 3, kDropped = 4 };
