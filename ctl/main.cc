@@ -44,6 +44,8 @@ looking (the ctl_read role: anyone by default)
   engines             connected inference engines and their KV pools
   sessions            live sessions: state, engine, KV residency, priority, rounds, tool
   tools               sessions' tool cgroups: calls, processes, CPU, memory, throttled/frozen
+  gpu                 GPUs from NVML: utilization, memory, clocks, power, temperature, and
+                      each process's memory with the engine it belongs to
   top [--interval S] [--count N]
                       status, engines and sessions refreshed every S seconds (default 2)
   events [--follow]   the daemon's recent events (sessions, rounds, tools, KV, the policy's

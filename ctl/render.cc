@@ -19,9 +19,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::string_view, 14> kCommands = {"status", "engines",      "sessions",      "tools",  "metrics",
-                                                        "events", "top",          "policy",        "drain",  "undrain",
-                                                        "reload", "session-kill", "session-evict", "session"};
+constexpr std::array<std::string_view, 15> kCommands = {"status", "engines",      "sessions",      "tools",   "metrics",
+                                                        "events", "top",          "policy",        "drain",   "undrain",
+                                                        "reload", "session-kill", "session-evict", "session", "gpu"};
 
 // The keys `status` is documented to carry (docs/tandemctl.md), in display
 // order.
@@ -150,6 +150,25 @@ std::string step_cell(const json& engine) {
   return fmt::format("{}/{}", cell(engine, "step_tokens"), us ? fmt::format("{:.1f}", *us / 1000.0) : kMissing);
 }
 
+// "INDEX/DECODE_SMS" of the published partition; "-" when none is.
+std::string sm_cell(const json& engine) {
+  auto index = number(engine, "sm_partition");
+  if (!index) return std::string(kMissing);
+  return fmt::format("{}/{}", cell(engine, "sm_partition"), cell(engine, "sm_decode_sms"));
+}
+
+// "OFFLOADED/KNOWN FREED" of the weight-offload plan ("1/3 0.80G"); "-" for
+// an engine that described no weight modules.
+std::string offload_cell(const json& engine) {
+  auto known = number(engine, "weight_modules");
+  if (!known || *known <= 0) return std::string(kMissing);
+  std::size_t offloaded = 0;
+  if (const json* m = member(engine, "offloaded_modules"); m != nullptr && m->is_array()) offloaded = m->size();
+  auto freed = number(engine, "offload_freed_bytes");
+  return fmt::format("{}/{} {}", offloaded, cell(engine, "weight_modules"),
+                     freed ? fmt::format("{:.2f}G", *freed / 1e9) : std::string(kMissing));
+}
+
 base::Result<const json*> list(const json& reply, std::string_view key) {
   const json* v = member(reply, key);
   if (v == nullptr || !v->is_array()) {
@@ -227,13 +246,16 @@ base::Result<Table> engines_table(const json& reply) {
   auto engines = list(reply, "engines");
   if (!engines) return base::propagate(std::move(engines.error()));
   Table t;
-  t.header = {"ID",   "NAME", "PID",  "GPU",    "KV%",          "FREE", "PINNED",
-              "OFFL", "RUN",  "WAIT", "QUEUED", "STEP(tok/ms)", "SESS"};
-  t.right_aligned = {true, false, true, true, true, true, true, true, true, true, true, true, true};
+  t.header = {"ID",   "NAME",   "PID", "GPU",  "KV%",    "TOTAL",        "FREE", "PINNED", "OFFL",
+              "PROJ", "PRESS%", "RUN", "WAIT", "QUEUED", "STEP(tok/ms)", "SESS", "SM",     "OFFLOAD"};
+  t.right_aligned = {true, false, true, true, true, true, true, true,  true,
+                     true, true,  true, true, true, true, true, false, false};
   for (const json& e : **engines) {
     t.rows.push_back({cell(e, "id"), cell(e, "name"), cell(e, "pid"), gpu_cell(e), percent_cell(e, "usage"),
-                      cell(e, "free_blocks"), cell(e, "pinned_blocks"), cell(e, "offloaded_blocks"), cell(e, "running"),
-                      cell(e, "waiting"), cell(e, "queued_blocks"), step_cell(e), cell(e, "sessions")});
+                      cell(e, "blocks_total"), cell(e, "free_blocks"), cell(e, "pinned_blocks"),
+                      cell(e, "offloaded_blocks"), cell(e, "projected_blocks"), percent_cell(e, "pressure"),
+                      cell(e, "running"), cell(e, "waiting"), cell(e, "queued_blocks"), step_cell(e),
+                      cell(e, "sessions"), sm_cell(e), offload_cell(e)});
   }
   return t;
 }
@@ -320,6 +342,7 @@ base::Result<std::string> render(std::string_view command, std::string_view body
   if (command == "engines") table = engines_table(reply);
   if (command == "sessions") table = sessions_table(reply);
   if (command == "tools") table = tools_table(reply);
+  if (command == "gpu") return render_gpu(reply);
   if (command == "policy") return render_policy(reply);
   if (command == "drain" || command == "undrain") {
     const bool on = reply.is_object() && reply.value("draining", false);

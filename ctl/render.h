@@ -69,6 +69,15 @@ base::Result<std::string> render_events(std::string_view body, bool json, std::u
 // One part of `tandemctl top`'s screen: a status summary, the engines
 // table or the sessions table.
 base::Result<std::string> render_top_part(std::string_view command, std::string_view body);
+// `tandemctl gpu` (ctl/render_gpu.cc): a line naming NVML's library, interval
+// and the sample's age, then a table of devices (GPU, NAME, UTIL%, MEM%,
+// MEMORY used/total GiB, SM.MHZ, MEM.MHZ, POWER, TEMP), a table of GPU
+// processes (GPU, PID, CLIENT, ROLE, MEMORY) and the fields NVML could not
+// read. Without NVML: "NVML: unavailable (<reason>)".
+// Errors: EBADMSG (not an object; no "devices" list for the tables).
+base::Result<std::string> render_gpu(const nlohmann::json& reply);
+base::Result<Table> gpu_devices_table(const nlohmann::json& reply);
+base::Result<Table> gpu_processes_table(const nlohmann::json& reply);
 // `tandemctl policy`: the policy, its tick and epoch, then a table of its
 // parameters (value, default, range).
 base::Result<std::string> render_policy(const nlohmann::json& reply);

@@ -22,6 +22,7 @@
 #include <optional>
 #include <ranges>
 #include <span>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -66,8 +67,8 @@ constexpr UintKey<Config> kIpcKeys[] = {
     {"directive_slots", &Config::directive_slots, 64, 1 << 20, true},
 };
 
-constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles",     "limits", "ipc",
-                                         "cgroups",     "tools",     "memory", "telemetry", "metrics"};
+constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy",    "roles",   "limits", "ipc", "cgroups",
+                                         "tools",       "memory",    "telemetry", "metrics", "gpu",    "nvml"};
 constexpr std::string_view kMetricsKeys[] = {"listen"};
 constexpr std::string_view kCgroupKeys[] = {"mode",        "subtree",     "root",     "on_restart",
                                             "adopt_grace", "engine_cpus", "tool_cpus"};
@@ -76,6 +77,13 @@ constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max", "pids
 constexpr std::string_view kMemoryKeys[] = {"pressure_high", "pressure_critical", "tools_budget", "stall_kill_after",
                                             "protect_low"};
 constexpr std::string_view kTelemetryKeys[] = {"mode"};
+constexpr std::string_view kNvmlKeys[] = {"enabled", "interval_ms", "library"};
+constexpr std::string_view kNvmlModes[] = {"auto", "on", "off"};
+constexpr std::int64_t kMinNvmlIntervalMs = 100;
+constexpr std::int64_t kMaxNvmlIntervalMs = 60'000;
+constexpr std::string_view kGpuKeys[] = {
+    "sm_min",           "alpha", "grow_hold",     "granularity", "link_bytes_per_s", "offload_pressure",
+    "restore_pressure", "hold",  "allow_slowdown"};
 constexpr std::string_view kCgroupModes[] = {"auto", "on", "off"};
 constexpr std::string_view kRestartModes[] = {"adopt", "reap"};
 constexpr std::string_view kTelemetryModes[] = {"auto", "ebpf", "sampling"};
@@ -274,6 +282,10 @@ class Parser {
         ok = host(v, key, c.host);
       } else if (key == "metrics") {
         ok = metrics(v, c);
+      } else if (key == "nvml") {
+        ok = nvml(v, c.nvml);
+      } else if (key == "gpu") {
+        ok = gpu(v, c.gpu);
       } else {
         ok = unknown(key, v, join(kTopKeys));
       }
@@ -410,6 +422,64 @@ class Parser {
       const std::string key = dotted("metrics", k.str());
       if (k.str() != "listen") return unknown(key, v, join(kMetricsKeys));
       if (!string(v, key, c.metrics_listen)) return false;
+    }
+    return true;
+  }
+
+  // [gpu]: ranges are checked here (before narrowing) and in validate().
+  bool gpu(const toml::node& n, GpuConfig& g) {
+    const toml::table* t = table(n, "gpu");
+    if (t == nullptr) return false;
+    for (auto&& [k, v] : *t) {
+      const std::string key = dotted("gpu", k.str());
+      const std::string_view name = k.str();
+      std::int64_t i = 0;
+      bool ok = true;
+      if (name == "sm_min" || name == "granularity") {
+        ok = integer(v, key, 1, 1024, i);
+        (name == "sm_min" ? g.sm_min : g.granularity) = static_cast<std::uint32_t>(i);
+      } else if (name == "grow_hold") {
+        ok = integer(v, key, 1, 1000, i);
+        g.grow_hold = static_cast<std::uint32_t>(i);
+      } else if (name == "hold") {
+        ok = integer(v, key, 1, 100000, i);
+        g.hold = static_cast<std::uint32_t>(i);
+      } else if (name == "alpha") {
+        ok = number(v, key, g.alpha);
+      } else if (name == "link_bytes_per_s") {
+        ok = number(v, key, g.link_bytes_per_s);
+      } else if (name == "offload_pressure") {
+        ok = number(v, key, g.offload_pressure);
+      } else if (name == "restore_pressure") {
+        ok = number(v, key, g.restore_pressure);
+      } else if (name == "allow_slowdown") {
+        ok = boolean(v, key, g.allow_slowdown);
+      } else {
+        ok = unknown(key, v, join(kGpuKeys));
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool nvml(const toml::node& n, NvmlConfig& out) {
+    const toml::table* t = table(n, "nvml");
+    if (t == nullptr) return false;
+    for (auto&& [k, v] : *t) {
+      const std::string key = dotted("nvml", k.str());
+      bool ok = true;
+      if (k.str() == "enabled") {
+        ok = one_of(v, key, kNvmlModes, out.enabled);
+      } else if (k.str() == "interval_ms") {
+        std::int64_t ms = 0;
+        ok = integer(v, key, kMinNvmlIntervalMs, kMaxNvmlIntervalMs, ms);
+        if (ok) out.interval_ms = static_cast<std::uint32_t>(ms);
+      } else if (k.str() == "library") {
+        ok = string(v, key, out.library);
+      } else {
+        ok = unknown(key, v, join(kNvmlKeys));
+      }
+      if (!ok) return false;
     }
     return true;
   }
@@ -632,6 +702,36 @@ base::Result<void> validate(const Config& c) {
   if (!h.bubblewrap.empty() && h.bubblewrap.front() != '/') {
     return fail("tools.bubblewrap", fmt::format("must be an absolute path, got '{}'", h.bubblewrap));
   }
+  const GpuConfig& gc = c.gpu;
+  for (const auto& [key, v, lo, hi] :
+       {std::tuple{"gpu.sm_min", gc.sm_min, 1u, 1024u}, std::tuple{"gpu.granularity", gc.granularity, 1u, 1024u},
+        std::tuple{"gpu.grow_hold", gc.grow_hold, 1u, 1000u}, std::tuple{"gpu.hold", gc.hold, 1u, 100000u}}) {
+    if (v < lo || v > hi) return fail(key, range_problem(lo, hi, v));
+  }
+  if (!(gc.alpha >= 0.0 && gc.alpha <= 1024.0)) {
+    return fail("gpu.alpha", fmt::format("must be between 0 and 1024 (SMs per pending prefill), got {}", gc.alpha));
+  }
+  if (!(gc.link_bytes_per_s >= 1e6 && gc.link_bytes_per_s <= 1e13)) {
+    return fail("gpu.link_bytes_per_s",
+                fmt::format("must be between 1e6 and 1e13 bytes/s, got {}", gc.link_bytes_per_s));
+  }
+  if (!(gc.offload_pressure > 0.0 && gc.offload_pressure <= 10.0)) {
+    return fail("gpu.offload_pressure", fmt::format("must be in (0, 10], got {}", gc.offload_pressure));
+  }
+  if (!(gc.restore_pressure > 0.0 && gc.restore_pressure < gc.offload_pressure)) {
+    return fail("gpu.restore_pressure", fmt::format("must be in (0, gpu.offload_pressure {}), got {}",
+                                                    gc.offload_pressure, gc.restore_pressure));
+  }
+  const NvmlConfig& nv = c.nvml;
+  if (std::ranges::find(kNvmlModes, nv.enabled) == std::end(kNvmlModes)) {
+    return fail("nvml.enabled", fmt::format("must be one of {}, got '{}'", join(kNvmlModes), nv.enabled));
+  }
+  if (nv.interval_ms < kMinNvmlIntervalMs || nv.interval_ms > kMaxNvmlIntervalMs) {
+    return fail("nvml.interval_ms", range_problem(kMinNvmlIntervalMs, kMaxNvmlIntervalMs, nv.interval_ms));
+  }
+  if (nv.library.empty() || nv.library.find('\0') != std::string::npos) {
+    return fail("nvml.library", "must be a library name or path, got an empty or NUL-containing string");
+  }
   for (std::size_t r = 0; r < kRoleCount; ++r) {
     const RoleGrant& g = c.roles[r];
     auto bad = [](std::uint32_t id) { return id > kMaxId; };
@@ -694,6 +794,13 @@ std::string describe(const Config& c) {
       h.pressure_high, h.pressure_critical, h.tools_budget, std::chrono::duration<double>(h.stall_kill_after).count());
   out += fmt::format("telemetry    {}\n", h.telemetry);
   out += fmt::format("metrics      {}\n", c.metrics_listen.empty() ? "off" : c.metrics_listen);
+  out += fmt::format("nvml         {}, every {} ms, library {}\n", c.nvml.enabled, c.nvml.interval_ms, c.nvml.library);
+  const GpuConfig& gpu = c.gpu;
+  out += fmt::format(
+      "gpu          sm_min {}, alpha {}, grow_hold {}, granularity {}; offload at pressure {}, restore below {} "
+      "(hold {} ticks), link {} B/s, allow_slowdown {}\n",
+      gpu.sm_min, gpu.alpha, gpu.grow_hold, gpu.granularity, gpu.offload_pressure, gpu.restore_pressure, gpu.hold,
+      gpu.link_bytes_per_s, gpu.allow_slowdown);
   for (std::size_t r = 0; r < kRoleCount; ++r) {
     const RoleGrant& g = c.roles[r];
     std::string who = "root, the daemon's user";

@@ -86,6 +86,34 @@ struct HostConfig {
   friend bool operator==(const HostConfig&, const HostConfig&) = default;
 };
 
+// The GPU plane (issue 9, docs/daemon.md "GPU plane"): Nova's SM partition
+// choice and weight-offload policy, per engine. Thread-safety: a value type.
+struct GpuConfig {
+  // [gpu] SM partitioning: SM_dec = max(sm_min, SM_op − alpha·(N_pend − 1))
+  std::uint32_t sm_min = 16;      // decode floor, SMs (1..1024; clamped to the device's SMs)
+  double alpha = 8.0;             // SMs moved to prefill per extra pending prefill (0..1024)
+  std::uint32_t grow_hold = 2;    // ticks a move to more decode SMs must be wanted (1..1000)
+  std::uint32_t granularity = 8;  // SM alignment when a pool has one partition (1..1024)
+  // [gpu] weight offload (sched/weight_offload.h)
+  double link_bytes_per_s = 25e9;  // host→device bandwidth, bytes/s (PCIe 4.0 x16 practical)
+  double offload_pressure = 1.0;   // projected KV / pool at which modules are offloaded
+  double restore_pressure = 0.8;   // ... below which, without their blocks, they are restored
+  std::uint32_t hold = 10;         // ticks a restore must be wanted; ticks a change settles (1..100000)
+  bool allow_slowdown = false;     // offload modules whose copies the link cannot hide
+
+  friend bool operator==(const GpuConfig&, const GpuConfig&) = default;
+};
+
+// [nvml]: GPU telemetry from the driver's NVML (docs/nvml.md), sampled on a
+// thread of its own. Thread-safety: a value type.
+struct NvmlConfig {
+  std::string enabled = "auto";          // auto (sample if NVML loads, else say so) | on (required) | off
+  std::uint32_t interval_ms = 1000;      // 100 .. 60000 (NVML's utilisation period is 1/6 .. 1 s)
+  std::string library = "libnvidia-ml.so.1";  // a name the dynamic loader finds, or a path
+
+  friend bool operator==(const NvmlConfig&, const NvmlConfig&) = default;
+};
+
 // The parsed file: plain data, defaults in the initializers.
 // Thread-safety: a value type.
 struct Config {
@@ -100,6 +128,8 @@ struct Config {
       RoleGrant{}, RoleGrant{}, RoleGrant{.anyone = true, .uids = {}, .gids = {}}, RoleGrant{}};
   Limits limits;
   HostConfig host;
+  NvmlConfig nvml;
+  GpuConfig gpu;
   // [metrics] listen: Prometheus text on this loopback HOST:PORT
   // (docs/metrics.md); "" turns the endpoint off (tandemctl metrics stays).
   std::string metrics_listen = "127.0.0.1:9464";

@@ -1,5 +1,6 @@
 // The ctl server: tandemctl's requests, answered with JSON (docs/tandemctl.md
 // shows the shapes; tandemctl renders the tables).
+#include <bit>
 #include <cctype>
 
 #include <fmt/format.h>
@@ -54,6 +55,8 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
     send_message(c, ipc::build_ctl_response(0, ctl_sessions(now)));
   } else if (command == "tools") {
     send_message(c, ipc::build_ctl_response(0, ctl_tools()));
+  } else if (command == "gpu") {
+    send_message(c, ipc::build_ctl_response(0, ctl_gpu(now)));
   } else if (command == "metrics") {
     send_message(c, ipc::build_ctl_response(0, metrics_text(now)));
   } else if (command == "events") {
@@ -123,10 +126,32 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
     send_message(c, ipc::build_ctl_response(code, out));
   } else {
     send_message(c, ipc::build_ctl_response(
-                        EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions, tools, metrics, "
+                        EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions, tools, gpu, metrics, "
                                             "events, policy, drain, undrain, reload, session-evict, session-kill)",
                                             command.substr(0, 64))));
   }
+}
+
+PidAttribution Server::gpu_attribution() const {
+  std::map<pid_t, GpuClient> by_pid;
+  for (const auto& [id, c] : clients_) {
+    if (c.doomed || c.phase != Phase::kActive || c.pid <= 0) continue;
+    by_pid.emplace(c.pid, GpuClient{id, c.name, std::string(to_string(c.role))});
+  }
+  return PidAttribution(std::move(by_pid), std::string(kProcRoot));
+}
+
+std::string Server::ctl_gpu(base::Time now) const {
+  json j = gpu_json(gpu_telemetry_->snapshot(), now, gpu_attribution());
+  j["truncated"] = false;
+  std::string out = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (out.size() > kCtlListBudget) {
+    // The reply must fit one datagram: the devices stay, their process lists go.
+    for (auto& d : j["devices"]) d["processes"] = nullptr;
+    j["truncated"] = true;
+    out = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  return out;
 }
 
 std::string Server::ctl_tools() const {
@@ -251,6 +276,7 @@ std::string Server::ctl_status(base::Time now) const {
     j["admission_window"] = nullptr;  // the policy admits every session
   }
   j["draining"] = draining_;
+  j["nvml"] = gpu_status(gpu_telemetry_->snapshot());
   j["metrics"] = {{"listen", metrics_                 ? metrics_->address()
                              : metrics_error_.empty() ? std::string("off")
                                                       : "off: " + metrics_error_},
@@ -306,6 +332,12 @@ std::pair<std::string_view, std::string> Server::describe_event(const LoggedEven
       return {"evict", "by an operator"};
     case L::kKill:
       return {"kill", "by an operator"};
+    case L::kSmPartition:
+      return {"sm_partition",
+              fmt::format("engine {}: partition {} ({} decode SMs) for SM_dec {}", v[0], v[1], v[2], v[3])};
+    case L::kOffloadPlan:
+      return {"offload_plan", fmt::format("engine {}: modules {:#x}, {} bytes freed, at pressure {:.3f}", v[0],
+                                          static_cast<std::uint64_t>(v[1]), v[2], static_cast<double>(v[3]) / 1000.0)};
   }
   return {"?", ""};
 }
@@ -431,7 +463,8 @@ std::string Server::metrics_text(base::Time now) const {
   p.gauge("tandem_kv_pinned_sessions", "sessions whose KV is pinned while their tool runs",
           static_cast<double>(pinned_sessions));
 
-  // KV by engine.
+  // KV by engine, and the GPU plane's view of it.
+  const auto projected = GpuPlane::projected_blocks(model_.sessions());
   for (const auto& [id, v] : model_.engines()) {
     const auto it = clients_.find(id);
     const std::string name = it != clients_.end() ? it->second.name : std::to_string(id);
@@ -442,6 +475,55 @@ std::string Server::metrics_text(base::Time now) const {
     p.gauge("tandem_kv_blocks", help, v.kv.blocks_pinned, {{"engine", name}, {"state", "pinned"}});
     p.gauge("tandem_kv_blocks", help, v.kv.blocks_offloaded, {{"engine", name}, {"state", "offloaded"}});
     p.gauge("tandem_kv_blocks", help, static_cast<double>(v.queued_blocks), {{"engine", name}, {"state", "queued"}});
+    const auto demand = projected.find(id);
+    p.gauge("tandem_kv_blocks", help, demand == projected.end() ? 0.0 : static_cast<double>(demand->second),
+            {{"engine", name}, {"state", "projected"}});
+  }
+  // The GPU plane, one family at a time (a family's samples must be together).
+  struct EngineGpuSample {
+    std::string name;
+    double total = 0;
+    double projected = 0;
+    const Client* client = nullptr;
+    const EngineGpu* gpu = nullptr;
+  };
+  std::vector<EngineGpuSample> gpu_samples;
+  for (const auto& [id, v] : model_.engines()) {
+    const auto it = clients_.find(id);
+    const auto demand = projected.find(id);
+    gpu_samples.push_back({it != clients_.end() ? it->second.name : std::to_string(id),
+                           static_cast<double>(v.has_stats ? v.kv.blocks_total : v.params.total_blocks),
+                           demand == projected.end() ? 0.0 : static_cast<double>(demand->second),
+                           it != clients_.end() ? &it->second : nullptr, gpu_.engine(id)});
+  }
+  for (const auto& e : gpu_samples) {
+    if (e.total > 0) {
+      p.gauge("tandem_kv_pressure", "projected KV demand of each engine's live sessions over its pool",
+              e.projected / e.total, {{"engine", e.name}});
+    }
+  }
+  for (const auto& e : gpu_samples) {
+    if (e.client != nullptr && e.client->sm_partition_set) {
+      p.gauge("tandem_sm_partition", "the green-context partition index published to each engine",
+              e.client->sm_partition, {{"engine", e.name}});
+    }
+  }
+  for (const auto& e : gpu_samples) {
+    if (e.client != nullptr && e.client->sm_partition_set && e.gpu != nullptr &&
+        e.client->sm_partition < e.gpu->decode_sms.size()) {
+      p.gauge("tandem_sm_partition_decode_sms", "decode SMs of the partition published to each engine",
+              e.gpu->decode_sms[e.client->sm_partition], {{"engine", e.name}});
+    }
+  }
+  for (const auto& e : gpu_samples) {
+    if (e.client == nullptr) continue;
+    p.gauge("tandem_offloaded_weight_modules", "weight modules each engine is asked to stream from host memory",
+            static_cast<double>(std::popcount(e.client->offload_plan)), {{"engine", e.name}});
+  }
+  for (const auto& e : gpu_samples) {
+    if (e.client == nullptr) continue;
+    p.gauge("tandem_offload_freed_bytes", "device bytes the offload plan frees for each engine's KV pool",
+            static_cast<double>(e.client->offload_freed_bytes), {{"engine", e.name}});
   }
   static constexpr const char* kKvKinds[] = {"evicted", "restored", "offloaded", "dropped"};
   for (std::size_t k = 0; k < std::size(kKvKinds); ++k) {
@@ -452,6 +534,8 @@ std::string Server::metrics_text(base::Time now) const {
     p.counter("tandem_kv_event_blocks_total", "KV blocks those moves concerned, by kind",
               static_cast<double>(stats_.kv_event_blocks[k]), {{"kind", kKvKinds[k]}});
   }
+  p.counter("tandem_offload_plan_changes_total", "changes of an engine's weight-offload plan",
+            static_cast<double>(stats_.offload_plan_changes));
   p.counter("tandem_recomputed_tokens_total",
             "prompt tokens a session had computed before that its engine did not serve from cache",
             static_cast<double>(stats_.recomputed_tokens));
@@ -483,6 +567,9 @@ std::string Server::metrics_text(base::Time now) const {
             cpu_psi, {{"resource", "cpu"}});
   }
 
+  // GPUs, from NVML.
+  gpu_metrics(p, gpu_telemetry_->snapshot(), gpu_attribution());
+
   // The daemon itself.
   p.counter("tandem_control_ticks_total", "control ticks run", static_cast<double>(stats_.ticks));
   p.counter("tandem_control_tick_seconds_total", "time spent in control ticks", stats_.tick_seconds);
@@ -507,11 +594,20 @@ std::string Server::ctl_engines() const {
   for (const auto& [id, s] : model_.sessions().sessions()) {
     if (s.state != sched::SessionState::kDone && s.engine != sched::kNoEngine) ++sessions[s.engine];
   }
+  const auto projected = GpuPlane::projected_blocks(model_.sessions());
   json list = json::array();
   for (const auto& [id, c] : clients_) {
     if (c.doomed || c.phase != Phase::kActive || c.role != Role::kEngine) continue;
     const sched::EngineView* v = model_.engine(id);
     const sched::KvPoolStats kv = v != nullptr ? v->kv : sched::KvPoolStats{};
+    const std::uint32_t pool = v != nullptr && v->has_stats ? kv.blocks_total : c.engine.total_blocks;
+    const auto p = projected.find(id);
+    const std::uint64_t demand = p == projected.end() ? 0 : p->second;
+    const EngineGpu* g = gpu_.engine(id);
+    json offloaded = json::array();
+    for (std::uint32_t i = 0; i < 64; ++i) {
+      if ((c.offload_plan >> i & 1u) != 0) offloaded.push_back(i);
+    }
     list.push_back({
         {"id", id},
         {"name", c.name},
@@ -530,6 +626,22 @@ std::string Server::ctl_engines() const {
         {"step_time_us", std::chrono::duration_cast<std::chrono::microseconds>(kv.step_time).count()},
         {"sessions", sessions[id]},
         {"sm_partition", c.sm_partition_set ? json(c.sm_partition) : json(nullptr)},
+        {"blocks_total", pool},
+        {"block_bytes", g != nullptr && g->block_bytes != 0 ? json(g->block_bytes) : json(nullptr)},
+        {"projected_blocks", demand},
+        {"pressure", pool != 0 ? json(static_cast<double>(demand) / pool) : json(nullptr)},
+        {"sm_decode_sms", c.sm_partition_set && g != nullptr && c.sm_partition < g->decode_sms.size()
+                              ? json(g->decode_sms[c.sm_partition])
+                              : json(nullptr)},
+        {"sm_partitions", g != nullptr ? json(g->decode_sms) : json::array()},
+        {"device_sms", g != nullptr && g->has_pool() ? json(g->device_sms) : json(nullptr)},
+        {"sm_op", g != nullptr && g->has_pool() ? json(GpuPlane::sm_op_of(*g)) : json(nullptr)},
+        {"sm_op_profiled", g != nullptr && g->sm_op != 0},
+        {"sm_dec", g != nullptr && g->published ? json(g->sm_dec) : json(nullptr)},
+        {"weight_modules", g != nullptr ? g->offload.modules().size() : 0},
+        {"offload_plan", c.offload_plan},
+        {"offloaded_modules", offloaded},
+        {"offload_freed_bytes", c.offload_freed_bytes},
         {"records_accepted", c.accepted},
         {"records_rejected", c.rejected},
     });

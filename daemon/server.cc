@@ -147,6 +147,11 @@ base::Result<std::unique_ptr<Server>> Server::create(std::shared_ptr<const Compi
   s->uring_ = std::move(*uring);
 
   if (auto r = s->install_policy(*s->config_); !r) return base::propagate(std::move(r.error()));
+  // [nvml] enabled = "on" makes a library that does not load a start-up error.
+  auto gpu_telemetry = GpuTelemetry::start(cfg.nvml);
+  if (!gpu_telemetry) return base::propagate(std::move(gpu_telemetry.error()));
+  s->gpu_telemetry_ = std::move(*gpu_telemetry);
+  s->gpu_.configure(cfg.gpu);
   // The metrics endpoint is a convenience: a port in use costs the endpoint,
   // not the daemon (tandemctl metrics still answers, status says why).
   if (!cfg.metrics_listen.empty()) {
@@ -467,6 +472,7 @@ void Server::release_sessions(Client& c, Time now) {
     // Its rounds in flight are lost; their runners may submit them elsewhere.
     (void)model_.engine_gone(c.id, now);
     policy_.control->on_event(sched::EngineLeft{c.id}, model_, now);
+    gpu_.engine_gone(c.id);
   }
   // Sessions that die with the client: a runner's own, and those an engine
   // opened by submitting that no runner took over.
@@ -870,13 +876,14 @@ bool Server::authorize(Client& c, const ipc::Record& r, const char** why) {
   using T = ipc::RecordType;
   const T type = r.type();
   const sched::SessionId id = r.session();
+  const bool gpu_record = type == T::kGpuPartitions || type == T::kStageProfile || type == T::kWeightModule;
   const bool engine_record = type == T::kRoundSubmit || type == T::kRoundFirstToken || type == T::kRoundEnd ||
-                             type == T::kKvStats || type == T::kKvEvent;
+                             type == T::kKvStats || type == T::kKvEvent || gpu_record;
   if (engine_record != (c.role == Role::kEngine)) {
     *why = c.role == Role::kEngine ? "an engine sent a runner's record" : "a runner sent an engine's record";
     return false;
   }
-  if (type == T::kKvStats) return true;
+  if (type == T::kKvStats || gpu_record) return true;  // the engine's own pool and GPU: no session
   const sched::Session* s = model_.sessions().find(id);
   auto m = meta_.find(id);
   switch (type) {
@@ -927,6 +934,22 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     reject_record(c, why);
     return;
   }
+  if (r.type() == ipc::RecordType::kGpuPartitions || r.type() == ipc::RecordType::kStageProfile ||
+      r.type() == ipc::RecordType::kWeightModule) {
+    // GPU-plane state, not policy events.
+    auto taken = gpu_.on_record(c.id, r);
+    if (!taken) {
+      reject_record(c, taken.error().context());
+      return;
+    }
+    // A new pool: the index published for the old one means nothing until
+    // the next tick chooses one for this pool.
+    if (*taken) c.sm_partition_set = false;
+    ++c.accepted;
+    ++stats_.records_accepted;
+    return;
+  }
+  if (r.type() == ipc::RecordType::kKvStats) gpu_.on_kv_stats(c.id, r.as<ipc::KvStats>());
   auto event = to_event(r, c.id);
   if (!event) {
     reject_record(c, "a directive on the event ring");
@@ -1037,6 +1060,7 @@ void Server::tick(Time now) {
   policy_.control->tick(model_, now, actions_);
   stats_.actions += actions_.list().size();
   for (const sched::Action& a : actions_.list()) apply(a, now);
+  gpu_tick(now);
 
   auto& table = model_.sessions();
   std::vector<sched::SessionId> done;
@@ -1052,6 +1076,28 @@ void Server::tick(Time now) {
   const double took = base::to_seconds(clock_.now() - began);
   stats_.tick_seconds += took;
   stats_.tick_seconds_max = std::max(stats_.tick_seconds_max, took);
+}
+
+void Server::gpu_tick(Time now) {
+  gpu_changes_.clear();
+  gpu_.tick(model_, gpu_changes_);
+  for (const GpuChange& g : gpu_changes_) {
+    Client* c = find_client(g.engine);
+    if (c == nullptr || c->role != Role::kEngine) continue;
+    if (g.sm) {
+      // The policy's own path: Client.sm_partition, the effects, the count.
+      apply(sched::Action{sched::ActionKind::kSetSmPartition, 0, g.engine, g.sm_partition}, now);
+      log_event(now, LogKind::kSmPartition, 0, {g.engine, g.sm_partition, g.decode_sms, g.sm_dec});
+    }
+    if (g.offload) {
+      c->offload_plan = g.offload_plan;
+      c->offload_freed_bytes = g.freed_bytes;
+      ++stats_.offload_plan_changes;
+      log_event(now, LogKind::kOffloadPlan, 0,
+                {g.engine, static_cast<std::int64_t>(g.offload_plan), static_cast<std::int64_t>(g.freed_bytes),
+                 static_cast<std::int64_t>(std::min(g.pressure, 1e12) * 1000.0)});
+    }
+  }
 }
 
 void Server::session_done(sched::SessionId id) {
@@ -1202,6 +1248,9 @@ void Server::publish_status(Client& c, Time now) {
   st.policy_epoch = policy_epoch_;
   st.updated_ns = base::to_ns(now);
   st.sm_partition = c.sm_partition;
+  st.offload_plan = c.offload_plan;
+  st.offload_freed_bytes = c.offload_freed_bytes;
+  if (c.sm_partition_set) st.flags |= ipc::kStatusSmPartitionSet;
   c.status.publish(st);
 }
 
@@ -1237,6 +1286,14 @@ base::Result<void> Server::apply_config(std::shared_ptr<const CompiledConfig> fr
   if (cfg.metrics_listen != old_cfg.metrics_listen) {
     spdlog::warn("{}: [metrics] listen changes take effect at the next restart", why);
   }
+  // [nvml]: a new mode or library starts a new sampler before anything
+  // changes (with "on", one that cannot load refuses the reload); a new
+  // interval is applied to the running one.
+  auto gpu_telemetry = GpuTelemetry::prepare(*gpu_telemetry_, cfg.nvml);
+  if (!gpu_telemetry) {
+    return base::make_error(EINVAL, fmt::format("{} refused: {}; the running configuration is unchanged", why,
+                                                gpu_telemetry.error().message()));
+  }
   const bool policy_changed = cfg.policy != old_cfg.policy || cfg.policy_params != old_cfg.policy_params;
   if (policy_changed) {
     if (auto r = install_policy(*fresh); !r) {
@@ -1254,7 +1311,13 @@ base::Result<void> Server::apply_config(std::shared_ptr<const CompiledConfig> fr
       timer_fd_ = std::move(*timer);
     }
   }
+  if (*gpu_telemetry) {
+    gpu_telemetry_ = std::move(*gpu_telemetry);  // the old sampler's thread is joined here
+  } else {
+    gpu_telemetry_->apply(cfg.nvml);
+  }
   config_ = std::move(fresh);
+  gpu_.configure(config_->config().gpu);
   if (policy_changed) {
     for (auto& [id, c] : clients_) {
       if (!c.doomed && c.role == Role::kEngine && c.phase == Phase::kActive) send_policy_config(c);

@@ -42,6 +42,8 @@
 #include "base/unique_fd.h"
 #include "daemon/config.h"
 #include "daemon/effects.h"
+#include "daemon/gpu_plane.h"
+#include "daemon/gpu_telemetry.h"
 #include "daemon/metrics.h"
 #include "daemon/uring.h"
 #include "ipc/channel.h"
@@ -101,9 +103,10 @@ struct ServerStats {
   std::uint64_t effects_cpu_quota = 0;
   std::uint64_t effects_kill_tools = 0;
   std::uint64_t effects_sm_partition = 0;
-  std::uint64_t resyncs = 0;         // Resync messages taken
-  std::uint64_t tools_prepared = 0;  // ToolPrepare answered with a cgroup
-  std::uint64_t tools_refused = 0;   // ToolPrepare answered with an error
+  std::uint64_t offload_plan_changes = 0;  // the GPU plane changed an engine's weight-offload plan
+  std::uint64_t resyncs = 0;               // Resync messages taken
+  std::uint64_t tools_prepared = 0;        // ToolPrepare answered with a cgroup
+  std::uint64_t tools_refused = 0;         // ToolPrepare answered with an error
   // KV_EVENT records by ipc::KvEventKind − 1 (evicted, restored, offloaded,
   // dropped) and the blocks they moved.
   std::array<std::uint64_t, 4> kv_events{};
@@ -182,6 +185,8 @@ class Server {
     bool backlog_warned = false;   // logged dropping directives
     std::uint32_t sm_partition = 0;
     bool sm_partition_set = false;
+    std::uint64_t offload_plan = 0;         // the GPU plane's weight-offload plan (bit i: module i)
+    std::uint64_t offload_freed_bytes = 0;  // device bytes that plan frees
   };
 
   struct SessionMeta {
@@ -247,6 +252,8 @@ class Server {
   // Rings each engine's directive doorbell once for the directives pushed
   // since the last call (after a pump and after a tick).
   void ring_directive_bells();
+  // The GPU plane's decisions of this tick: partitions and offload plans.
+  void gpu_tick(base::Time now);
   // Records that must wait in a client's ring before it wakes the loop.
   static std::uint32_t wake_watermark(const Client& c);
   void publish_status(Client& c, base::Time now);
@@ -266,6 +273,9 @@ class Server {
   std::string ctl_engines() const;
   std::string ctl_sessions(base::Time now) const;
   std::string ctl_tools() const;
+  // tandemctl gpu: NVML's latest sample, processes attributed to clients (daemon/gpu_telemetry.h).
+  std::string ctl_gpu(base::Time now) const;
+  PidAttribution gpu_attribution() const;
   // tandemctl session-kill: closes a session, killing its tools. 0 or an errno value; `out` says what happened.
   int ctl_session_kill(std::string_view who, base::Time now, std::string& out);
   int ctl_session_evict(std::string_view who, base::Time now, std::string& out);
@@ -321,6 +331,8 @@ class Server {
     kUndrain,
     kEvict,
     kKill,
+    kSmPartition,  // session 0; v: engine, partition index, its decode SMs, SM_dec
+    kOffloadPlan,  // session 0; v: engine, plan bits, freed bytes, pressure in thousandths
   };
   struct LoggedEvent {
     std::uint64_t seq;
@@ -339,6 +351,8 @@ class Server {
   bool draining_ = false;  // tandemctl drain: no new session is admitted; live ones go on
   std::optional<MetricsEndpoint> metrics_;
   std::string metrics_error_;  // why there is no endpoint ("" when there is, or none was asked)
+  // NVML sampling on a thread of its own ([nvml]); never null after create().
+  std::unique_ptr<GpuTelemetry> gpu_telemetry_;
   std::uint64_t watchdog_usec_ = 0;
   base::Time last_watchdog_{};
 
@@ -349,6 +363,8 @@ class Server {
   sched::PolicyInstance policy_;
   std::uint64_t policy_epoch_ = 0;
   sched::NodeModel model_;
+  GpuPlane gpu_{GpuConfig{}};           // configured from config_ in create() and apply_config()
+  std::vector<GpuChange> gpu_changes_;  // tick scratch
   sched::Actions actions_;
   std::unordered_map<sched::SessionId, SessionMeta> meta_;
   ServerStats stats_;

@@ -42,6 +42,20 @@ struct Driver {
   decltype(&::cuGreenCtxStreamCreate) green_ctx_stream_create = nullptr;
   decltype(&::cuStreamDestroy) stream_destroy = nullptr;
   decltype(&::cuGreenCtxDestroy) green_ctx_destroy = nullptr;
+  decltype(&::cuCtxSetCurrent) ctx_set_current = nullptr;
+  decltype(&::cuMemAlloc) mem_alloc = nullptr;
+  decltype(&::cuMemFree) mem_free = nullptr;
+  decltype(&::cuMemHostAlloc) mem_host_alloc = nullptr;
+  decltype(&::cuMemFreeHost) mem_free_host = nullptr;
+  decltype(&::cuStreamCreateWithPriority) stream_create_with_priority = nullptr;
+  decltype(&::cuMemcpyHtoDAsync) memcpy_htod_async = nullptr;
+  decltype(&::cuEventCreate) event_create = nullptr;
+  decltype(&::cuEventDestroy) event_destroy = nullptr;
+  decltype(&::cuEventRecord) event_record = nullptr;
+  decltype(&::cuStreamWaitEvent) stream_wait_event = nullptr;
+  decltype(&::cuEventQuery) event_query = nullptr;
+  decltype(&::cuEventSynchronize) event_synchronize = nullptr;
+  decltype(&::cuStreamSynchronize) stream_synchronize = nullptr;
 
   // "<call>: CUDA_ERROR_…: <cuGetErrorString>[: detail]".
   std::unexpected<base::Error> error(std::string_view call, CUresult r, std::string_view detail = {}) const {
@@ -54,6 +68,11 @@ struct Driver {
     return cu_error(call, r, n, t, detail);
   }
 };
+
+// The host→device bandwidth h2d_bytes_per_s() reports: PCIe 4.0 x16 moves
+// about 25 GB/s each way from pinned memory. Not measured; conservative for
+// PCIe 5.0 hosts (about 50 GB/s), optimistic for narrower links.
+constexpr double kDefaultH2dBytesPerS = 25e9;
 
 // Green-context streams (cuGreenCtxStreamCreate) arrived in 12.5.
 constexpr int kMinDriverVersion = 12050;
@@ -118,6 +137,20 @@ base::Result<Driver> load_driver() {
   resolve(get, "cuGreenCtxStreamCreate", abi, &d.green_ctx_stream_create, &missing);
   resolve(get, "cuStreamDestroy", abi, &d.stream_destroy, &missing);
   resolve(get, "cuGreenCtxDestroy", abi, &d.green_ctx_destroy, &missing);
+  resolve(get, "cuCtxSetCurrent", abi, &d.ctx_set_current, &missing);
+  resolve(get, "cuMemAlloc", abi, &d.mem_alloc, &missing);
+  resolve(get, "cuMemFree", abi, &d.mem_free, &missing);
+  resolve(get, "cuMemHostAlloc", abi, &d.mem_host_alloc, &missing);
+  resolve(get, "cuMemFreeHost", abi, &d.mem_free_host, &missing);
+  resolve(get, "cuStreamCreateWithPriority", abi, &d.stream_create_with_priority, &missing);
+  resolve(get, "cuMemcpyHtoDAsync", abi, &d.memcpy_htod_async, &missing);
+  resolve(get, "cuEventCreate", abi, &d.event_create, &missing);
+  resolve(get, "cuEventDestroy", abi, &d.event_destroy, &missing);
+  resolve(get, "cuEventRecord", abi, &d.event_record, &missing);
+  resolve(get, "cuStreamWaitEvent", abi, &d.stream_wait_event, &missing);
+  resolve(get, "cuEventQuery", abi, &d.event_query, &missing);
+  resolve(get, "cuEventSynchronize", abi, &d.event_synchronize, &missing);
+  resolve(get, "cuStreamSynchronize", abi, &d.stream_synchronize, &missing);
   if (!missing.empty()) return base::make_error(ENOTSUP, fmt::format("libcuda.so.1 lacks {}", missing));
   if (CUresult r = d.init(0); r != CUDA_SUCCESS) return d.error("cuInit", r);
   return d;
@@ -132,16 +165,21 @@ const base::Result<Driver>& driver() {
 
 class CudaDevice final : public DeviceApi {
  public:
-  CudaDevice(const Driver& d, int ordinal, CUdevice dev, CUdevResource all)
-      : d_(d), ordinal_(ordinal), dev_(dev), all_(all) {}
+  CudaDevice(const Driver& d, int ordinal, CUdevice dev, CUcontext primary, CUdevResource all)
+      : d_(d), ordinal_(ordinal), dev_(dev), primary_(primary), all_(all) {}
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
 
   ~CudaDevice() override {
     std::lock_guard lock(mu_);
-    // Streams before their contexts (cuGreenCtxDestroy does not destroy them).
+    (void)d_.ctx_set_current(primary_);
+    // Streams before their contexts (cuGreenCtxDestroy does not destroy them),
+    // then events and memory, all before the primary context goes.
     for (auto& [id, s] : streams_) (void)d_.stream_destroy(s.stream);
     for (auto& [id, g] : contexts_) (void)d_.green_ctx_destroy(g);
+    for (auto& [id, e] : events_) (void)d_.event_destroy(e);
+    for (auto& [ptr, bytes] : device_memory_) (void)d_.mem_free(ptr);
+    for (auto& [ptr, bytes] : pinned_) (void)d_.mem_free_host(ptr);
     (void)d_.primary_ctx_release(dev_);
   }
 
@@ -290,11 +328,213 @@ class CudaDevice final : public DeviceApi {
     return {};
   }
 
+  // --- Memory, plain streams, copies and events (primary context).
+
+  base::Result<DevicePtr> alloc_device(std::uint64_t bytes) override {
+    std::lock_guard lock(mu_);
+    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    CUdeviceptr p = 0;
+    if (CUresult r = d_.mem_alloc(&p, bytes); r != CUDA_SUCCESS) {
+      return d_.error("cuMemAlloc", r, fmt::format("{} bytes", bytes));
+    }
+    device_memory_[p] = bytes;
+    return static_cast<DevicePtr>(p);
+  }
+
+  base::Result<void> free_device(DevicePtr ptr) override {
+    std::lock_guard lock(mu_);
+    auto it = device_memory_.find(static_cast<CUdeviceptr>(ptr));
+    if (it == device_memory_.end()) {
+      return cu_error("cuMemFree", kCudaErrorInvalidValue, fmt::format("{:#x} is not a live allocation", ptr));
+    }
+    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    if (CUresult r = d_.mem_free(it->first); r != CUDA_SUCCESS) return d_.error("cuMemFree", r);
+    device_memory_.erase(it);
+    return {};
+  }
+
+  base::Result<void*> alloc_pinned_host(std::uint64_t bytes) override {
+    std::lock_guard lock(mu_);
+    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    void* p = nullptr;
+    if (CUresult r = d_.mem_host_alloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE); r != CUDA_SUCCESS) {
+      return d_.error("cuMemHostAlloc", r, fmt::format("{} bytes", bytes));
+    }
+    pinned_[p] = bytes;
+    return p;
+  }
+
+  base::Result<void> free_pinned_host(void* ptr) override {
+    std::lock_guard lock(mu_);
+    auto it = pinned_.find(ptr);
+    if (it == pinned_.end()) {
+      return cu_error("cuMemFreeHost", kCudaErrorInvalidValue, fmt::format("{} is not a live pinned allocation", ptr));
+    }
+    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    if (CUresult r = d_.mem_free_host(ptr); r != CUDA_SUCCESS) return d_.error("cuMemFreeHost", r);
+    pinned_.erase(it);
+    return {};
+  }
+
+  base::Result<StreamId> create_plain_stream(int priority) override {
+    std::lock_guard lock(mu_);
+    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    CUstream s = nullptr;
+    // The driver clamps the priority to cuCtxGetStreamPriorityRange.
+    if (CUresult r = d_.stream_create_with_priority(&s, CU_STREAM_NON_BLOCKING, priority); r != CUDA_SUCCESS) {
+      return d_.error("cuStreamCreateWithPriority", r, fmt::format("priority {}", priority));
+    }
+    StreamId id = next_stream_++;
+    streams_[id] = Stream{.stream = s, .ctx = 0};
+    return id;
+  }
+
+  base::Result<void*> native_stream(StreamId stream) override {
+    std::lock_guard lock(mu_);
+    auto s = find_stream("native_stream", stream);
+    if (!s) return base::propagate(std::move(s.error()));
+    return static_cast<void*>(*s);
+  }
+
+  base::Result<StreamId> stream_for_native(void* native) override {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, s] : streams_) {
+      if (static_cast<void*>(s.stream) == native) return id;
+    }
+    return cu_error("stream_for_native", kCudaErrorInvalidHandle, fmt::format("{} is not a live stream", native));
+  }
+
+  base::Result<void> copy_h2d_async(DevicePtr dst, const void* src, std::uint64_t bytes, StreamId stream) override {
+    std::lock_guard lock(mu_);
+    auto s = find_stream("cuMemcpyHtoDAsync", stream);
+    if (!s) return base::propagate(std::move(s.error()));
+    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    if (CUresult r = d_.memcpy_htod_async(static_cast<CUdeviceptr>(dst), src, bytes, *s); r != CUDA_SUCCESS) {
+      return d_.error("cuMemcpyHtoDAsync", r, fmt::format("{} bytes to {:#x} on stream {}", bytes, dst, stream));
+    }
+    return {};
+  }
+
+  base::Result<EventId> create_event() override {
+    std::lock_guard lock(mu_);
+    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    CUevent e = nullptr;
+    if (CUresult r = d_.event_create(&e, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) {
+      return d_.error("cuEventCreate", r);
+    }
+    EventId id = next_event_++;
+    events_[id] = e;
+    return id;
+  }
+
+  base::Result<void> destroy_event(EventId event) override {
+    std::lock_guard lock(mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) {
+      return cu_error("cuEventDestroy", kCudaErrorInvalidHandle, fmt::format("event {}", event));
+    }
+    if (CUresult r = d_.event_destroy(it->second); r != CUDA_SUCCESS) return d_.error("cuEventDestroy", r);
+    events_.erase(it);
+    return {};
+  }
+
+  base::Result<void> record_event(EventId event, StreamId stream) override {
+    std::lock_guard lock(mu_);
+    auto e = find_event("cuEventRecord", event);
+    if (!e) return base::propagate(std::move(e.error()));
+    auto s = find_stream("cuEventRecord", stream);
+    if (!s) return base::propagate(std::move(s.error()));
+    if (CUresult r = d_.event_record(*e, *s); r != CUDA_SUCCESS) {
+      return d_.error("cuEventRecord", r, fmt::format("event {} on stream {}", event, stream));
+    }
+    return {};
+  }
+
+  base::Result<void> stream_wait_event(StreamId stream, EventId event) override {
+    std::lock_guard lock(mu_);
+    auto s = find_stream("cuStreamWaitEvent", stream);
+    if (!s) return base::propagate(std::move(s.error()));
+    auto e = find_event("cuStreamWaitEvent", event);
+    if (!e) return base::propagate(std::move(e.error()));
+    if (CUresult r = d_.stream_wait_event(*s, *e, CU_EVENT_WAIT_DEFAULT); r != CUDA_SUCCESS) {
+      return d_.error("cuStreamWaitEvent", r, fmt::format("stream {} on event {}", stream, event));
+    }
+    return {};
+  }
+
+  base::Result<bool> event_done(EventId event) override {
+    CUevent e = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto found = find_event("cuEventQuery", event);
+      if (!found) return base::propagate(std::move(found.error()));
+      e = *found;
+    }
+    CUresult r = d_.event_query(e);
+    if (r == CUDA_SUCCESS) return true;
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    return d_.error("cuEventQuery", r, fmt::format("event {}", event));
+  }
+
+  // The two waits run outside the lock, so other threads keep using the
+  // device meanwhile; destroying the event or stream during the wait is the
+  // caller's race, as with the driver.
+  base::Result<void> event_synchronize(EventId event) override {
+    CUevent e = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto found = find_event("cuEventSynchronize", event);
+      if (!found) return base::propagate(std::move(found.error()));
+      e = *found;
+    }
+    if (CUresult r = d_.event_synchronize(e); r != CUDA_SUCCESS) {
+      return d_.error("cuEventSynchronize", r, fmt::format("event {}", event));
+    }
+    return {};
+  }
+
+  base::Result<void> stream_synchronize(StreamId stream) override {
+    CUstream s = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto found = find_stream("cuStreamSynchronize", stream);
+      if (!found) return base::propagate(std::move(found.error()));
+      s = *found;
+    }
+    if (CUresult r = d_.stream_synchronize(s); r != CUDA_SUCCESS) {
+      return d_.error("cuStreamSynchronize", r, fmt::format("stream {}", stream));
+    }
+    return {};
+  }
+
+  double h2d_bytes_per_s() const override { return kDefaultH2dBytesPerS; }
+
  private:
   struct Stream {
     CUstream stream;
-    GreenCtxId ctx;
+    GreenCtxId ctx;  // 0: a plain stream in the primary context
   };
+
+  // Makes the primary context current in the calling thread (the memory,
+  // stream and event calls need a current context). mu_ is held.
+  base::Result<void> make_current() {
+    if (CUresult r = d_.ctx_set_current(primary_); r != CUDA_SUCCESS) {
+      return d_.error("cuCtxSetCurrent", r, "primary context");
+    }
+    return {};
+  }
+
+  base::Result<CUstream> find_stream(std::string_view call, StreamId stream) const {
+    auto it = streams_.find(stream);
+    if (it == streams_.end()) return cu_error(call, kCudaErrorInvalidHandle, fmt::format("stream {}", stream));
+    return it->second.stream;
+  }
+
+  base::Result<CUevent> find_event(std::string_view call, EventId event) const {
+    auto it = events_.find(event);
+    if (it == events_.end()) return cu_error(call, kCudaErrorInvalidHandle, fmt::format("event {}", event));
+    return it->second;
+  }
 
   static SmResource to_sm(const CUdevResource& r) {
     return SmResource{.sm_count = r.sm.smCount,
@@ -305,7 +545,8 @@ class CudaDevice final : public DeviceApi {
   const Driver& d_;
   const int ordinal_;
   const CUdevice dev_;
-  CUdevResource all_;  // the device's SM resource; the input of every split
+  const CUcontext primary_;  // retained by open_cuda_device, released by the destructor
+  CUdevResource all_;        // the device's SM resource; the input of every split
   std::mutex mu_;
   std::uint64_t next_resource_ = 1;
   std::uint64_t next_ctx_ = 1;
@@ -313,6 +554,10 @@ class CudaDevice final : public DeviceApi {
   std::map<ResourceId, CUdevResource> pieces_;
   std::map<GreenCtxId, CUgreenCtx> contexts_;
   std::map<StreamId, Stream> streams_;
+  std::uint64_t next_event_ = 1;
+  std::map<EventId, CUevent> events_;
+  std::map<CUdeviceptr, std::uint64_t> device_memory_;  // base → bytes
+  std::map<void*, std::uint64_t> pinned_;
 };
 
 }  // namespace
@@ -347,7 +592,7 @@ base::Result<std::unique_ptr<DeviceApi>> open_cuda_device(int ordinal) {
     (void)d.primary_ctx_release(dev);
     return base::propagate(d.error("cuDeviceGetDevResource", r, "CU_DEV_RESOURCE_TYPE_SM").error(), "open_cuda_device");
   }
-  return std::unique_ptr<DeviceApi>(std::make_unique<CudaDevice>(d, ordinal, dev, all));
+  return std::unique_ptr<DeviceApi>(std::make_unique<CudaDevice>(d, ordinal, dev, primary, all));
 }
 
 }  // namespace tandem::gpu

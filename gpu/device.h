@@ -12,6 +12,23 @@
 //   destroy_stream(s)        cuStreamDestroy(s)
 //   destroy_green_context(g) cuGreenCtxDestroy(g)
 //
+// Memory, copies and events (the layer streamer's needs; primary context):
+//
+//   alloc_device(n)          cuMemAlloc(&p, n)
+//   free_device(p)           cuMemFree(p)
+//   alloc_pinned_host(n)     cuMemHostAlloc(&h, n, CU_MEMHOSTALLOC_PORTABLE)
+//   free_pinned_host(h)      cuMemFreeHost(h)
+//   create_plain_stream(pr)  cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, pr)
+//   native_stream(s)         the CUstream behind s; stream_for_native(cs) the reverse
+//   copy_h2d_async(d,h,n,s)  cuMemcpyHtoDAsync(d, h, n, s)
+//   create_event()           cuEventCreate(&e, CU_EVENT_DISABLE_TIMING)
+//   destroy_event(e)         cuEventDestroy(e)
+//   record_event(e, s)       cuEventRecord(e, s)
+//   stream_wait_event(s, e)  cuStreamWaitEvent(s, e, 0)
+//   event_done(e)            cuEventQuery(e): CUDA_SUCCESS → true, CUDA_ERROR_NOT_READY → false
+//   event_synchronize(e)     cuEventSynchronize(e)
+//   stream_synchronize(s)    cuStreamSynchronize(s)
+//
 // Handles are opaque 64-bit ids, never CUDA types, so the simulated backend
 // (sim_device.h) and every caller build without the toolkit. Ids are never
 // reused within one DeviceApi object. Errors name the call and the CUresult:
@@ -47,7 +64,10 @@ enum CuResult : int {
   kCudaErrorInvalidContext = 201,
   kCudaErrorInvalidHandle = 400,
   kCudaErrorNotFound = 500,
+  kCudaErrorNotReady = 600,
+  kCudaErrorIllegalAddress = 700,
   kCudaErrorContextIsDestroyed = 709,
+  kCudaErrorNotPermitted = 800,
   kCudaErrorNotSupported = 801,
   kCudaErrorInvalidResourceType = 914,
   kCudaErrorInvalidResourceConfiguration = 915,
@@ -70,6 +90,8 @@ std::unexpected<base::Error> live_streams_error(std::uint64_t ctx, std::size_t l
 using ResourceId = std::uint64_t;  // an SM resource one split produced
 using GreenCtxId = std::uint64_t;
 using StreamId = std::uint64_t;
+using EventId = std::uint64_t;
+using DevicePtr = std::uint64_t;  // a device address (CUdeviceptr); 0 is never valid
 
 // CUdevSmResource: the SM count of a resource, and the device's partitioning
 // granularity (minSmPartitionSize, smCoscheduledAlignment; 8 and 8 on Hopper).
@@ -125,6 +147,41 @@ class DeviceApi {
   virtual base::Result<void> destroy_stream(StreamId stream) = 0;
   // EBUSY while the context has live streams (see the file comment).
   virtual base::Result<void> destroy_green_context(GreenCtxId ctx) = 0;
+
+  // --- Memory (primary context). Freeing an unknown pointer is
+  // CUDA_ERROR_INVALID_VALUE and changes nothing.
+  virtual base::Result<DevicePtr> alloc_device(std::uint64_t bytes) = 0;   // cuMemAlloc
+  virtual base::Result<void> free_device(DevicePtr ptr) = 0;               // cuMemFree
+  virtual base::Result<void*> alloc_pinned_host(std::uint64_t bytes) = 0;  // cuMemHostAlloc(PORTABLE)
+  virtual base::Result<void> free_pinned_host(void* ptr) = 0;              // cuMemFreeHost
+
+  // --- Streams outside any green context (all SMs; copy streams), created
+  // in the primary context; `priority` is clamped like create_stream's.
+  // destroy_stream() destroys either kind.
+  virtual base::Result<StreamId> create_plain_stream(int priority) = 0;  // cuStreamCreateWithPriority
+  // The CUstream behind an id, for the engine's own kernel launches. The sim
+  // returns a distinct non-null token per stream (never dereference it).
+  virtual base::Result<void*> native_stream(StreamId stream) = 0;
+  // The reverse: the id of a live stream of this device whose native handle
+  // is `native` (CUDA_ERROR_INVALID_HANDLE otherwise).
+  virtual base::Result<StreamId> stream_for_native(void* native) = 0;
+
+  // --- Copies and ordering. `dst` may point inside an allocation; `src`
+  // should be pinned (alloc_pinned_host) for the copy to be asynchronous.
+  virtual base::Result<void> copy_h2d_async(DevicePtr dst, const void* src, std::uint64_t bytes,
+                                            StreamId stream) = 0;                    // cuMemcpyHtoDAsync
+  virtual base::Result<EventId> create_event() = 0;                                  // cuEventCreate(DISABLE_TIMING)
+  virtual base::Result<void> destroy_event(EventId event) = 0;                       // cuEventDestroy
+  virtual base::Result<void> record_event(EventId event, StreamId stream) = 0;       // cuEventRecord
+  virtual base::Result<void> stream_wait_event(StreamId stream, EventId event) = 0;  // cuStreamWaitEvent
+  // true when the work the event captured is complete (an event never
+  // recorded counts as complete, like CUDA).
+  virtual base::Result<bool> event_done(EventId event) = 0;  // cuEventQuery
+  virtual base::Result<void> event_synchronize(EventId event) = 0;
+  virtual base::Result<void> stream_synchronize(StreamId stream) = 0;
+  // The host→device copy bandwidth this backend assumes, bytes per second
+  // (the sim: its configuration; CUDA: see cuda_device.h).
+  virtual double h2d_bytes_per_s() const = 0;
 };
 
 }  // namespace tandem::gpu

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <new>
 #include <set>
 
 namespace tandem::gpu {
@@ -16,6 +18,14 @@ std::uint32_t round_up(std::uint32_t v, std::uint32_t to) { return (v + to - 1) 
 std::uint64_t copy_ns(std::uint64_t bytes, double bytes_per_s) {
   return static_cast<std::uint64_t>(std::ceil(static_cast<double>(bytes) * 1e9 / bytes_per_s));
 }
+
+// Native stream tokens: distinct, non-null, never dereferenced.
+constexpr std::uintptr_t kNativeStreamBase = 0x5e0000000000;
+constexpr std::uintptr_t kNativeStreamStride = 16;
+
+// Device allocations are 256-byte aligned, with a 256-byte gap between them
+// so an overrun never lands in a neighbour.
+constexpr std::uint64_t kAllocAlign = 256;
 
 }  // namespace
 
@@ -35,6 +45,12 @@ base::Result<std::unique_ptr<SimDevice>> SimDevice::create(SimDeviceConfig confi
   }
   if (config.greatest_priority > config.least_priority) {
     return base::make_error(EINVAL, "sim device: greatest_priority must be <= least_priority");
+  }
+  if (!(config.flops_per_sm_per_s > 0) || !(config.hbm_bytes_per_s > 0) || !(config.bytes_per_sm_per_s > 0)) {
+    return base::make_error(EINVAL,
+                            fmt::format("sim device: flops_per_sm_per_s {}, hbm_bytes_per_s {} and "
+                                        "bytes_per_sm_per_s {} must all be > 0",
+                                        config.flops_per_sm_per_s, config.hbm_bytes_per_s, config.bytes_per_sm_per_s));
   }
   return std::unique_ptr<SimDevice>(new SimDevice(std::move(config)));
 }
@@ -168,6 +184,259 @@ base::Result<void> SimDevice::destroy_green_context(GreenCtxId ctx) {
   return {};
 }
 
+// --- Memory.
+
+base::Result<DevicePtr> SimDevice::alloc_device(std::uint64_t bytes) {
+  constexpr std::string_view kCall = "cuMemAlloc";
+  if (bytes == 0) return cu_error(kCall, kCudaErrorInvalidValue, "bytesize 0");
+  std::lock_guard lock(mu_);
+  if (bytes > config_.memory_bytes - device_bytes_) {
+    return cu_error(kCall, kCudaErrorOutOfMemory,
+                    fmt::format("{} bytes requested, {} of {} in use", bytes, device_bytes_, config_.memory_bytes));
+  }
+  Allocation a{.data = nullptr, .bytes = bytes};
+  try {
+    // Uninitialised, like cuMemAlloc; pages are committed only when written.
+    a.data = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  } catch (const std::bad_alloc&) {
+    return cu_error(kCall, kCudaErrorOutOfMemory, fmt::format("{} bytes: the host backing failed", bytes));
+  }
+  DevicePtr ptr = next_address_;
+  next_address_ += ((bytes + kAllocAlign - 1) / kAllocAlign + 1) * kAllocAlign;
+  allocations_.emplace(ptr, std::move(a));
+  device_bytes_ += bytes;
+  calls_.push_back(fmt::format("alloc {} = {:#x}", bytes, ptr));
+  return ptr;
+}
+
+base::Result<void> SimDevice::free_device(DevicePtr ptr) {
+  std::lock_guard lock(mu_);
+  auto it = allocations_.find(ptr);
+  if (it == allocations_.end()) {
+    return cu_error("cuMemFree", kCudaErrorInvalidValue, fmt::format("{:#x} is not a live allocation", ptr));
+  }
+  device_bytes_ -= it->second.bytes;
+  allocations_.erase(it);
+  calls_.push_back(fmt::format("free {:#x}", ptr));
+  return {};
+}
+
+base::Result<void*> SimDevice::alloc_pinned_host(std::uint64_t bytes) {
+  constexpr std::string_view kCall = "cuMemHostAlloc";
+  if (bytes == 0) return cu_error(kCall, kCudaErrorInvalidValue, "bytesize 0");
+  std::lock_guard lock(mu_);
+  Allocation a{.data = nullptr, .bytes = bytes};
+  try {
+    a.data = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  } catch (const std::bad_alloc&) {
+    return cu_error(kCall, kCudaErrorOutOfMemory, fmt::format("{} bytes", bytes));
+  }
+  void* p = a.data.get();
+  pinned_.emplace(p, std::move(a));
+  pinned_bytes_ += bytes;
+  calls_.push_back(fmt::format("pinned {}", bytes));
+  return p;
+}
+
+base::Result<void> SimDevice::free_pinned_host(void* ptr) {
+  std::lock_guard lock(mu_);
+  auto it = pinned_.find(ptr);
+  if (it == pinned_.end()) {
+    return cu_error("cuMemFreeHost", kCudaErrorInvalidValue, fmt::format("{} is not a live pinned allocation", ptr));
+  }
+  std::uint64_t bytes = it->second.bytes;
+  pinned_bytes_ -= bytes;
+  pinned_.erase(it);
+  calls_.push_back(fmt::format("free pinned {}", bytes));
+  return {};
+}
+
+std::map<DevicePtr, SimDevice::Allocation>::const_iterator SimDevice::find_allocation(DevicePtr ptr,
+                                                                                      std::uint64_t bytes) const {
+  auto it = allocations_.upper_bound(ptr);
+  if (it == allocations_.begin()) return allocations_.end();
+  --it;
+  std::uint64_t offset = ptr - it->first;
+  if (offset >= it->second.bytes || bytes > it->second.bytes - offset) return allocations_.end();
+  return it;
+}
+
+// --- Streams.
+
+base::Result<StreamId> SimDevice::create_plain_stream(int priority) {
+  std::lock_guard lock(mu_);
+  StreamId id = next_stream_++;
+  streams_[id] = Stream{.ctx = 0, .priority = std::clamp(priority, config_.greatest_priority, config_.least_priority)};
+  calls_.push_back(fmt::format("plain stream {}", id));
+  return id;
+}
+
+base::Result<void*> SimDevice::native_stream(StreamId stream) {
+  std::lock_guard lock(mu_);
+  if (!streams_.contains(stream)) {
+    return cu_error("native_stream", kCudaErrorInvalidHandle, fmt::format("stream {}", stream));
+  }
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast,performance-no-int-to-ptr): an opaque token
+  return reinterpret_cast<void*>(kNativeStreamBase + (stream * kNativeStreamStride));
+}
+
+base::Result<StreamId> SimDevice::stream_for_native(void* native) {
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): an opaque token
+  auto v = reinterpret_cast<std::uintptr_t>(native);
+  std::lock_guard lock(mu_);
+  if (v > kNativeStreamBase && (v - kNativeStreamBase) % kNativeStreamStride == 0) {
+    StreamId id = (v - kNativeStreamBase) / kNativeStreamStride;
+    if (streams_.contains(id)) return id;
+  }
+  return cu_error("stream_for_native", kCudaErrorInvalidHandle, fmt::format("{} is not a live stream", native));
+}
+
+std::uint32_t SimDevice::stream_sm_count(const Stream& s) const {
+  if (s.ctx == 0) return config_.sm_count;
+  auto it = contexts_.find(s.ctx);
+  return it == contexts_.end() ? config_.sm_count : it->second;
+}
+
+// --- Copies, kernels and events.
+
+base::Result<void> SimDevice::copy_h2d_async(DevicePtr dst, const void* src, std::uint64_t bytes, StreamId stream) {
+  constexpr std::string_view kCall = "cuMemcpyHtoDAsync";
+  std::lock_guard lock(mu_);
+  auto s = streams_.find(stream);
+  if (s == streams_.end()) return cu_error(kCall, kCudaErrorInvalidHandle, fmt::format("stream {}", stream));
+  if (bytes == 0) return {};
+  if (src == nullptr) return cu_error(kCall, kCudaErrorInvalidValue, "srcHost is NULL");
+  auto a = find_allocation(dst, bytes);
+  if (a == allocations_.end()) {
+    return cu_error(kCall, kCudaErrorInvalidValue,
+                    fmt::format("{} bytes at {:#x} are not inside one live allocation", bytes, dst));
+  }
+  std::memcpy(a->second.data.get() + (dst - a->first), src, bytes);
+  std::uint64_t start = std::max({now_ns_, s->second.tail_ns, copy_engine_tail_ns_});
+  std::uint64_t end = start + h2d_copy_ns(bytes);
+  s->second.tail_ns = end;
+  copy_engine_tail_ns_ = end;
+  ops_.push_back(SimOp{
+      .kind = SimOp::Kind::kCopyH2D, .stream = stream, .start_ns = start, .end_ns = end, .dst = dst, .bytes = bytes});
+  return {};
+}
+
+base::Result<void> SimDevice::launch_kernel(StreamId stream, KernelWork work) {
+  constexpr std::string_view kCall = "cuLaunchKernel";
+  if (!std::isfinite(work.flops) || !std::isfinite(work.bytes) || work.flops < 0 || work.bytes < 0) {
+    return cu_error(kCall, kCudaErrorInvalidValue, fmt::format("work of {} flops, {} bytes", work.flops, work.bytes));
+  }
+  std::lock_guard lock(mu_);
+  auto s = streams_.find(stream);
+  if (s == streams_.end()) return cu_error(kCall, kCudaErrorInvalidHandle, fmt::format("stream {}", stream));
+  std::uint64_t start = std::max(now_ns_, s->second.tail_ns);
+  std::uint64_t end = start + kernel_ns(work, stream_sm_count(s->second));
+  s->second.tail_ns = end;
+  ops_.push_back(SimOp{.kind = SimOp::Kind::kKernel, .stream = stream, .start_ns = start, .end_ns = end});
+  return {};
+}
+
+base::Result<EventId> SimDevice::create_event() {
+  std::lock_guard lock(mu_);
+  EventId id = next_event_++;
+  events_[id] = Event{};
+  calls_.push_back(fmt::format("event {}", id));
+  return id;
+}
+
+base::Result<void> SimDevice::destroy_event(EventId event) {
+  std::lock_guard lock(mu_);
+  if (events_.erase(event) == 0) {
+    return cu_error("cuEventDestroy", kCudaErrorInvalidHandle, fmt::format("event {}", event));
+  }
+  calls_.push_back(fmt::format("destroy event {}", event));
+  return {};
+}
+
+base::Result<void> SimDevice::record_event(EventId event, StreamId stream) {
+  constexpr std::string_view kCall = "cuEventRecord";
+  std::lock_guard lock(mu_);
+  auto e = events_.find(event);
+  if (e == events_.end()) return cu_error(kCall, kCudaErrorInvalidHandle, fmt::format("event {}", event));
+  auto s = streams_.find(stream);
+  if (s == streams_.end()) return cu_error(kCall, kCudaErrorInvalidHandle, fmt::format("stream {}", stream));
+  e->second = Event{.recorded = true, .complete_ns = s->second.tail_ns};
+  return {};
+}
+
+base::Result<void> SimDevice::stream_wait_event(StreamId stream, EventId event) {
+  constexpr std::string_view kCall = "cuStreamWaitEvent";
+  std::lock_guard lock(mu_);
+  auto s = streams_.find(stream);
+  if (s == streams_.end()) return cu_error(kCall, kCudaErrorInvalidHandle, fmt::format("stream {}", stream));
+  auto e = events_.find(event);
+  if (e == events_.end()) return cu_error(kCall, kCudaErrorInvalidHandle, fmt::format("event {}", event));
+  // Work enqueued after this point starts no earlier than the event.
+  s->second.tail_ns = std::max(s->second.tail_ns, e->second.complete_ns);
+  return {};
+}
+
+base::Result<bool> SimDevice::event_done(EventId event) {
+  std::lock_guard lock(mu_);
+  auto e = events_.find(event);
+  if (e == events_.end()) return cu_error("cuEventQuery", kCudaErrorInvalidHandle, fmt::format("event {}", event));
+  return e->second.complete_ns <= now_ns_;
+}
+
+base::Result<void> SimDevice::event_synchronize(EventId event) {
+  std::lock_guard lock(mu_);
+  auto e = events_.find(event);
+  if (e == events_.end()) {
+    return cu_error("cuEventSynchronize", kCudaErrorInvalidHandle, fmt::format("event {}", event));
+  }
+  now_ns_ = std::max(now_ns_, e->second.complete_ns);
+  return {};
+}
+
+base::Result<void> SimDevice::stream_synchronize(StreamId stream) {
+  std::lock_guard lock(mu_);
+  auto s = streams_.find(stream);
+  if (s == streams_.end()) {
+    return cu_error("cuStreamSynchronize", kCudaErrorInvalidHandle, fmt::format("stream {}", stream));
+  }
+  now_ns_ = std::max(now_ns_, s->second.tail_ns);
+  return {};
+}
+
+std::uint64_t SimDevice::now_ns() const {
+  std::lock_guard lock(mu_);
+  return now_ns_;
+}
+
+void SimDevice::advance(std::uint64_t ns) {
+  std::lock_guard lock(mu_);
+  now_ns_ += ns;
+}
+
+base::Result<std::uint64_t> SimDevice::stream_tail_ns(StreamId stream) const {
+  std::lock_guard lock(mu_);
+  auto s = streams_.find(stream);
+  if (s == streams_.end()) return cu_error("stream_tail_ns", kCudaErrorInvalidHandle, fmt::format("stream {}", stream));
+  return s->second.tail_ns;
+}
+
+base::Result<std::uint64_t> SimDevice::event_time_ns(EventId event) const {
+  std::lock_guard lock(mu_);
+  auto e = events_.find(event);
+  if (e == events_.end()) return cu_error("event_time_ns", kCudaErrorInvalidHandle, fmt::format("event {}", event));
+  return e->second.complete_ns;
+}
+
+std::uint64_t SimDevice::kernel_ns(KernelWork work, std::uint32_t sm_count) const {
+  if (sm_count == 0 || !(work.flops > 0 || work.bytes > 0)) return 0;
+  double sms = sm_count;
+  // In ns directly (work · 1e9 / rate), so round numbers stay exact.
+  double compute_ns = std::max(work.flops, 0.0) * 1e9 / (sms * config_.flops_per_sm_per_s);
+  double memory_ns =
+      std::max(work.bytes, 0.0) * 1e9 / std::min(config_.hbm_bytes_per_s, sms * config_.bytes_per_sm_per_s);
+  return static_cast<std::uint64_t>(std::ceil(std::max(compute_ns, memory_ns)));
+}
+
 std::uint64_t SimDevice::h2d_copy_ns(std::uint64_t bytes) const { return copy_ns(bytes, config_.h2d_bytes_per_s); }
 std::uint64_t SimDevice::d2h_copy_ns(std::uint64_t bytes) const { return copy_ns(bytes, config_.d2h_bytes_per_s); }
 
@@ -179,6 +448,47 @@ std::size_t SimDevice::live_green_contexts() const {
 std::size_t SimDevice::live_streams() const {
   std::lock_guard lock(mu_);
   return streams_.size();
+}
+
+std::size_t SimDevice::live_events() const {
+  std::lock_guard lock(mu_);
+  return events_.size();
+}
+
+std::size_t SimDevice::live_device_allocations() const {
+  std::lock_guard lock(mu_);
+  return allocations_.size();
+}
+
+std::uint64_t SimDevice::device_bytes_in_use() const {
+  std::lock_guard lock(mu_);
+  return device_bytes_;
+}
+
+std::size_t SimDevice::live_pinned_allocations() const {
+  std::lock_guard lock(mu_);
+  return pinned_.size();
+}
+
+std::uint64_t SimDevice::pinned_bytes_in_use() const {
+  std::lock_guard lock(mu_);
+  return pinned_bytes_;
+}
+
+base::Result<std::vector<std::byte>> SimDevice::read_device(DevicePtr ptr, std::uint64_t bytes) const {
+  std::lock_guard lock(mu_);
+  auto a = find_allocation(ptr, bytes);
+  if (a == allocations_.end()) {
+    return base::make_error(
+        EINVAL, fmt::format("read_device: {} bytes at {:#x} are not inside one live allocation", bytes, ptr));
+  }
+  const std::byte* p = a->second.data.get() + (ptr - a->first);
+  return std::vector<std::byte>(p, p + bytes);
+}
+
+std::vector<SimOp> SimDevice::ops() const {
+  std::lock_guard lock(mu_);
+  return ops_;
 }
 
 int SimDevice::stream_priority(StreamId stream) const {

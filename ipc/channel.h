@@ -43,6 +43,9 @@ struct EngineStatus {
 };
 static_assert(sizeof(EngineStatus) == 64);
 inline constexpr std::uint32_t kStatusDraining = 1u << 0;  // admit nothing new
+// sm_partition holds the daemon's choice for this engine's current pool (unset: the
+// engine keeps its own partition; libtandem GreenContextPool).
+inline constexpr std::uint32_t kStatusSmPartitionSet = 1u << 1;
 
 struct ChannelConfig {
   std::uint32_t event_slots = 4096;      // power of two

@@ -26,11 +26,6 @@
 using tandem::client::Client;
 using tandem::client::Role;
 
-// The opaque handle of the C ABI.
-struct tandem_client {  // NOLINT(readability-identifier-naming): the C ABI's name
-  std::unique_ptr<Client> impl;
-};
-
 namespace {
 
 constexpr std::size_t kMaxClientName = 255;
@@ -413,7 +408,10 @@ int tandem_kv_stats_report(tandem_client* client, const tandem_kv_stats* stats) 
     if (int r = need_role(c, Role::kEngine, fn)) return r;
     if (stats == nullptr) return invalid(c, fn, "stats is NULL");
     tandem_kv_stats s{};
-    if (!read_sized(stats, sizeof s, s)) return invalid(c, fn, "stats->sz is too small");
+    // block_bytes was appended: a struct that ends before it is valid.
+    if (!read_sized(stats, offsetof(tandem_kv_stats, block_bytes), s)) {
+      return invalid(c, fn, "stats->sz is too small");
+    }
     if (s.blocks_total == 0) return invalid(c, fn, "stats->blocks_total is 0");
     if (s.blocks_free > s.blocks_total) return invalid(c, fn, "stats->blocks_free > stats->blocks_total");
     if (s.blocks_pinned > s.blocks_total - s.blocks_free) {

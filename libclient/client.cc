@@ -375,6 +375,7 @@ void Client::queue_resync() {
   for (const auto& [id, name] : names) queue_message(ipc::build_session_name(id, *name));
   if (state_ == ConnState::kConnected) ++stats_.resyncs;
   flush_outbox();
+  send_gpu_records();
 }
 
 // ---- rings ----------------------------------------------------------------------
@@ -753,6 +754,7 @@ int Client::kv_stats(const tandem_kv_stats& stats) {
   r.waiting_seqs = stats.waiting_seqs;
   r.step_tokens = stats.step_tokens;
   r.step_time_us = stats.step_time_us;
+  r.block_bytes = stats.block_bytes;
   send_record(r, 0);
   return 0;
 }
@@ -781,6 +783,48 @@ int Client::kv_event(std::uint64_t session, int kind, std::uint32_t blocks, std:
   send_record(r, session);
   maybe_forget(session);
   return 0;
+}
+
+// ---- engine GPU plane ------------------------------------------------------------
+
+void Client::send_gpu_records() {
+  if (state_ != ConnState::kConnected) return;  // the Welcome's resync sends them
+  if (gpu_partitions_) send_record(*gpu_partitions_, 0);
+  for (const auto& [stage, rows] : gpu_profiles_) {
+    for (const ipc::StageProfileRow& row : rows) send_record(row, 0);
+  }
+  for (const auto& [index, module] : weight_modules_) send_record(module, 0);
+}
+
+void Client::set_gpu_partitions(const ipc::GpuPartitions& partitions) {
+  drive(false);
+  gpu_partitions_ = partitions;
+  send_record(partitions, 0);
+}
+
+void Client::set_gpu_profile(ipc::GpuStage stage, std::vector<ipc::StageProfileRow> rows) {
+  drive(false);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i].stage = static_cast<std::uint8_t>(stage);
+    rows[i].row = static_cast<std::uint8_t>(i);
+    rows[i].row_count = static_cast<std::uint8_t>(rows.size());
+  }
+  for (const ipc::StageProfileRow& row : rows) send_record(row, 0);
+  gpu_profiles_[stage] = std::move(rows);
+}
+
+void Client::set_weight_module(const ipc::WeightModule& module) {
+  drive(false);
+  weight_modules_[module.index] = module;
+  send_record(module, 0);
+}
+
+std::optional<ipc::EngineStatus> Client::engine_status() {
+  drive(false);
+  if (state_ != ConnState::kConnected || !status_) return std::nullopt;
+  auto status = status_->read();
+  if (!status) return std::nullopt;
+  return *status;
 }
 
 }  // namespace tandem::client

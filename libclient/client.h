@@ -145,6 +145,23 @@ class Client {
   Coordinator& coordinator() { return coordinator_; }
   const Coordinator& coordinator() const { return coordinator_; }
 
+  // ---- engine GPU plane (libclient/gpu_api.cc checks the arguments) ----
+  // Each is remembered and sent now and again after every (re)connect and
+  // ResyncRequest, so a restarted daemon learns the engine's pool, profiles
+  // and modules. Fail-open: while not connected only the memory changes.
+  // The engine's green-context pool (tandem_gpu_open); replaces the last one.
+  void set_gpu_partitions(const ipc::GpuPartitions& partitions);
+  // The pool closed: stop resending it (the daemon is not told; its index
+  // for this engine is simply no longer followed).
+  void clear_gpu_partitions() { gpu_partitions_.reset(); }
+  bool has_gpu_partitions() const { return gpu_partitions_.has_value(); }
+  // One stage's whole profile (rows in order, row/row_count filled in here).
+  void set_gpu_profile(ipc::GpuStage stage, std::vector<ipc::StageProfileRow> rows);
+  void set_weight_module(const ipc::WeightModule& module);
+  // The status page's current contents; nullopt while not connected (or
+  // when a read raced the daemon's writer too long).
+  std::optional<ipc::EngineStatus> engine_status();
+
  private:
   struct ToolCall {
     std::uint32_t call = 0;
@@ -224,6 +241,8 @@ class Client {
   // Queues a Resync snapshot of every live session and their names.
   void queue_resync();
   std::optional<ipc::SessionSnapshotInfo> snapshot(std::uint64_t id, const Session& s) const;
+  // Sends the GPU plane's remembered records (part of every resync).
+  void send_gpu_records();
 
   // ---- rings ----
   template <class T>
@@ -260,7 +279,7 @@ class Client {
   std::unique_ptr<ipc::Channel> channel_;  // stable address: the endpoints point into it
   std::optional<ipc::EventSender> sender_;
   std::optional<ipc::RingConsumer> directives_;
-  std::optional<ipc::StatusReader<ipc::EngineStatus>> status_;  // held for the status-page APIs to come
+  std::optional<ipc::StatusReader<ipc::EngineStatus>> status_;  // engine_status()
   ipc::Doorbell directive_bell_;
   ipc::RecordDecoder decoder_{ipc::Direction::kToClient};
   std::deque<std::vector<std::uint8_t>> outbox_;
@@ -275,6 +294,11 @@ class Client {
 
   tandem_client_stats stats_{};
 
+  // engine GPU plane, resent on every resync
+  std::optional<ipc::GpuPartitions> gpu_partitions_;
+  std::map<ipc::GpuStage, std::vector<ipc::StageProfileRow>> gpu_profiles_;
+  std::map<std::uint8_t, ipc::WeightModule> weight_modules_;  // by index
+
   // tools (libclient/tools.cc)
   std::unordered_map<std::int32_t, ToolProc> procs_;  // by pid
   std::map<std::uint32_t, Placement> placements_;     // by request
@@ -284,3 +308,8 @@ class Client {
 };
 
 }  // namespace tandem::client
+
+// The opaque handle of the C ABI (api.cc, gpu_api.cc).
+struct tandem_client {  // NOLINT(readability-identifier-naming): the C ABI's name
+  std::unique_ptr<tandem::client::Client> impl;
+};

@@ -24,9 +24,9 @@
 // The research notes hold no Nova text beyond DESIGN.md §6's formula, so the
 // front's axes, the knee rule, N_pend's clamp, the defaults and the
 // hysteresis are tandem's choices; each is argued where it is defined and in
-// docs/sched.md "SM partitioning (Nova)". Not wired yet: the daemon publishing
-// the index on an engine's status page, and libtandem's GreenContextPool
-// switching streams.
+// docs/sched.md "SM partitioning (Nova)". The daemon's GPU plane
+// (daemon/gpu_plane.h) runs it per engine and publishes the index on the
+// engine's status page.
 #pragma once
 
 #include <cstddef>

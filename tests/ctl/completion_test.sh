@@ -15,6 +15,7 @@ expect() {  # want got
   if [ "$1" != "$2" ]; then echo "want '$1', got '$2'"; fail=1; fi
 }
 expect "drain" "$(complete_line tandemctl dr)"
+expect "gpu" "$(complete_line tandemctl g)"
 expect "status sessions session" "$(complete_line tandemctl s)"
 expect "evict kill" "$(complete_line tandemctl session '')"
 expect "get set" "$(complete_line tandemctl --json policy '')"

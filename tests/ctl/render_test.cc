@@ -26,7 +26,9 @@ constexpr std::string_view kStatus = R"({"version":"0.1.0","pid":123,"uptime_s":
 
 constexpr std::string_view kEngines = R"({"engines":[{"id":3,"name":"emu-0","pid":1234,"gpu":0,"block_size":16,
   "total_blocks":1000,"free_blocks":800,"pinned_blocks":10,"offloaded_blocks":0,"usage":0.2,"running":3,"waiting":1,
-  "queued_blocks":50,"step_tokens":512,"step_time_us":30000,"sessions":4,"sm_partition":null}]})";
+  "queued_blocks":50,"step_tokens":512,"step_time_us":30000,"sessions":4,"sm_partition":2,"sm_decode_sms":96,
+  "blocks_total":1000,"projected_blocks":1100,"pressure":1.1,"weight_modules":3,"offloaded_modules":[4],
+  "offload_freed_bytes":800000000}]})";
 
 constexpr std::string_view kSessions = R"({"sessions":[{"id":"0x00000000deadbeef","name":"s1","state":"reasoning",
   "residency":"pinned","engine":3,"owner":4,"round":2,"rounds_done":2,"blocks_held":120,"in_tool":false,"priority":0,
@@ -100,18 +102,22 @@ TEST(RenderStatus, NotAnObjectIsAnError) {
 TEST(RenderEngines, SampleCells) {
   auto t = engines_table(parse(kEngines));
   ASSERT_TRUE(t) << t.error().message();
-  EXPECT_EQ(t->header, (Row{"ID", "NAME", "PID", "GPU", "KV%", "FREE", "PINNED", "OFFL", "RUN", "WAIT", "QUEUED",
-                            "STEP(tok/ms)", "SESS"}));
+  EXPECT_EQ(t->header, (Row{"ID", "NAME", "PID", "GPU", "KV%", "TOTAL", "FREE", "PINNED", "OFFL", "PROJ", "PRESS%",
+                            "RUN", "WAIT", "QUEUED", "STEP(tok/ms)", "SESS", "SM", "OFFLOAD"}));
   ASSERT_EQ(t->rows.size(), 1u);
-  EXPECT_EQ(t->rows[0], (Row{"3", "emu-0", "1234", "0", "20.0", "800", "10", "0", "3", "1", "50", "512/30.0", "4"}));
+  EXPECT_EQ(t->rows[0], (Row{"3", "emu-0", "1234", "0", "20.0", "1000", "800", "10", "0", "1100", "110.0", "3", "1",
+                             "50", "512/30.0", "4", "2/96", "1/3 0.80G"}));
 }
 
 TEST(RenderEngines, SampleText) {
   auto text = render("engines", kEngines, false);
   ASSERT_TRUE(text) << text.error().message();
-  EXPECT_EQ(*text,
-            "ID  NAME    PID  GPU   KV%  FREE  PINNED  OFFL  RUN  WAIT  QUEUED  STEP(tok/ms)  SESS\n"
-            " 3  emu-0  1234    0  20.0   800      10     0    3     1      50      512/30.0     4\n");
+  EXPECT_EQ(
+      *text,
+      "ID  NAME    PID  GPU   KV%  TOTAL  FREE  PINNED  OFFL  PROJ  PRESS%  RUN  WAIT  QUEUED  STEP(tok/ms)  SESS  "
+      "SM    OFFLOAD\n"
+      " 3  emu-0  1234    0  20.0   1000   800      10     0  1100   110.0    3     1      50      512/30.0     4  "
+      "2/96  1/3 0.80G\n");
 }
 
 TEST(RenderEngines, MissingNullAndWrongTypesAreDashes) {
@@ -119,22 +125,26 @@ TEST(RenderEngines, MissingNullAndWrongTypesAreDashes) {
                                    "free_blocks":{"x":1},"running":[1]}, 5]})"));
   ASSERT_TRUE(t) << t.error().message();
   ASSERT_EQ(t->rows.size(), 2u);
-  EXPECT_EQ(t->rows[0], (Row{"7", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-/-", "-"}));
-  EXPECT_EQ(t->rows[1], Row(13, "-"));
+  EXPECT_EQ(t->rows[0],
+            (Row{"7", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-/-", "-", "-", "-"}));
+  EXPECT_EQ(t->rows[1], Row(18, "-"));
 }
 
 TEST(RenderEngines, StepWithOnlyOneHalf) {
   auto t = engines_table(parse(R"({"engines":[{"step_time_us":1500},{"step_tokens":64},{}]})"));
   ASSERT_TRUE(t) << t.error().message();
-  EXPECT_EQ(t->rows[0][11], "-/1.5");
-  EXPECT_EQ(t->rows[1][11], "64/-");
-  EXPECT_EQ(t->rows[2][11], "-");
+  EXPECT_EQ(t->rows[0][14], "-/1.5");
+  EXPECT_EQ(t->rows[1][14], "64/-");
+  EXPECT_EQ(t->rows[2][14], "-");
 }
 
 TEST(RenderEngines, EmptyListPrintsNone) {
   auto text = render("engines", R"({"engines":[]})", false);
   ASSERT_TRUE(text) << text.error().message();
-  EXPECT_EQ(*text, "ID  NAME  PID  GPU  KV%  FREE  PINNED  OFFL  RUN  WAIT  QUEUED  STEP(tok/ms)  SESS\n(none)\n");
+  EXPECT_EQ(
+      *text,
+      "ID  NAME  PID  GPU  KV%  TOTAL  FREE  PINNED  OFFL  PROJ  PRESS%  RUN  WAIT  QUEUED  STEP(tok/ms)  SESS  SM  "
+      "OFFLOAD\n(none)\n");
 }
 
 TEST(RenderEngines, NoListIsAnError) {

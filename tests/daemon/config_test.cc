@@ -382,5 +382,49 @@ anyone = true
   EXPECT_TRUE(k.allowed(Role::kCtlAdmin, 4242, 4242, kDaemon));
 }
 
+TEST(Config, GpuSection) {
+  auto r = parse_config(R"([gpu]
+sm_min = 24
+alpha = 4
+grow_hold = 3
+granularity = 4
+link_bytes_per_s = 5e10
+offload_pressure = 0.95
+restore_pressure = 0.7
+hold = 20
+allow_slowdown = true
+)",
+                        "t.toml");
+  ASSERT_TRUE(r) << r.error().message();
+  const GpuConfig& g = r->gpu;
+  EXPECT_EQ(g.sm_min, 24u);
+  EXPECT_EQ(g.alpha, 4.0);
+  EXPECT_EQ(g.grow_hold, 3u);
+  EXPECT_EQ(g.granularity, 4u);
+  EXPECT_EQ(g.link_bytes_per_s, 5e10);
+  EXPECT_EQ(g.offload_pressure, 0.95);
+  EXPECT_EQ(g.restore_pressure, 0.7);
+  EXPECT_EQ(g.hold, 20u);
+  EXPECT_TRUE(g.allow_slowdown);
+  EXPECT_THAT(describe(*r), HasSubstr("gpu          sm_min 24, alpha 4"));
+
+  EXPECT_THAT(bad("[gpu]\nsm_min = 0\n"), HasSubstr("tandemd.toml: gpu.sm_min: must be between 1 and 1024, got 0"));
+  EXPECT_THAT(bad("[gpu]\nalpha = -1\n"), HasSubstr("gpu.alpha: must be between 0 and 1024"));
+  EXPECT_THAT(bad("[gpu]\nalpha = \"8\"\n"), HasSubstr("gpu.alpha: expected a number, got a string"));
+  EXPECT_THAT(bad("[gpu]\nlink_bytes_per_s = 0\n"), HasSubstr("gpu.link_bytes_per_s: must be between 1e6"));
+  EXPECT_THAT(bad("[gpu]\nrestore_pressure = 1.0\n"),
+              HasSubstr("gpu.restore_pressure: must be in (0, gpu.offload_pressure 1), got 1"));
+  EXPECT_THAT(bad("[gpu]\noffload_pressure = nan\n"), HasSubstr("gpu.offload_pressure: must be in (0, 10]"));
+  EXPECT_THAT(bad("[gpu]\nhold = 0\n"), HasSubstr("gpu.hold: must be between 1 and 100000, got 0"));
+  EXPECT_THAT(bad("[gpu]\nallow_slowdown = 1\n"), HasSubstr("gpu.allow_slowdown: expected a boolean"));
+  EXPECT_THAT(bad("[gpu]\nsm_mn = 1\n"), HasSubstr("gpu.sm_mn: unknown key (known: sm_min, alpha"));
+  // validate() guards a Config built in code too.
+  Config c;
+  c.gpu.grow_hold = 0;
+  auto v = validate(c);
+  ASSERT_FALSE(v);
+  EXPECT_THAT(v.error().context(), HasSubstr("gpu.grow_hold: must be between 1 and 1000, got 0"));
+}
+
 }  // namespace
 }  // namespace tandem::daemon

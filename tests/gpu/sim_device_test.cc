@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gpu/cuda_device.h"
 #include "gpu/partition.h"
@@ -203,6 +207,217 @@ TEST(SimDevice, IsUsableFromSeveralThreads) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(d->live_green_contexts(), 0u);
   EXPECT_EQ(d->calls().size(), 1u + (4u * 100u * 4u));
+}
+
+TEST(SimDevice, DeviceMemoryIsAccountedAndBacked) {
+  auto d = SimDevice::create({.memory_bytes = 10'000}).value();
+  auto zero = d->alloc_device(0);
+  ASSERT_FALSE(zero);
+  EXPECT_TRUE(mentions(zero.error(), "cuMemAlloc: CUDA_ERROR_INVALID_VALUE")) << zero.error().context();
+  auto a = d->alloc_device(6'000);
+  ASSERT_TRUE(a);
+  EXPECT_NE(*a, 0u);
+  auto too_big = d->alloc_device(4'001);
+  ASSERT_FALSE(too_big);
+  EXPECT_EQ(too_big.error().code(), ENOMEM);
+  EXPECT_TRUE(mentions(too_big.error(),
+                       "CUDA_ERROR_OUT_OF_MEMORY: out of memory: 4001 bytes requested, 6000 of "
+                       "10000 in use"))
+      << too_big.error().context();
+  auto b = d->alloc_device(4'000);
+  ASSERT_TRUE(b);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(d->device_bytes_in_use(), 10'000u);
+  EXPECT_EQ(d->live_device_allocations(), 2u);
+
+  ASSERT_TRUE(d->free_device(*a));
+  auto again = d->free_device(*a);
+  ASSERT_FALSE(again);
+  EXPECT_TRUE(mentions(again.error(), "cuMemFree: CUDA_ERROR_INVALID_VALUE")) << again.error().context();
+  EXPECT_FALSE(d->free_device(*b + 8));  // inside an allocation, not its base
+  EXPECT_EQ(d->device_bytes_in_use(), 4'000u);
+  auto c = d->alloc_device(6'000);
+  ASSERT_TRUE(c);
+  EXPECT_NE(*c, *a);  // addresses are never reused
+
+  auto h = d->alloc_pinned_host(100);
+  ASSERT_TRUE(h);
+  EXPECT_NE(*h, nullptr);
+  EXPECT_EQ(d->pinned_bytes_in_use(), 100u);
+  EXPECT_FALSE(d->free_pinned_host(static_cast<char*>(*h) + 1));
+  ASSERT_TRUE(d->free_pinned_host(*h));
+  EXPECT_EQ(d->live_pinned_allocations(), 0u);
+  EXPECT_FALSE(d->alloc_pinned_host(0));
+}
+
+TEST(SimDevice, CopiesMoveBytesWithinOneAllocation) {
+  auto d = h100();
+  auto s = d->create_plain_stream(0).value();
+  auto p = d->alloc_device(64).value();
+  std::vector<std::byte> src(16);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i + 1);
+  ASSERT_TRUE(d->copy_h2d_async(p + 8, src.data(), src.size(), s));
+  EXPECT_EQ(d->read_device(p + 8, 16).value(), src);
+  // The last byte of the allocation is a valid destination; one past is not.
+  ASSERT_TRUE(d->copy_h2d_async(p + 63, src.data(), 1, s));
+  auto over = d->copy_h2d_async(p + 56, src.data(), 9, s);
+  ASSERT_FALSE(over);
+  EXPECT_TRUE(mentions(over.error(), "cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE")) << over.error().context();
+  EXPECT_FALSE(d->copy_h2d_async(p + 64, src.data(), 1, s));
+  EXPECT_FALSE(d->copy_h2d_async(p - 1, src.data(), 1, s));
+  EXPECT_FALSE(d->copy_h2d_async(p, nullptr, 1, s));
+  auto bad_stream = d->copy_h2d_async(p, src.data(), 1, 999);
+  ASSERT_FALSE(bad_stream);
+  EXPECT_TRUE(mentions(bad_stream.error(), "CUDA_ERROR_INVALID_HANDLE")) << bad_stream.error().context();
+  EXPECT_FALSE(d->read_device(p + 60, 8));
+  EXPECT_EQ(d->ops().size(), 2u);  // failed copies leave no trace
+}
+
+TEST(SimDevice, CopiesShareOneEngineAndStreamsAreFifo) {
+  // 1 GB/s: 1000 bytes take 1 µs.
+  auto d = SimDevice::create({.h2d_bytes_per_s = 1e9}).value();
+  auto a = d->create_plain_stream(0).value();
+  auto b = d->create_plain_stream(0).value();
+  auto p = d->alloc_device(4000).value();
+  std::vector<std::byte> src(1000);
+  ASSERT_TRUE(d->copy_h2d_async(p, src.data(), 1000, a));
+  ASSERT_TRUE(d->copy_h2d_async(p + 1000, src.data(), 1000, b));  // waits for the engine
+  ASSERT_TRUE(d->copy_h2d_async(p + 2000, src.data(), 1000, a));
+  auto ops = d->ops();
+  ASSERT_EQ(ops.size(), 3u);
+  EXPECT_EQ(ops[0].start_ns, 0u);
+  EXPECT_EQ(ops[0].end_ns, 1000u);
+  EXPECT_EQ(ops[1].start_ns, 1000u);
+  EXPECT_EQ(ops[1].end_ns, 2000u);
+  EXPECT_EQ(ops[2].start_ns, 2000u);
+  EXPECT_EQ(ops[2].end_ns, 3000u);
+  EXPECT_EQ(d->stream_tail_ns(a).value(), 3000u);
+  EXPECT_EQ(d->stream_tail_ns(b).value(), 2000u);
+
+  // A kernel on stream b queues behind b's copy, not behind the engine.
+  ASSERT_TRUE(d->launch_kernel(b, KernelWork{.flops = 0, .bytes = 3.35e9}));  // 1 ms at full HBM
+  EXPECT_EQ(d->ops().back().start_ns, 2000u);
+  EXPECT_EQ(d->ops().back().end_ns, 2000u + 1'000'000u);
+
+  // Nothing starts before it is issued.
+  d->advance(5'000'000);
+  ASSERT_TRUE(d->copy_h2d_async(p, src.data(), 1000, a));
+  EXPECT_EQ(d->ops().back().start_ns, 5'000'000u);
+  EXPECT_EQ(d->now_ns(), 5'000'000u);
+}
+
+TEST(SimDevice, EventsOrderStreamsInVirtualTime) {
+  auto d = SimDevice::create({.h2d_bytes_per_s = 1e9}).value();
+  auto copy = d->create_plain_stream(0).value();
+  auto compute = d->create_plain_stream(0).value();
+  auto p = d->alloc_device(1000).value();
+  std::vector<std::byte> src(1000);
+  auto e = d->create_event().value();
+  EXPECT_TRUE(d->event_done(e).value());  // never recorded: complete
+  ASSERT_TRUE(d->copy_h2d_async(p, src.data(), 1000, copy));
+  ASSERT_TRUE(d->record_event(e, copy));
+  EXPECT_EQ(d->event_time_ns(e).value(), 1000u);
+  EXPECT_FALSE(d->event_done(e).value());
+
+  // compute waits for the copy: its kernel starts at 1 µs, not 0.
+  ASSERT_TRUE(d->stream_wait_event(compute, e));
+  ASSERT_TRUE(d->launch_kernel(compute, KernelWork{.flops = 0, .bytes = 3.35e6}));  // 1 µs
+  EXPECT_EQ(d->ops().back().start_ns, 1000u);
+  EXPECT_EQ(d->ops().back().end_ns, 2000u);
+
+  d->advance(999);
+  EXPECT_FALSE(d->event_done(e).value());
+  ASSERT_TRUE(d->event_synchronize(e));
+  EXPECT_EQ(d->now_ns(), 1000u);
+  EXPECT_TRUE(d->event_done(e).value());
+  ASSERT_TRUE(d->stream_synchronize(compute));
+  EXPECT_EQ(d->now_ns(), 2000u);
+  ASSERT_TRUE(d->event_synchronize(e));  // never moves the clock back
+  EXPECT_EQ(d->now_ns(), 2000u);
+
+  EXPECT_FALSE(d->record_event(e, 999));
+  EXPECT_FALSE(d->record_event(999, copy));
+  EXPECT_FALSE(d->stream_wait_event(compute, 999));
+  EXPECT_FALSE(d->event_done(999));
+  ASSERT_TRUE(d->destroy_event(e));
+  auto gone = d->event_synchronize(e);
+  ASSERT_FALSE(gone);
+  EXPECT_TRUE(mentions(gone.error(), "cuEventSynchronize: CUDA_ERROR_INVALID_HANDLE")) << gone.error().context();
+  EXPECT_EQ(d->live_events(), 0u);
+}
+
+TEST(SimDevice, KernelTimeIsARooflineOverTheStreamsSms) {
+  auto d = h100();
+  const SimDeviceConfig& c = d->config();
+  // Compute-bound: 989 TFLOP over all 132 SMs takes a second.
+  EXPECT_EQ(d->kernel_ns(KernelWork{.flops = 989e12, .bytes = 0}, 132), 1'000'000'000u);
+  EXPECT_EQ(d->kernel_ns(KernelWork{.flops = 989e12, .bytes = 0}, 66), 2'000'000'000u);
+  // Memory-bound: 44 SMs (a third) already saturate HBM; 22 get half of it.
+  const KernelWork stream_hbm{.flops = 0, .bytes = c.hbm_bytes_per_s};  // a second at full bandwidth
+  EXPECT_EQ(d->kernel_ns(stream_hbm, 132), 1'000'000'000u);
+  EXPECT_EQ(d->kernel_ns(stream_hbm, 44), 1'000'000'000u);
+  EXPECT_EQ(d->kernel_ns(stream_hbm, 22), 2'000'000'000u);
+  // The slower of the two.
+  EXPECT_EQ(d->kernel_ns(KernelWork{.flops = 989e12, .bytes = c.hbm_bytes_per_s * 3}, 132), 3'000'000'000u);
+  EXPECT_EQ(d->kernel_ns(KernelWork{}, 132), 0u);
+
+  // A green context's stream runs kernels on its SMs only.
+  auto split = d->split_by_count(1, 16).value();
+  std::vector<ResourceId> small{split.groups[0]};
+  auto ctx = d->create_green_context(small).value();
+  auto narrow = d->create_stream(ctx, 0).value();
+  auto wide = d->create_plain_stream(0).value();
+  const KernelWork work{.flops = 989e12 / 132 * 16, .bytes = 0};  // a second on 16 SMs
+  ASSERT_TRUE(d->launch_kernel(narrow, work));
+  ASSERT_TRUE(d->launch_kernel(wide, work));
+  auto ops = d->ops();
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].end_ns - ops[0].start_ns, d->kernel_ns(work, 16));
+  EXPECT_EQ(ops[1].end_ns - ops[1].start_ns, d->kernel_ns(work, 132));
+  EXPECT_GT(ops[0].end_ns - ops[0].start_ns, ops[1].end_ns - ops[1].start_ns);
+  EXPECT_FALSE(d->launch_kernel(narrow, KernelWork{.flops = -1, .bytes = 0}));
+  EXPECT_FALSE(d->launch_kernel(999, work));
+
+  EXPECT_FALSE(SimDevice::create({.hbm_bytes_per_s = 0}));
+}
+
+TEST(SimDevice, NativeStreamsMapBothWays) {
+  auto d = h100();
+  auto split = d->split_by_count(1, 8).value();
+  std::vector<ResourceId> piece{split.groups[0]};
+  auto ctx = d->create_green_context(piece).value();
+  auto green = d->create_stream(ctx, 0).value();
+  auto plain = d->create_plain_stream(-100).value();
+  EXPECT_EQ(d->stream_priority(plain), -5);  // clamped
+  void* g = d->native_stream(green).value();
+  void* p = d->native_stream(plain).value();
+  EXPECT_NE(g, nullptr);
+  EXPECT_NE(p, nullptr);
+  EXPECT_NE(g, p);
+  EXPECT_EQ(d->stream_for_native(g).value(), green);
+  EXPECT_EQ(d->stream_for_native(p).value(), plain);
+  EXPECT_FALSE(d->stream_for_native(nullptr));
+  EXPECT_FALSE(d->stream_for_native(static_cast<char*>(p) + 1));
+  ASSERT_TRUE(d->destroy_stream(plain));
+  EXPECT_FALSE(d->stream_for_native(p));
+  EXPECT_FALSE(d->native_stream(plain));
+  EXPECT_EQ(d->calls().back(), "destroy stream " + std::to_string(plain));
+}
+
+TEST(SimDevice, TeardownWithEverythingLiveIsSafe) {
+  auto d = h100();
+  auto split = d->split_by_count(2, 8).value();
+  std::vector<ResourceId> piece{split.groups[0]};
+  auto ctx = d->create_green_context(piece).value();
+  auto s = d->create_stream(ctx, 0).value();
+  auto p = d->alloc_device(1 << 20).value();
+  void* h = d->alloc_pinned_host(1 << 20).value();
+  std::memset(h, 7, 1 << 20);
+  auto e = d->create_event().value();
+  ASSERT_TRUE(d->copy_h2d_async(p, h, 1 << 20, s));
+  ASSERT_TRUE(d->record_event(e, s));
+  d.reset();  // streams, contexts, events and memory all still live
+  SUCCEED();
 }
 
 TEST(CudaDevice, ExplainsWhyItCannotOpen) {

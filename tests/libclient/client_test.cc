@@ -520,7 +520,7 @@ TEST(Validation, RoleChecks) {
   EXPECT_NE(std::strstr(tandem_last_error(runner), "engine"), nullptr);
   EXPECT_EQ(tandem_round_first_token(runner, 1, 0, 0, 0), -EPERM);
   EXPECT_EQ(tandem_round_end(runner, 1, 0, 0, 0, 0), -EPERM);
-  tandem_kv_stats kv{sizeof(tandem_kv_stats), 10, 5, 0, 0, 0, 0, 0, 0};
+  tandem_kv_stats kv{sizeof(tandem_kv_stats), 10, 5, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(tandem_kv_stats_report(runner, &kv), -EPERM);
   EXPECT_EQ(tandem_kv_event(runner, 1, TANDEM_KV_DROPPED, 1, 0), -EPERM);
   tandem_step_input in{};
@@ -739,7 +739,7 @@ TEST(FakeDaemon, HandshakeRecordsAndResync) {
   ASSERT_EQ(tandem_round_submit(c, s, &r), 0);
   ASSERT_EQ(tandem_round_first_token(c, s, 0, 11, 22), 0);
   ASSERT_EQ(tandem_round_end(c, s, 0, 40, 21, 1), 0);
-  tandem_kv_stats kv{sizeof(tandem_kv_stats), 4096, 1000, 10, 5, 3, 2, 256, 900};
+  tandem_kv_stats kv{sizeof(tandem_kv_stats), 4096, 1000, 10, 5, 3, 2, 256, 900, 0};
   ASSERT_EQ(tandem_kv_stats_report(c, &kv), 0);
   ASSERT_EQ(tandem_kv_event(c, s, TANDEM_KV_OFFLOADED, 21, 0), 0);
   const std::int64_t t1 = now_ns();

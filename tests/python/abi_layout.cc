@@ -103,6 +103,7 @@ void print_layouts() {
   FIELD(tandem_kv_stats, waiting_seqs);
   FIELD(tandem_kv_stats, step_tokens);
   FIELD(tandem_kv_stats, step_time_us);
+  FIELD(tandem_kv_stats, block_bytes);
 
   SIZE(tandem_directive);
   FIELD(tandem_directive, type);

@@ -247,6 +247,8 @@ typedef struct tandem_kv_stats {
   uint32_t waiting_seqs;
   uint32_t step_tokens;
   uint32_t step_time_us;
+  /* Appended (older callers' sz ends before it; then 0): */
+  uint64_t block_bytes; /* device bytes of one KV block, all layers; 0 = unknown */
 } tandem_kv_stats;
 TANDEM_API int tandem_kv_stats_report(tandem_client* client, const tandem_kv_stats* stats) TANDEM_NOEXCEPT;
 

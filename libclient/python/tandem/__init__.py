@@ -481,8 +481,10 @@ class Engine(_Client):
         waiting_seqs=0,
         step_tokens=0,
         step_time_us=0,
+        block_bytes=0,
     ):
-        """Reports the KV pool and the last step (tandem_kv_stats_report)."""
+        """Reports the KV pool and the last step (tandem_kv_stats_report);
+        `block_bytes`: device bytes of one KV block, 0 = unknown."""
         s = _ffi.KvStats(
             blocks_total=_int("blocks_total", blocks_total, "u32"),
             blocks_free=_int("blocks_free", blocks_free, "u32"),
@@ -492,6 +494,7 @@ class Engine(_Client):
             waiting_seqs=_int("waiting_seqs", waiting_seqs, "u32"),
             step_tokens=_int("step_tokens", step_tokens, "u32"),
             step_time_us=_int("step_time_us", step_time_us, "u32"),
+            block_bytes=_int("block_bytes", block_bytes, "u64"),
         )
         self._check(self._lib.tandem_kv_stats_report(self._h(), ctypes.byref(s)), "tandem_kv_stats_report")
 

@@ -141,6 +141,7 @@ class KvStats(_Sized):
         ("waiting_seqs", c_uint32),
         ("step_tokens", c_uint32),
         ("step_time_us", c_uint32),
+        ("block_bytes", c_uint64),
     ]
 
 
