@@ -91,7 +91,8 @@ set(CPACK_DEBIAN_DEV_PACKAGE_NAME tandem-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "tandem (= ${PROJECT_VERSION})")
 set(CPACK_DEBIAN_DEV_DESCRIPTION "development files of libtandem, the client library of tandemd
-The C header tandem.h, the header-only C++ wrapper tandem.hpp, the link
+The C headers tandem.h and tandem_gpu.h, the header-only C++ wrappers
+tandem.hpp and tandem_gpu.hpp, the link
 libtandem.so, the pkg-config file tandem.pc and the CMake package
 (find_package(tandem), target tandem::tandem).")
 

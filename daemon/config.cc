@@ -82,7 +82,7 @@ constexpr std::string_view kNvmlModes[] = {"auto", "on", "off"};
 constexpr std::int64_t kMinNvmlIntervalMs = 100;
 constexpr std::int64_t kMaxNvmlIntervalMs = 60'000;
 constexpr std::string_view kGpuKeys[] = {
-    "sm_min",           "alpha", "grow_hold",     "granularity", "link_bytes_per_s", "offload_pressure",
+    "sm_min",           "alpha", "grow_hold",     "link_bytes_per_s", "offload_pressure",
     "restore_pressure", "hold",  "allow_slowdown"};
 constexpr std::string_view kCgroupModes[] = {"auto", "on", "off"};
 constexpr std::string_view kRestartModes[] = {"adopt", "reap"};
@@ -435,9 +435,9 @@ class Parser {
       const std::string_view name = k.str();
       std::int64_t i = 0;
       bool ok = true;
-      if (name == "sm_min" || name == "granularity") {
+      if (name == "sm_min") {
         ok = integer(v, key, 1, 1024, i);
-        (name == "sm_min" ? g.sm_min : g.granularity) = static_cast<std::uint32_t>(i);
+        g.sm_min = static_cast<std::uint32_t>(i);
       } else if (name == "grow_hold") {
         ok = integer(v, key, 1, 1000, i);
         g.grow_hold = static_cast<std::uint32_t>(i);
@@ -704,8 +704,8 @@ base::Result<void> validate(const Config& c) {
   }
   const GpuConfig& gc = c.gpu;
   for (const auto& [key, v, lo, hi] :
-       {std::tuple{"gpu.sm_min", gc.sm_min, 1u, 1024u}, std::tuple{"gpu.granularity", gc.granularity, 1u, 1024u},
-        std::tuple{"gpu.grow_hold", gc.grow_hold, 1u, 1000u}, std::tuple{"gpu.hold", gc.hold, 1u, 100000u}}) {
+       {std::tuple{"gpu.sm_min", gc.sm_min, 1u, 1024u}, std::tuple{"gpu.grow_hold", gc.grow_hold, 1u, 1000u},
+        std::tuple{"gpu.hold", gc.hold, 1u, 100000u}}) {
     if (v < lo || v > hi) return fail(key, range_problem(lo, hi, v));
   }
   if (!(gc.alpha >= 0.0 && gc.alpha <= 1024.0)) {
@@ -797,10 +797,10 @@ std::string describe(const Config& c) {
   out += fmt::format("nvml         {}, every {} ms, library {}\n", c.nvml.enabled, c.nvml.interval_ms, c.nvml.library);
   const GpuConfig& gpu = c.gpu;
   out += fmt::format(
-      "gpu          sm_min {}, alpha {}, grow_hold {}, granularity {}; offload at pressure {}, restore below {} "
+      "gpu          sm_min {}, alpha {}, grow_hold {}; offload at pressure {}, restore below {} "
       "(hold {} ticks), link {} B/s, allow_slowdown {}\n",
-      gpu.sm_min, gpu.alpha, gpu.grow_hold, gpu.granularity, gpu.offload_pressure, gpu.restore_pressure, gpu.hold,
-      gpu.link_bytes_per_s, gpu.allow_slowdown);
+      gpu.sm_min, gpu.alpha, gpu.grow_hold, gpu.offload_pressure, gpu.restore_pressure, gpu.hold, gpu.link_bytes_per_s,
+      gpu.allow_slowdown);
   for (std::size_t r = 0; r < kRoleCount; ++r) {
     const RoleGrant& g = c.roles[r];
     std::string who = "root, the daemon's user";

@@ -90,10 +90,9 @@ struct HostConfig {
 // choice and weight-offload policy, per engine. Thread-safety: a value type.
 struct GpuConfig {
   // [gpu] SM partitioning: SM_dec = max(sm_min, SM_op − alpha·(N_pend − 1))
-  std::uint32_t sm_min = 16;      // decode floor, SMs (1..1024; clamped to the device's SMs)
-  double alpha = 8.0;             // SMs moved to prefill per extra pending prefill (0..1024)
-  std::uint32_t grow_hold = 2;    // ticks a move to more decode SMs must be wanted (1..1000)
-  std::uint32_t granularity = 8;  // SM alignment when a pool has one partition (1..1024)
+  std::uint32_t sm_min = 16;    // decode floor, SMs (1..1024; clamped to the device's SMs)
+  double alpha = 8.0;           // SMs moved to prefill per extra pending prefill (0..1024)
+  std::uint32_t grow_hold = 2;  // ticks a move to more decode SMs must be wanted (1..1000)
   // [gpu] weight offload (sched/weight_offload.h)
   double link_bytes_per_s = 25e9;  // host→device bandwidth, bytes/s (PCIe 4.0 x16 practical)
   double offload_pressure = 1.0;   // projected KV / pool at which modules are offloaded
@@ -107,8 +106,8 @@ struct GpuConfig {
 // [nvml]: GPU telemetry from the driver's NVML (docs/nvml.md), sampled on a
 // thread of its own. Thread-safety: a value type.
 struct NvmlConfig {
-  std::string enabled = "auto";          // auto (sample if NVML loads, else say so) | on (required) | off
-  std::uint32_t interval_ms = 1000;      // 100 .. 60000 (NVML's utilisation period is 1/6 .. 1 s)
+  std::string enabled = "auto";               // auto (sample if NVML loads, else say so) | on (required) | off
+  std::uint32_t interval_ms = 1000;           // 100 .. 60000 (NVML's utilisation period is 1/6 .. 1 s)
   std::string library = "libnvidia-ml.so.1";  // a name the dynamic loader finds, or a path
 
   friend bool operator==(const NvmlConfig&, const NvmlConfig&) = default;

@@ -57,10 +57,12 @@ base::Result<bool> GpuPlane::on_record(sched::EngineId engine, const ipc::Record
 
 base::Result<bool> GpuPlane::on_partitions(EngineGpu& e, const ipc::GpuPartitions& r) {
   std::vector<std::uint32_t> decode(r.decode_sms, r.decode_sms + r.count);
-  if (e.has_pool() && decode == e.decode_sms && r.device_sms == e.device_sms) return false;  // a resync
+  // The same pool again (a resync) changes nothing.
+  if (e.has_pool() && r.pool_id == e.pool_id && decode == e.decode_sms && r.device_sms == e.device_sms) return false;
   auto chooser = sched::PartitionChooser::create(decode, config_.grow_hold);
   if (!chooser) return base::propagate(std::move(chooser.error()), "GPU_PARTITIONS");
   e.device_sms = r.device_sms;
+  e.pool_id = r.pool_id;
   e.decode_sms = std::move(decode);
   e.chooser = std::move(*chooser);
   e.published = false;
@@ -105,12 +107,11 @@ const EngineGpu* GpuPlane::engine(sched::EngineId id) const {
 sched::SmDecParams GpuPlane::sm_params(const EngineGpu& e) const {
   sched::SmDecParams p;
   p.total = e.device_sms;
-  p.granularity = config_.granularity;
-  if (e.decode_sms.size() >= 2) {
-    std::uint32_t gap = std::numeric_limits<std::uint32_t>::max();
-    for (std::size_t i = 1; i < e.decode_sms.size(); ++i) gap = std::min(gap, e.decode_sms[i] - e.decode_sms[i - 1]);
-    p.granularity = gap;  // >= 1: the pool is strictly increasing
-  }
+  // No rounding: the chooser maps SM_dec onto the pool's own partitions
+  // (the smallest with at least SM_dec decode SMs), whatever their spacing.
+  // Rounding to a grid first would skip partitions off the grid (a pool of
+  // 16 and 132 SMs, or 12, 20, 28 with the split's remainder).
+  p.granularity = 1;
   p.sm_min = std::min(config_.sm_min, e.device_sms);
   p.alpha = config_.alpha;
   return p;

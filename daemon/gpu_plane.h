@@ -15,7 +15,7 @@
 //               (sched::sm_op), or without a profile the pool's largest
 //               decode partition — see docs/daemon.md "GPU plane";
 //       N_pend  the engine's waiting sequences (KV_STATS waiting_seqs);
-//       SM_dec  = sched::sm_dec(SM_op, N_pend, {device SMs, granularity,
+//       SM_dec  = sched::sm_dec(SM_op, N_pend, {device SMs, granularity 1,
 //               [gpu] sm_min, alpha}), the index from
 //               sched::PartitionChooser (hysteresis: [gpu] grow_hold);
 //   - the weight-offload plan (EngineStatus::offload_plan and
@@ -64,6 +64,7 @@ struct GpuChange {
 struct EngineGpu {
   // The green-context pool (GPU_PARTITIONS); none before it arrives.
   std::uint32_t device_sms = 0;
+  std::uint32_t pool_id = 0;  // the engine's id for this pool (GPU_PARTITIONS)
   std::vector<std::uint32_t> decode_sms;
   std::optional<sched::PartitionChooser> chooser;
   bool published = false;  // an index was chosen for this pool
@@ -123,8 +124,8 @@ class GpuPlane {
   // host) count nothing. One walk over the reasoning and acting sessions.
   static std::map<sched::EngineId, std::uint64_t> projected_blocks(const sched::SessionTable& sessions);
 
-  // The SM_dec parameters for an engine's pool (granularity: the smallest
-  // gap between its partitions, or [gpu] granularity for a single one).
+  // The SM_dec parameters for an engine's pool (granularity 1: the chooser
+  // maps SM_dec onto the pool's partitions, whatever their spacing).
   sched::SmDecParams sm_params(const EngineGpu& e) const;
   // SM_op for an engine: the decode profile's knee, else the largest partition.
   static std::uint32_t sm_op_of(const EngineGpu& e);

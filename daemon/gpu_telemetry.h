@@ -1,13 +1,15 @@
 // GpuTelemetry: tandemd's NVML sampler (docs/nvml.md, config [nvml]).
 //
 // NVML calls can take milliseconds (and nvmlInit much longer without
-// persistence mode), so they never run on the io_uring loop: a thread of
-// this object's own samples every device each interval and publishes the
+// persistence mode), so sampling never runs on the io_uring loop: a thread
+// of this object's own samples every device each interval and publishes the
 // latest sample under a mutex; the loop copies it when `tandemctl gpu`, the
-// metrics or `tandemctl status` ask. The thread starts at start() and is
-// stopped and joined by the destructor (a reload that changes the mode or the
-// library builds a new object and drops the old one; a new interval is
-// applied to the running thread). The thread never logs: the daemon's logger
+// metrics or `tandemctl status` ask. Two things do run on the loop, both
+// rare and operator-driven: opening the library (nvmlInit, device count) at
+// start-up and on a reload that changes the mode or the library, and
+// joining the old object's thread when such a reload replaces it (at most
+// one sample's wait). A new interval is applied to the running thread.
+// The thread starts at start() and is stopped and joined by the destructor. The thread never logs: the daemon's logger
 // is single-threaded. A failing sample is counted and its error shown.
 //
 // Modes: "off" starts nothing; "auto" samples if the library loads and

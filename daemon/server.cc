@@ -944,7 +944,10 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     }
     // A new pool: the index published for the old one means nothing until
     // the next tick chooses one for this pool.
-    if (*taken) c.sm_partition_set = false;
+    if (*taken) {
+      c.sm_partition_set = false;
+      publish_status(c, now);
+    }
     ++c.accepted;
     ++stats_.records_accepted;
     return;
@@ -1250,7 +1253,15 @@ void Server::publish_status(Client& c, Time now) {
   st.sm_partition = c.sm_partition;
   st.offload_plan = c.offload_plan;
   st.offload_freed_bytes = c.offload_freed_bytes;
-  if (c.sm_partition_set) st.flags |= ipc::kStatusSmPartitionSet;
+  if (c.sm_partition_set) {
+    // The index is for the pool the daemon chose it for: an engine that
+    // opened another since follows nothing until the next tick chooses.
+    const EngineGpu* g = gpu_.engine(c.id);
+    if (g != nullptr && g->has_pool()) {
+      st.flags |= ipc::kStatusSmPartitionSet;
+      st.sm_partition_pool = g->pool_id;
+    }
+  }
   c.status.publish(st);
 }
 

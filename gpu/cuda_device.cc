@@ -42,7 +42,9 @@ struct Driver {
   decltype(&::cuGreenCtxStreamCreate) green_ctx_stream_create = nullptr;
   decltype(&::cuStreamDestroy) stream_destroy = nullptr;
   decltype(&::cuGreenCtxDestroy) green_ctx_destroy = nullptr;
-  decltype(&::cuCtxSetCurrent) ctx_set_current = nullptr;
+  decltype(&::cuCtxPushCurrent) ctx_push_current = nullptr;
+  decltype(&::cuCtxPopCurrent) ctx_pop_current = nullptr;
+  decltype(&::cuCtxFromGreenCtx) ctx_from_green_ctx = nullptr;
   decltype(&::cuMemAlloc) mem_alloc = nullptr;
   decltype(&::cuMemFree) mem_free = nullptr;
   decltype(&::cuMemHostAlloc) mem_host_alloc = nullptr;
@@ -137,7 +139,9 @@ base::Result<Driver> load_driver() {
   resolve(get, "cuGreenCtxStreamCreate", abi, &d.green_ctx_stream_create, &missing);
   resolve(get, "cuStreamDestroy", abi, &d.stream_destroy, &missing);
   resolve(get, "cuGreenCtxDestroy", abi, &d.green_ctx_destroy, &missing);
-  resolve(get, "cuCtxSetCurrent", abi, &d.ctx_set_current, &missing);
+  resolve(get, "cuCtxPushCurrent", abi, &d.ctx_push_current, &missing);
+  resolve(get, "cuCtxPopCurrent", abi, &d.ctx_pop_current, &missing);
+  resolve(get, "cuCtxFromGreenCtx", abi, &d.ctx_from_green_ctx, &missing);
   resolve(get, "cuMemAlloc", abi, &d.mem_alloc, &missing);
   resolve(get, "cuMemFree", abi, &d.mem_free, &missing);
   resolve(get, "cuMemHostAlloc", abi, &d.mem_host_alloc, &missing);
@@ -172,14 +176,23 @@ class CudaDevice final : public DeviceApi {
 
   ~CudaDevice() override {
     std::lock_guard lock(mu_);
-    (void)d_.ctx_set_current(primary_);
-    // Streams before their contexts (cuGreenCtxDestroy does not destroy them),
-    // then events and memory, all before the primary context goes.
+    // The primary context is pushed, not set: the caller's current context
+    // is back when this returns. Streams before their contexts
+    // (cuGreenCtxDestroy does not destroy them), events before the contexts
+    // they were made in, memory, and all of it before the primary context
+    // goes.
+    const bool pushed = d_.ctx_push_current(primary_) == CUDA_SUCCESS;
     for (auto& [id, s] : streams_) (void)d_.stream_destroy(s.stream);
+    for (auto& [id, e] : events_) {
+      for (auto& [ctx, ev] : e.per_ctx) (void)d_.event_destroy(ev);
+    }
     for (auto& [id, g] : contexts_) (void)d_.green_ctx_destroy(g);
-    for (auto& [id, e] : events_) (void)d_.event_destroy(e);
     for (auto& [ptr, bytes] : device_memory_) (void)d_.mem_free(ptr);
     for (auto& [ptr, bytes] : pinned_) (void)d_.mem_free_host(ptr);
+    if (pushed) {
+      CUcontext popped = nullptr;
+      (void)d_.ctx_pop_current(&popped);
+    }
     (void)d_.primary_ctx_release(dev_);
   }
 
@@ -323,6 +336,15 @@ class CudaDevice final : public DeviceApi {
     auto live = static_cast<std::size_t>(
         std::ranges::count_if(streams_, [ctx](const auto& kv) { return kv.second.ctx == ctx; }));
     if (live > 0) return live_streams_error(ctx, live);
+    // Events made in this context for its streams go with it; an event last
+    // recorded here falls back to its primary-context CUevent.
+    for (auto& [id, e] : events_) {
+      auto ev = e.per_ctx.find(ctx);
+      if (ev == e.per_ctx.end()) continue;
+      (void)d_.event_destroy(ev->second);
+      e.per_ctx.erase(ev);
+      if (e.last == ctx) e.last = 0;
+    }
     if (CUresult r = d_.green_ctx_destroy(it->second); r != CUDA_SUCCESS) return d_.error("cuGreenCtxDestroy", r);
     contexts_.erase(it);
     return {};
@@ -332,7 +354,8 @@ class CudaDevice final : public DeviceApi {
 
   base::Result<DevicePtr> alloc_device(std::uint64_t bytes) override {
     std::lock_guard lock(mu_);
-    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    Current current(d_, primary_);
+    if (!current) return base::propagate(std::move(current.error()));
     CUdeviceptr p = 0;
     if (CUresult r = d_.mem_alloc(&p, bytes); r != CUDA_SUCCESS) {
       return d_.error("cuMemAlloc", r, fmt::format("{} bytes", bytes));
@@ -347,7 +370,8 @@ class CudaDevice final : public DeviceApi {
     if (it == device_memory_.end()) {
       return cu_error("cuMemFree", kCudaErrorInvalidValue, fmt::format("{:#x} is not a live allocation", ptr));
     }
-    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    Current current(d_, primary_);
+    if (!current) return base::propagate(std::move(current.error()));
     if (CUresult r = d_.mem_free(it->first); r != CUDA_SUCCESS) return d_.error("cuMemFree", r);
     device_memory_.erase(it);
     return {};
@@ -355,7 +379,8 @@ class CudaDevice final : public DeviceApi {
 
   base::Result<void*> alloc_pinned_host(std::uint64_t bytes) override {
     std::lock_guard lock(mu_);
-    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    Current current(d_, primary_);
+    if (!current) return base::propagate(std::move(current.error()));
     void* p = nullptr;
     if (CUresult r = d_.mem_host_alloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE); r != CUDA_SUCCESS) {
       return d_.error("cuMemHostAlloc", r, fmt::format("{} bytes", bytes));
@@ -370,7 +395,8 @@ class CudaDevice final : public DeviceApi {
     if (it == pinned_.end()) {
       return cu_error("cuMemFreeHost", kCudaErrorInvalidValue, fmt::format("{} is not a live pinned allocation", ptr));
     }
-    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    Current current(d_, primary_);
+    if (!current) return base::propagate(std::move(current.error()));
     if (CUresult r = d_.mem_free_host(ptr); r != CUDA_SUCCESS) return d_.error("cuMemFreeHost", r);
     pinned_.erase(it);
     return {};
@@ -378,7 +404,8 @@ class CudaDevice final : public DeviceApi {
 
   base::Result<StreamId> create_plain_stream(int priority) override {
     std::lock_guard lock(mu_);
-    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    Current current(d_, primary_);
+    if (!current) return base::propagate(std::move(current.error()));
     CUstream s = nullptr;
     // The driver clamps the priority to cuCtxGetStreamPriorityRange.
     if (CUresult r = d_.stream_create_with_priority(&s, CU_STREAM_NON_BLOCKING, priority); r != CUDA_SUCCESS) {
@@ -408,22 +435,30 @@ class CudaDevice final : public DeviceApi {
     std::lock_guard lock(mu_);
     auto s = find_stream("cuMemcpyHtoDAsync", stream);
     if (!s) return base::propagate(std::move(s.error()));
-    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
+    Current current(d_, primary_);
+    if (!current) return base::propagate(std::move(current.error()));
     if (CUresult r = d_.memcpy_htod_async(static_cast<CUdeviceptr>(dst), src, bytes, *s); r != CUDA_SUCCESS) {
       return d_.error("cuMemcpyHtoDAsync", r, fmt::format("{} bytes to {:#x} on stream {}", bytes, dst, stream));
     }
     return {};
   }
 
+  // CUDA wants an event and the stream it is recorded on in the same
+  // context (cuEventRecord: CUDA_ERROR_INVALID_HANDLE otherwise), and the
+  // header leaves open whether a green-context stream's context is the
+  // primary (cuStreamGetCtx_v2 says so) or the green context's own. An
+  // EventId therefore starts as a primary-context CUevent and, on a driver
+  // that refuses it on a green-context stream, gets one twin per green
+  // context it is recorded in (made there on first use: cuCtxFromGreenCtx +
+  // push); a wait, query or synchronize uses the one recorded last.
+  // cuStreamWaitEvent takes events of other contexts, so waits need nothing
+  // extra.
   base::Result<EventId> create_event() override {
     std::lock_guard lock(mu_);
-    if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
-    CUevent e = nullptr;
-    if (CUresult r = d_.event_create(&e, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) {
-      return d_.error("cuEventCreate", r);
-    }
+    auto e = new_cu_event(0);
+    if (!e) return base::propagate(std::move(e.error()));
     EventId id = next_event_++;
-    events_[id] = e;
+    events_[id] = Event{.per_ctx = {{0, *e}}, .last = 0};
     return id;
   }
 
@@ -433,20 +468,52 @@ class CudaDevice final : public DeviceApi {
     if (it == events_.end()) {
       return cu_error("cuEventDestroy", kCudaErrorInvalidHandle, fmt::format("event {}", event));
     }
-    if (CUresult r = d_.event_destroy(it->second); r != CUDA_SUCCESS) return d_.error("cuEventDestroy", r);
+    for (auto& [ctx, ev] : it->second.per_ctx) {
+      if (CUresult r = d_.event_destroy(ev); r != CUDA_SUCCESS) return d_.error("cuEventDestroy", r);
+      ev = nullptr;
+    }
     events_.erase(it);
     return {};
   }
 
   base::Result<void> record_event(EventId event, StreamId stream) override {
     std::lock_guard lock(mu_);
-    auto e = find_event("cuEventRecord", event);
-    if (!e) return base::propagate(std::move(e.error()));
-    auto s = find_stream("cuEventRecord", stream);
-    if (!s) return base::propagate(std::move(s.error()));
-    if (CUresult r = d_.event_record(*e, *s); r != CUDA_SUCCESS) {
+    auto eit = events_.find(event);
+    if (eit == events_.end()) return cu_error("cuEventRecord", kCudaErrorInvalidHandle, fmt::format("event {}", event));
+    auto sit = streams_.find(stream);
+    if (sit == streams_.end()) {
+      return cu_error("cuEventRecord", kCudaErrorInvalidHandle, fmt::format("stream {}", stream));
+    }
+    Event& e = eit->second;
+    const CUstream cs = sit->second.stream;
+    GreenCtxId ctx = sit->second.ctx;
+    // Whether the driver takes a primary-context event on a green-context
+    // stream (cuStreamGetCtx_v2 calls the primary the stream's context) is
+    // learnt once: the first refusal (CUDA_ERROR_INVALID_HANDLE) switches
+    // this device to twins made in the green context.
+    if (ctx != 0 && primary_events_on_green_ != Tristate::kNo) {
+      CUresult r = d_.event_record(e.per_ctx.at(0), cs);
+      if (r == CUDA_SUCCESS) {
+        primary_events_on_green_ = Tristate::kYes;
+        e.last = 0;
+        return {};
+      }
+      if (r != CUDA_ERROR_INVALID_HANDLE || primary_events_on_green_ == Tristate::kYes) {
+        return d_.error("cuEventRecord", r, fmt::format("event {} on stream {}", event, stream));
+      }
+      primary_events_on_green_ = Tristate::kNo;
+    }
+    if (ctx != 0 && primary_events_on_green_ == Tristate::kYes) ctx = 0;
+    auto found = e.per_ctx.find(ctx);
+    if (found == e.per_ctx.end()) {
+      auto made = new_cu_event(ctx);
+      if (!made) return base::propagate(std::move(made.error()));
+      found = e.per_ctx.emplace(ctx, *made).first;
+    }
+    if (CUresult r = d_.event_record(found->second, cs); r != CUDA_SUCCESS) {
       return d_.error("cuEventRecord", r, fmt::format("event {} on stream {}", event, stream));
     }
+    e.last = ctx;
     return {};
   }
 
@@ -515,13 +582,57 @@ class CudaDevice final : public DeviceApi {
     GreenCtxId ctx;  // 0: a plain stream in the primary context
   };
 
-  // Makes the primary context current in the calling thread (the memory,
-  // stream and event calls need a current context). mu_ is held.
-  base::Result<void> make_current() {
-    if (CUresult r = d_.ctx_set_current(primary_); r != CUDA_SUCCESS) {
-      return d_.error("cuCtxSetCurrent", r, "primary context");
+  // Pushes a context current in the calling thread for one scope and pops it
+  // after, so the engine's own current context survives every call (the
+  // memory, stream and event calls need a current context).
+  class Current {
+   public:
+    Current(const Driver& d, CUcontext ctx) : d_(d) {
+      if (CUresult r = d_.ctx_push_current(ctx); r != CUDA_SUCCESS) {
+        error_ = d_.error("cuCtxPushCurrent", r).error();
+      }
     }
-    return {};
+    ~Current() {
+      if (error_) return;
+      CUcontext popped = nullptr;
+      (void)d_.ctx_pop_current(&popped);
+    }
+    Current(const Current&) = delete;
+    Current& operator=(const Current&) = delete;
+    explicit operator bool() const { return !error_; }
+    base::Error error() const { return *error_; }
+
+   private:
+    const Driver& d_;
+    std::optional<base::Error> error_;
+  };
+
+  enum class Tristate : std::uint8_t { kUnknown, kYes, kNo };
+
+  struct Event {
+    std::map<GreenCtxId, CUevent> per_ctx;  // 0: the primary context
+    GreenCtxId last = 0;                    // the context it was last recorded in
+  };
+
+  // A CUevent in green context `ctx` (0: the primary). mu_ is held.
+  base::Result<CUevent> new_cu_event(GreenCtxId ctx) {
+    CUcontext c = primary_;
+    if (ctx != 0) {
+      auto g = contexts_.find(ctx);
+      if (g == contexts_.end()) {
+        return cu_error("cuCtxFromGreenCtx", kCudaErrorInvalidContext, fmt::format("green context {}", ctx));
+      }
+      if (CUresult r = d_.ctx_from_green_ctx(&c, g->second); r != CUDA_SUCCESS) {
+        return d_.error("cuCtxFromGreenCtx", r, fmt::format("green context {}", ctx));
+      }
+    }
+    Current current(d_, c);
+    if (!current) return base::propagate(current.error());
+    CUevent e = nullptr;
+    if (CUresult r = d_.event_create(&e, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) {
+      return d_.error("cuEventCreate", r, ctx != 0 ? fmt::format("in green context {}", ctx) : "");
+    }
+    return e;
   }
 
   base::Result<CUstream> find_stream(std::string_view call, StreamId stream) const {
@@ -530,10 +641,11 @@ class CudaDevice final : public DeviceApi {
     return it->second.stream;
   }
 
+  // The CUevent an EventId was last recorded as (waits, queries, syncs).
   base::Result<CUevent> find_event(std::string_view call, EventId event) const {
     auto it = events_.find(event);
     if (it == events_.end()) return cu_error(call, kCudaErrorInvalidHandle, fmt::format("event {}", event));
-    return it->second;
+    return it->second.per_ctx.at(it->second.last);
   }
 
   static SmResource to_sm(const CUdevResource& r) {
@@ -555,7 +667,8 @@ class CudaDevice final : public DeviceApi {
   std::map<GreenCtxId, CUgreenCtx> contexts_;
   std::map<StreamId, Stream> streams_;
   std::uint64_t next_event_ = 1;
-  std::map<EventId, CUevent> events_;
+  std::map<EventId, Event> events_;
+  Tristate primary_events_on_green_ = Tristate::kUnknown;
   std::map<CUdeviceptr, std::uint64_t> device_memory_;  // base → bytes
   std::map<void*, std::uint64_t> pinned_;
 };

@@ -226,8 +226,15 @@ base::Result<void> GreenContextPool::build(PoolConfig config) {
 }
 
 void GreenContextPool::teardown() {
-  // Streams before their context (a context with live streams refuses to
-  // go, device.h); errors cannot be acted on here, so they are ignored.
+  // Work still queued ends first (cuGreenCtxDestroy with kernels in flight
+  // is not documented as safe), then streams before their context (a
+  // context with live streams refuses to go, device.h); errors cannot be
+  // acted on here, so they are ignored.
+  for (Partition& partition : partitions_) {
+    for (StageSlot& slot : partition.slots) {
+      if (slot.stream) (void)device_.stream_synchronize(*slot.stream);
+    }
+  }
   for (Partition& partition : partitions_) {
     for (StageSlot& slot : partition.slots) {
       if (slot.stream) (void)device_.destroy_stream(*slot.stream);

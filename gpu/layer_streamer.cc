@@ -55,7 +55,9 @@ base::Result<std::unique_ptr<LayerStreamer>> LayerStreamer::create(DeviceApi& de
   const std::uint32_t l = config.layers;
   const std::uint32_t k = config.slots;
   const std::uint64_t s = config.layer_bytes;
-  if (l < 3) return base::make_error(EINVAL, fmt::format("layer streamer: layers {} must be >= 3", l));
+  if (l < 3 || l > kMaxLayers) {
+    return base::make_error(EINVAL, fmt::format("layer streamer: layers {} must be in 3..{}", l, kMaxLayers));
+  }
   if (k < 2 || k >= l) {
     return base::make_error(EINVAL, fmt::format("layer streamer: slots {} must be in 2..{} (layers - 1)", k, l - 1));
   }

@@ -58,8 +58,11 @@
 
 namespace tandem::gpu {
 
+// The most layers one streamer takes (WEIGHT_MODULE's layers is 16-bit too).
+inline constexpr std::uint32_t kMaxLayers = 65535;
+
 struct LayerStreamerConfig {
-  std::uint32_t layers = 0;       // L ≥ 3
+  std::uint32_t layers = 0;       // L, 3..kMaxLayers
   std::uint32_t slots = 0;        // K, 2 ≤ K < L
   std::uint64_t layer_bytes = 0;  // S > 0
   double layer_compute_s = 0;     // T > 0: one layer's compute time

@@ -324,6 +324,10 @@ base::Result<NvmlDeviceSample> NvmlLibrary::sample_device(std::uint32_t index) c
 
   // v2 separates the driver's reserved memory out of `used`; v1 (drivers
   // before R510) counts it in.
+  // A driver that exports v2 but refuses it (some vGPU and older drivers:
+  // NOT_SUPPORTED, ARGUMENT_VERSION_MISMATCH) still answers v1.
+  bool memory_v2 = false;
+  NvmlReturn memory_v2_failure = kNvmlSuccess;
   if (a.device_get_memory_info_v2 != nullptr) {
     NvmlMemoryV2 m{};
     m.version = kMemoryV2Version;
@@ -332,9 +336,15 @@ base::Result<NvmlDeviceSample> NvmlLibrary::sample_device(std::uint32_t index) c
       s.memory_reserved_bytes = m.reserved;
       s.memory_free_bytes = m.free;
       s.memory_used_bytes = m.used;
+      memory_v2 = true;
     } else {
-      failed("memory", "nvmlDeviceGetMemoryInfo_v2", r);
+      memory_v2_failure = r;
     }
+  }
+  if (memory_v2) {
+    // done
+  } else if (memory_v2_failure != kNvmlSuccess && a.device_get_memory_info == nullptr) {
+    failed("memory", "nvmlDeviceGetMemoryInfo_v2", memory_v2_failure);
   } else if (a.device_get_memory_info != nullptr) {
     NvmlMemoryV1 m{};
     if (const NvmlReturn r = a.device_get_memory_info(dev, &m); r == kNvmlSuccess) {

@@ -31,13 +31,13 @@ namespace tandem::ipc {
 
 // What the daemon publishes on a client's status page.
 struct EngineStatus {
-  std::uint64_t policy_epoch = 0;      // bumps on every policy (re)configuration
-  std::int64_t updated_ns = 0;         // CLOCK_MONOTONIC of this snapshot
-  std::uint32_t admission_window = 0;  // sessions this engine may run now; 0 = no limit set
-  std::uint32_t sm_partition = 0;      // index into the engine's green-context partitions
-  std::uint64_t offload_plan = 0;      // bit i: offload weight module i to host
-  std::uint32_t flags = 0;             // kStatus* bits
-  std::uint32_t reserved0 = 0;
+  std::uint64_t policy_epoch = 0;         // bumps on every policy (re)configuration
+  std::int64_t updated_ns = 0;            // CLOCK_MONOTONIC of this snapshot
+  std::uint32_t admission_window = 0;     // sessions this engine may run now; 0 = no limit set
+  std::uint32_t sm_partition = 0;         // index into the engine's green-context partitions
+  std::uint64_t offload_plan = 0;         // bit i: offload weight module i to host
+  std::uint32_t flags = 0;                // kStatus* bits
+  std::uint32_t sm_partition_pool = 0;    // the GPU_PARTITIONS pool_id sm_partition is for (with kStatusSmPartitionSet)
   std::uint64_t offload_freed_bytes = 0;  // device bytes offload_plan frees: the engine may grow its KV pool by this
   std::uint64_t reserved[2] = {};
 };

@@ -53,6 +53,7 @@ Problem check(const KvStats& r, bool /*strict*/) {
 Problem check(const GpuPartitions& r, bool strict) {
   if (r.count == 0 || r.count > kMaxGpuPartitions) return "count outside 1..16";
   if (r.device_sms == 0) return "device_sms is 0";
+  if (r.pool_id == 0) return "pool_id is 0";
   for (std::uint32_t i = 0; i < kMaxGpuPartitions; ++i) {
     if (i >= r.count) {
       if (r.decode_sms[i] != 0) return "decode_sms past count is not zero";
@@ -62,7 +63,7 @@ Problem check(const GpuPartitions& r, bool strict) {
     if (r.decode_sms[i] > r.device_sms) return "decode_sms > device_sms";
     if (i > 0 && r.decode_sms[i] <= r.decode_sms[i - 1]) return "decode_sms not strictly increasing";
   }
-  if (strict && (r.reserved0 != 0 || r.reserved1 != 0)) return "reserved field is not zero";
+  if (strict && r.reserved0 != 0) return "reserved field is not zero";
   return nullptr;
 }
 

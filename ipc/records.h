@@ -150,7 +150,7 @@ struct GpuPartitions {
   std::uint8_t count = 0;  // partitions, 1..kMaxGpuPartitions
   std::uint8_t reserved0 = 0;
   std::uint16_t device_sms = 0;  // SMs on the device
-  std::uint32_t reserved1 = 0;
+  std::uint32_t pool_id = 0;     // non-zero, new for every pool the engine opens (EngineStatus::sm_partition_pool)
   std::uint16_t decode_sms[kMaxGpuPartitions] = {};  // decode SMs of partition i, strictly increasing; 0 past count
 };
 
@@ -184,12 +184,12 @@ inline constexpr std::uint32_t kMaxWeightModules = 64;
 struct WeightModule {
   static constexpr RecordType kType = RecordType::kWeightModule;
   RecordHeader header = make_header(kType);
-  std::uint8_t index = 0;     // < kMaxWeightModules
-  std::uint8_t slots = 0;     // K when offloaded, 2 <= K < layers
-  std::uint16_t layers = 0;   // L, >= 3
+  std::uint8_t index = 0;              // < kMaxWeightModules
+  std::uint8_t slots = 0;              // K when offloaded, 2 <= K < layers
+  std::uint16_t layers = 0;            // L, >= 3
   std::uint32_t layer_compute_us = 0;  // T, > 0
-  std::uint64_t bytes = 0;    // the whole module on the device, > 0
-  char name[24] = {};         // NUL-padded, printable ASCII
+  std::uint64_t bytes = 0;             // the whole module on the device, > 0
+  char name[24] = {};                  // NUL-padded, printable ASCII
 };
 
 // ---- runner → daemon -------------------------------------------------------
@@ -302,7 +302,7 @@ static_assert(offsetof(RoundFirstToken, queue_delay_ns) == 32 && offsetof(RoundF
 static_assert(offsetof(RoundEnd, blocks_held) == 32);
 static_assert(offsetof(KvStats, step_time_us) == 52);
 static_assert(offsetof(KvEvent, blocks) == 28);
-static_assert(offsetof(GpuPartitions, decode_sms) == 32);
+static_assert(offsetof(GpuPartitions, pool_id) == 28 && offsetof(GpuPartitions, decode_sms) == 32);
 static_assert(offsetof(StageProfileRow, latency_s) == 32 && offsetof(StageProfileRow, throughput) == 40);
 static_assert(offsetof(WeightModule, bytes) == 32 && offsetof(WeightModule, name) == 40);
 static_assert(offsetof(ToolStart, cgroup_id) == 40);

@@ -796,10 +796,13 @@ void Client::send_gpu_records() {
   for (const auto& [index, module] : weight_modules_) send_record(module, 0);
 }
 
-void Client::set_gpu_partitions(const ipc::GpuPartitions& partitions) {
+std::uint32_t Client::set_gpu_partitions(ipc::GpuPartitions partitions) {
   drive(false);
+  if (++last_pool_id_ == 0) last_pool_id_ = 1;
+  partitions.pool_id = last_pool_id_;
   gpu_partitions_ = partitions;
   send_record(partitions, 0);
+  return partitions.pool_id;
 }
 
 void Client::set_gpu_profile(ipc::GpuStage stage, std::vector<ipc::StageProfileRow> rows) {

@@ -150,7 +150,9 @@ class Client {
   // ResyncRequest, so a restarted daemon learns the engine's pool, profiles
   // and modules. Fail-open: while not connected only the memory changes.
   // The engine's green-context pool (tandem_gpu_open); replaces the last one.
-  void set_gpu_partitions(const ipc::GpuPartitions& partitions);
+  // Gives it a pool id of its own (never 0, never reused by this client) and
+  // returns it.
+  std::uint32_t set_gpu_partitions(ipc::GpuPartitions partitions);
   // The pool closed: stop resending it (the daemon is not told; its index
   // for this engine is simply no longer followed).
   void clear_gpu_partitions() { gpu_partitions_.reset(); }
@@ -296,6 +298,7 @@ class Client {
 
   // engine GPU plane, resent on every resync
   std::optional<ipc::GpuPartitions> gpu_partitions_;
+  std::uint32_t last_pool_id_ = 0;
   std::map<ipc::GpuStage, std::vector<ipc::StageProfileRow>> gpu_profiles_;
   std::map<std::uint8_t, ipc::WeightModule> weight_modules_;  // by index
 

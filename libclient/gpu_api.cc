@@ -7,6 +7,8 @@
 // (std::bad_alloc → -ENOMEM, anything else → -EIO); messages name the
 // function and the field. Thread-safety: tandem_gpu.h's (one thread per
 // handle); the open-failure message is thread-local.
+#include <dlfcn.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstddef>
@@ -104,6 +106,9 @@ int guarded_engine(tandem_client* client, const char* function, F&& f) noexcept 
   }
 }
 
+// CUDA device ordinals libtandem accepts (a bound, so ordinal + 1 cannot overflow).
+constexpr int kMaxOrdinal = 1023;
+
 // The open options, checked, with the pool's config.
 struct OpenPlan {
   std::string backend;  // "auto", "cuda", "sim"
@@ -122,14 +127,20 @@ tandem::base::Result<OpenPlan> check_options(const tandem_gpu_options* options) 
   auto bad = [](std::string what) { return tandem::base::make_error(EINVAL, std::move(what)); };
   tandem_gpu_options o{};
   o.sz = sizeof o;
-  if (options != nullptr && !read_sized(options, sizeof(std::size_t), o)) return bad("options->sz is too small");
+  // Every field is required (there is no older version of the struct); a
+  // newer, longer one is read up to ours.
+  if (options != nullptr && !read_sized(options, sizeof o, o)) {
+    return bad(fmt::format("options->sz {} is too small (at least {})", options->sz, sizeof o));
+  }
   OpenPlan plan;
   std::string_view backend = o.backend != nullptr ? std::string_view(o.backend) : std::string_view("auto");
   if (backend != "auto" && backend != "cuda" && backend != "sim") {
     return bad(fmt::format("options->backend '{}' is not \"auto\", \"cuda\" or \"sim\"", backend));
   }
   plan.backend = backend;
-  if (o.ordinal < 0) return bad(fmt::format("options->ordinal {} is negative", o.ordinal));
+  if (o.ordinal < 0 || o.ordinal > kMaxOrdinal) {
+    return bad(fmt::format("options->ordinal {} is not in 0..{}", o.ordinal, kMaxOrdinal));
+  }
   plan.ordinal = o.ordinal;
   if (o.sim_sms != 0) plan.sim_sms = o.sim_sms;
 
@@ -206,6 +217,14 @@ tandem::base::Result<OpenPlan> check_options(const tandem_gpu_options* options) 
   return plan;
 }
 
+// Whether libcuda.so.1 loads at all (a driver is installed).
+bool cuda_driver_loads() {
+  void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (lib == nullptr) return false;
+  dlclose(lib);
+  return true;
+}
+
 // The device for `plan.backend`. "auto" takes the simulated device only when
 // CUDA is not there at all (not built, no libcuda, no device); a driver that
 // is there and fails is an error, never a silent switch to a fake device.
@@ -223,7 +242,10 @@ tandem::base::Result<std::unique_ptr<gpu::DeviceApi>> open_device(const OpenPlan
   auto cuda = gpu::open_cuda_device(plan.ordinal);
   if (cuda) return std::move(*cuda);
   const int code = cuda.error().code();
-  const bool absent = code == ENOENT || code == ENOTSUP || code == ENODEV;
+  // ENOTSUP is absence only when no driver loads (a build without cuda.h
+  // on a machine without one); with a driver there, an engine must not be
+  // handed fake streams.
+  const bool absent = code == ENOENT || code == ENODEV || (code == ENOTSUP && !cuda_driver_loads());
   if (plan.backend == "auto" && absent) return sim();
   return tandem::base::make_error(absent ? ENODEV : code,
                                   fmt::format("CUDA device {}: {}", plan.ordinal, cuda.error().message()));
@@ -286,7 +308,7 @@ int open_gpu(tandem_client* client, const tandem_gpu_options* options, tandem_gp
   handle->device_api = std::move(*device);
   handle->pool = std::move(*pool);
   handle->client = client;
-  if (client != nullptr) client->impl->set_gpu_partitions(partitions_record(*handle->pool));
+  if (client != nullptr) handle->pool_id = client->impl->set_gpu_partitions(partitions_record(*handle->pool));
   open_error.clear();
   *ret_gpu = handle.release();
   return 0;
@@ -349,9 +371,10 @@ int tandem_gpu_begin_pass(tandem_gpu* gpu, uint32_t* ret_partition) noexcept {
   return guarded_gpu(gpu, "tandem_gpu_begin_pass", [&](tandem_gpu& g) {
     if (g.client != nullptr) {
       // Fail-open: not connected, or the daemon has not chosen for this
-      // pool yet (no kStatusSmPartitionSet) → keep the current partition.
+      // pool yet (no kStatusSmPartitionSet, or an index chosen for a pool
+      // this engine had before) → keep the current partition.
       std::optional<ipc::EngineStatus> status = g.client->impl->engine_status();
-      if (status && (status->flags & ipc::kStatusSmPartitionSet) != 0) {
+      if (status && (status->flags & ipc::kStatusSmPartitionSet) != 0 && status->sm_partition_pool == g.pool_id) {
         if (auto ok = g.pool->begin_pass(status->sm_partition); !ok) {
           return g.fail(ok.error().code(), fmt::format("tandem_gpu_begin_pass: the daemon's {}", ok.error().context()));
         }
@@ -374,8 +397,9 @@ int tandem_gpu_set_partition(tandem_gpu* gpu, uint32_t partition) noexcept {
 int tandem_gpu_info_get(const tandem_gpu* gpu, tandem_gpu_info* ret_info) noexcept {
   return guarded_gpu(gpu, "tandem_gpu_info_get", [&](const tandem_gpu& g) {
     if (ret_info == nullptr) return g.fail(EINVAL, "tandem_gpu_info_get: ret_info is NULL");
-    if (ret_info->sz < offsetof(tandem_gpu_info, device_name)) {
-      return g.fail(EINVAL, "tandem_gpu_info_get: ret_info->sz is too small");
+    if (ret_info->sz < sizeof(tandem_gpu_info)) {
+      return g.fail(EINVAL, fmt::format("tandem_gpu_info_get: ret_info->sz {} is too small (at least {})", ret_info->sz,
+                                        sizeof(tandem_gpu_info)));
     }
     // info() is a const query on the device; the DeviceApi interface is not const.
     auto info = const_cast<tandem_gpu&>(g).device().info();
@@ -432,6 +456,7 @@ int tandem_gpu_profile(tandem_client* client, int stage, const tandem_profile_ro
     for (std::uint32_t i = 0; i < count; ++i) {
       const tandem_profile_row& r = rows[i];
       if (r.sm_count == 0) return bad(fmt::format("rows[{}].sm_count is 0", i));
+      if (r.reserved != 0) return bad(fmt::format("rows[{}].reserved must be 0", i));
       if (i > 0 && r.sm_count <= rows[i - 1].sm_count) {
         return bad(fmt::format("rows[{}].sm_count {} is not above rows[{}].sm_count {}", i, r.sm_count, i - 1,
                                rows[i - 1].sm_count));

@@ -5,6 +5,7 @@
 // Thread-safety: none; a handle is used by one thread at a time (tandem_gpu.h).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,9 @@ struct tandem_gpu {
   // The engine handle the pool reports to and follows; may be null. Must
   // outlive this handle.
   tandem_client* client = nullptr;
+  // The id the client gave this pool in GPU_PARTITIONS: begin_pass follows
+  // a published index only when the status page says it is for this pool.
+  std::uint32_t pool_id = 0;
   // Message for the last failed call on this handle (tandem_gpu_last_error);
   // mutable so that calls on a const handle can explain their failures.
   mutable std::string last_error;

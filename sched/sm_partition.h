@@ -108,8 +108,8 @@ base::Result<void> validate(const SmDecParams& p);
 // SM_dec = max(SM_min, SM_op − α·(max(N_pend, 1) − 1)), then rounded up to a
 // multiple of granularity and clamped to [round_up(SM_min), total] (total
 // itself is allowed even when it is not a multiple: it is "no partition").
-// n_pend counts prefill requests pending on the engine (waiting or partly
-// prefilled); 0 is treated as 1 — with nothing pending decode keeps SM_op,
+// n_pend counts prefill requests pending on the engine (the daemon passes
+// KV_STATS waiting_seqs); 0 is treated as 1 — with nothing pending decode keeps SM_op,
 // since the knee is where more SMs stop paying.
 // REQUIRES: validate(p) succeeded.
 std::uint32_t sm_dec(std::uint32_t sm_op, std::uint32_t n_pend, const SmDecParams& p);

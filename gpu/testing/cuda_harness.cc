@@ -37,6 +37,10 @@ struct Driver {
   decltype(&::cuDevicePrimaryCtxRelease) primary_ctx_release = nullptr;
   decltype(&::cuCtxSetCurrent) ctx_set_current = nullptr;
   decltype(&::cuCtxSynchronize) ctx_synchronize = nullptr;
+  decltype(&::cuCtxPushCurrent) ctx_push_current = nullptr;
+  decltype(&::cuCtxPopCurrent) ctx_pop_current = nullptr;
+  decltype(&::cuCtxFromGreenCtx) ctx_from_green_ctx = nullptr;
+  decltype(&::cuStreamGetCtx_v2) stream_get_ctx = nullptr;
   decltype(&::cuLibraryLoadData) library_load_data = nullptr;
   decltype(&::cuLibraryUnload) library_unload = nullptr;
   decltype(&::cuLibraryGetKernel) library_get_kernel = nullptr;
@@ -110,6 +114,10 @@ base::Result<Driver> load_driver() {
   resolve(get, "cuDeviceGetName", abi, &d.device_get_name, &missing);
   resolve(get, "cuDeviceGetAttribute", abi, &d.device_get_attribute, &missing);
   resolve(get, "cuDevicePrimaryCtxRetain", abi, &d.primary_ctx_retain, &missing);
+  resolve(get, "cuCtxPushCurrent", abi, &d.ctx_push_current, &missing);
+  resolve(get, "cuCtxPopCurrent", abi, &d.ctx_pop_current, &missing);
+  resolve(get, "cuCtxFromGreenCtx", abi, &d.ctx_from_green_ctx, &missing);
+  resolve(get, "cuStreamGetCtx", abi, &d.stream_get_ctx, &missing);
   resolve(get, "cuDevicePrimaryCtxRelease", abi, &d.primary_ctx_release, &missing);
   resolve(get, "cuCtxSetCurrent", abi, &d.ctx_set_current, &missing);
   resolve(get, "cuCtxSynchronize", abi, &d.ctx_synchronize, &missing);
@@ -156,6 +164,13 @@ struct CudaHarness::State {
   std::set<CUdeviceptr> allocations;
   std::set<CUstream> streams;
   std::set<CUevent> events;
+  // CUDA records an event only on a stream of its own context, and the
+  // header leaves open whether a green-context stream's is the primary: a
+  // timing event the driver refuses on such a stream is recorded as a twin
+  // made in the green context (first use), and elapsed_ms() reads the one
+  // recorded last.
+  std::map<CUevent, std::map<CUcontext, CUevent>> twins;
+  std::map<CUevent, CUevent> last;
 };
 
 CudaHarness::CudaHarness(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -166,6 +181,9 @@ CudaHarness::~CudaHarness() {
   (void)d.ctx_set_current(s_->primary);
   (void)d.ctx_synchronize();
   for (CUstream st : s_->streams) (void)d.stream_destroy(st);
+  for (auto& [home, twins] : s_->twins) {
+    for (auto& [ctx, ev] : twins) (void)d.event_destroy(ev);
+  }
   for (CUevent ev : s_->events) (void)d.event_destroy(ev);
   for (CUdeviceptr p : s_->allocations) (void)d.mem_free(p);
   if (s_->library != nullptr) (void)d.library_unload(s_->library);
@@ -367,24 +385,67 @@ base::Result<void> CudaHarness::destroy_event(void* event) {
   if (it == s_->events.end()) {
     return cu_error("cuEventDestroy", kCudaErrorInvalidHandle, "event was not created by this harness");
   }
+  if (auto t = s_->twins.find(*it); t != s_->twins.end()) {
+    for (auto& [ctx, ev] : t->second) (void)s_->d->event_destroy(ev);
+    s_->twins.erase(t);
+  }
+  s_->last.erase(*it);
   if (CUresult r = s_->d->event_destroy(*it); r != CUDA_SUCCESS) return s_->d->error("cuEventDestroy", r);
   s_->events.erase(it);
   return {};
 }
 
 base::Result<void> CudaHarness::record(void* event, void* stream) {
-  if (CUresult r = s_->d->event_record(as_event(event), as_stream(stream)); r != CUDA_SUCCESS) {
-    return s_->d->error("cuEventRecord", r);
+  const Driver& d = *s_->d;
+  CUevent home = as_event(event);
+  if (!s_->events.contains(home)) {
+    return cu_error("cuEventRecord", kCudaErrorInvalidHandle, "event was not created by this harness");
   }
+  // The home event first; a driver that refuses it on a green-context
+  // stream (CUDA_ERROR_INVALID_HANDLE) gets a twin made in that context.
+  CUresult first = d.event_record(home, as_stream(stream));
+  if (first == CUDA_SUCCESS) {
+    s_->last[home] = home;
+    return {};
+  }
+  if (first != CUDA_ERROR_INVALID_HANDLE) return d.error("cuEventRecord", first);
+  CUcontext ctx = nullptr;
+  CUgreenCtx green = nullptr;
+  if (CUresult r = d.stream_get_ctx(as_stream(stream), &ctx, &green); r != CUDA_SUCCESS) {
+    return d.error("cuStreamGetCtx", r);
+  }
+  if (green == nullptr) return d.error("cuEventRecord", first, "not a green-context stream");
+  if (CUresult r = d.ctx_from_green_ctx(&ctx, green); r != CUDA_SUCCESS) return d.error("cuCtxFromGreenCtx", r);
+  CUevent ev = home;
+  {
+    auto& twins = s_->twins[home];
+    auto found = twins.find(ctx);
+    if (found == twins.end()) {
+      if (CUresult r = d.ctx_push_current(ctx); r != CUDA_SUCCESS) return d.error("cuCtxPushCurrent", r);
+      CUevent twin = nullptr;
+      CUresult made = d.event_create(&twin, CU_EVENT_DEFAULT);
+      CUcontext popped = nullptr;
+      (void)d.ctx_pop_current(&popped);
+      if (made != CUDA_SUCCESS) return d.error("cuEventCreate", made, "in the stream's green context");
+      found = twins.emplace(ctx, twin).first;
+    }
+    ev = found->second;
+  }
+  if (CUresult r = d.event_record(ev, as_stream(stream)); r != CUDA_SUCCESS) return d.error("cuEventRecord", r);
+  s_->last[home] = ev;
   return {};
 }
 
 base::Result<float> CudaHarness::elapsed_ms(void* start, void* end) {
-  if (CUresult r = s_->d->event_synchronize(as_event(end)); r != CUDA_SUCCESS) {
-    return s_->d->error("cuEventSynchronize", r);
-  }
+  const auto recorded = [&](void* e) {
+    auto it = s_->last.find(as_event(e));
+    return it != s_->last.end() ? it->second : as_event(e);
+  };
+  CUevent a = recorded(start);
+  CUevent b = recorded(end);
+  if (CUresult r = s_->d->event_synchronize(b); r != CUDA_SUCCESS) return s_->d->error("cuEventSynchronize", r);
   float ms = 0;
-  if (CUresult r = s_->d->event_elapsed_time(&ms, as_event(start), as_event(end)); r != CUDA_SUCCESS) {
+  if (CUresult r = s_->d->event_elapsed_time(&ms, a, b); r != CUDA_SUCCESS) {
     return s_->d->error("cuEventElapsedTime", r);
   }
   return ms;

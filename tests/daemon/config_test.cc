@@ -387,7 +387,6 @@ TEST(Config, GpuSection) {
 sm_min = 24
 alpha = 4
 grow_hold = 3
-granularity = 4
 link_bytes_per_s = 5e10
 offload_pressure = 0.95
 restore_pressure = 0.7
@@ -400,7 +399,6 @@ allow_slowdown = true
   EXPECT_EQ(g.sm_min, 24u);
   EXPECT_EQ(g.alpha, 4.0);
   EXPECT_EQ(g.grow_hold, 3u);
-  EXPECT_EQ(g.granularity, 4u);
   EXPECT_EQ(g.link_bytes_per_s, 5e10);
   EXPECT_EQ(g.offload_pressure, 0.95);
   EXPECT_EQ(g.restore_pressure, 0.7);

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -34,6 +35,7 @@ ipc::GpuPartitions pool(std::vector<std::uint16_t> decode_sms, std::uint16_t dev
   ipc::GpuPartitions p;
   p.count = static_cast<std::uint8_t>(decode_sms.size());
   p.device_sms = device_sms;
+  p.pool_id = 1;
   for (std::size_t i = 0; i < decode_sms.size(); ++i) p.decode_sms[i] = decode_sms[i];
   return p;
 }
@@ -102,11 +104,11 @@ TEST_F(GpuPlaneTest, NothingWithoutAPool) {
 }
 
 TEST_F(GpuPlaneTest, PublishedIndexFollowsSmDecWithHysteresis) {
-  // Partitions of 32, 64, 96 and 128 decode SMs on 132: granularity 32.
+  // Partitions of 32, 64, 96 and 128 decode SMs on 132.
   auto changed = plane_.on_record(kEngine, rec(pool({32, 64, 96, 128})));
   ASSERT_TRUE(changed);
   EXPECT_TRUE(*changed);
-  EXPECT_EQ(plane_.sm_params(*plane_.engine(kEngine)).granularity, 32u);
+  EXPECT_EQ(plane_.sm_params(*plane_.engine(kEngine)).granularity, 1u);
   // No profile: SM_op is the largest partition, so nothing pending keeps 128.
   stats(0);
   auto c = tick();
@@ -120,9 +122,9 @@ TEST_F(GpuPlaneTest, PublishedIndexFollowsSmDecWithHysteresis) {
   EXPECT_EQ(index_after(5), 2u);
   // 9 pending: 128 − 64 = 64 → index 1.
   EXPECT_EQ(index_after(9), 1u);
-  // 30 pending: 128 − 232 < sm_min 16 → 32 after rounding → index 0.
+  // 30 pending: 128 − 232 < sm_min 16 → 16 → the smallest partition, 32.
   EXPECT_EQ(index_after(30), 0u);
-  EXPECT_EQ(plane_.engine(kEngine)->sm_dec, 32u);
+  EXPECT_EQ(plane_.engine(kEngine)->sm_dec, 16u);
   // Back to 1 pending: decode wants 128, but a grow needs two ticks in a row.
   EXPECT_EQ(index_after(1), 0u);
   // 7 pending: 128 − 48 = 80 → 96 (index 2), the second grow in a row: it
@@ -180,7 +182,6 @@ TEST_F(GpuPlaneTest, ANewPoolIsPublishedAgainAndAResyncIsNot) {
   auto other = plane_.on_record(kEngine, rec(pool({16, 48}, 64)));
   ASSERT_TRUE(other);
   EXPECT_TRUE(*other);
-  EXPECT_EQ(plane_.sm_params(*plane_.engine(kEngine)).granularity, 32u);
   EXPECT_EQ(plane_.sm_params(*plane_.engine(kEngine)).total, 64u);
   stats(0);
   auto c = tick();
@@ -188,15 +189,68 @@ TEST_F(GpuPlaneTest, ANewPoolIsPublishedAgainAndAResyncIsNot) {
   EXPECT_EQ(c->sm_partition, 1u);
 }
 
-TEST_F(GpuPlaneTest, SmMinIsClampedToTheDeviceAndSinglePartitionUsesTheConfigGranularity) {
+TEST_F(GpuPlaneTest, SmMinIsClampedToTheDevice) {
   config_.sm_min = 200;
-  config_.granularity = 4;
   plane_.configure(config_);
   ASSERT_TRUE(plane_.on_record(kEngine, rec(pool({40}, 48))));
   const sched::SmDecParams p = plane_.sm_params(*plane_.engine(kEngine));
   EXPECT_EQ(p.sm_min, 48u);
-  EXPECT_EQ(p.granularity, 4u);
+  EXPECT_EQ(p.granularity, 1u);
   EXPECT_EQ(index_after(50), 0u);
+}
+
+TEST_F(GpuPlaneTest, EveryPartitionOfAnUnevenPoolIsReachable) {
+  // A small decode partition and the whole device (SGLang's pair): many
+  // pending prefills must reach the 16-SM partition.
+  ASSERT_TRUE(plane_.on_record(kEngine, rec(pool({16, 132}))));
+  EXPECT_EQ(index_after(0), 1u);
+  EXPECT_EQ(index_after(40), 0u);
+
+  // 24, 64 and the device: the knee (64, from a profile) with one pending
+  // prefill is 64, not the device; a long queue reaches 24.
+  const sched::EngineId other = kEngine + 1;
+  ASSERT_TRUE(plane_.on_record(other, rec(pool({24, 64, 132}))));
+  const double rows[][3] = {{24, 0.050, 700}, {64, 0.024, 1800}, {132, 0.021, 1900}};
+  for (std::uint8_t i = 0; i < 3; ++i) {
+    ipc::StageProfileRow r;
+    r.stage = static_cast<std::uint8_t>(ipc::GpuStage::kDecode);
+    r.row = i;
+    r.row_count = 3;
+    r.sm_count = static_cast<std::uint32_t>(rows[i][0]);
+    r.latency_s = rows[i][1];
+    r.throughput = rows[i][2];
+    ASSERT_TRUE(plane_.on_record(other, rec(r)));
+  }
+  model_.observe(sched::EngineJoined{other, {}}, now_);
+  const auto index_of_other = [&](std::uint32_t waiting) {
+    sched::KvPoolStats ks;
+    ks.blocks_total = 1000;
+    ks.blocks_free = 1000;
+    ks.waiting_seqs = waiting;
+    model_.observe(sched::KvStatsReported{other, ks}, now_);
+    ipc::KvStats k;
+    k.blocks_total = 1000;
+    k.blocks_free = 1000;
+    k.waiting_seqs = waiting;
+    plane_.on_kv_stats(other, k);
+    std::optional<std::uint32_t> got;
+    std::vector<GpuChange> changes;
+    plane_.tick(model_, changes);
+    for (const GpuChange& g : changes) {
+      if (g.engine == other && g.sm) got = g.sm_partition;
+    }
+    return got;
+  };
+  EXPECT_EQ(index_of_other(1), std::optional<std::uint32_t>(1));
+  EXPECT_EQ(index_of_other(10), std::optional<std::uint32_t>(0));
+
+  // Partitions with the split's 4-SM remainder (12, 20, 28): SM_dec 12 picks
+  // 12, not the 20 a grid of 8 would round it to.
+  const sched::EngineId third = kEngine + 2;
+  ASSERT_TRUE(plane_.on_record(third, rec(pool({12, 20, 28}))));
+  config_.sm_min = 12;
+  plane_.configure(config_);
+  EXPECT_EQ(sched::sm_dec(28, 3, plane_.sm_params(*plane_.engine(third))), 12u);
 }
 
 TEST_F(GpuPlaneTest, ProjectedBlocksCountRunningRoundsAndKeptKv) {

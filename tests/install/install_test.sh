@@ -64,6 +64,7 @@ must_link "$lib/libtandem.so" "libtandem.so.$n"
 must_file "$inc/tandem/tandem.h"
 must_file "$inc/tandem/tandem.hpp"
 must_file "$inc/tandem/tandem_gpu.h"
+must_file "$inc/tandem/tandem_gpu.hpp"
 must_file "$lib/pkgconfig/tandem.pc"
 for f in tandemConfig.cmake tandemConfigVersion.cmake tandemTargets.cmake; do
   must_file "$lib/cmake/tandem/$f"

@@ -110,6 +110,7 @@ want tandem /usr/lib/python3/dist-packages/tandem/_ffi.py
 want dev /usr/include/tandem/tandem.h
 want dev /usr/include/tandem/tandem.hpp
 want dev /usr/include/tandem/tandem_gpu.h
+want dev /usr/include/tandem/tandem_gpu.hpp
 want dev "/usr/lib/$ma/libtandem.so"
 want dev "/usr/lib/$ma/pkgconfig/tandem.pc"
 want dev "/usr/lib/$ma/cmake/tandem/tandemConfig.cmake"

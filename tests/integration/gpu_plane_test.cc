@@ -67,6 +67,7 @@ TEST_F(GpuPlaneIt, PartitionIndexFollowsPendingPrefills) {
   ipc::GpuPartitions pool;
   pool.count = 4;
   pool.device_sms = 132;
+  pool.pool_id = 7;
   const std::uint16_t decode[] = {32, 64, 96, 128};
   std::memcpy(pool.decode_sms, decode, sizeof decode);
   ASSERT_TRUE(engine_->push(record(pool, 0)));

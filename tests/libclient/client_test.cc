@@ -1,5 +1,6 @@
-// libtandem through its C ABI (and the C++ wrapper): fail-open behaviour
-// without a daemon, argument and role checks, in-process step planning, and
+// libtandem through its C ABI (and the C++ wrappers tandem.hpp and
+// tandem_gpu.hpp): fail-open behaviour without a daemon, argument and role
+// checks, in-process step planning, and
 // the protocol against a fake daemon that lives in the test — it binds
 // <tmpdir>/tandemd.sock, answers Hello with a Welcome carrying a real
 // ipc::Channel, reads the event ring, pushes directives and reads resyncs.
@@ -32,6 +33,7 @@
 #include "ipc/records.h"
 #include "tandem/tandem.h"
 #include "tandem/tandem.hpp"
+#include "tandem/tandem_gpu.hpp"
 
 namespace tandem {
 namespace {
@@ -1072,6 +1074,142 @@ TEST(FakeDaemon, PolicyConfigSwitchesThePolicyAndBadOnesAreIgnored) {
   Client& alias = moved;
   moved = std::move(alias);  // self-move keeps the handle
   EXPECT_TRUE(moved.connected());
+}
+
+// tandem_gpu.hpp on the simulated device, against no daemon: the RAII types
+// (move-over-live closes the old handle, self-move keeps it, failed opens
+// leave `ret` alone) and every call through them.
+TEST(CxxWrapper, GpuPoolStreamerAndEngineRecords) {
+  auto o = options("/nonexistent");
+  auto p = engine_params();
+  Client c;
+  ASSERT_EQ(Client::open_engine(&o, p, c), 0);
+  tandem_gpu_options go{};
+  go.sz = sizeof go;
+  go.backend = "sim";
+  Gpu gpu;
+  ASSERT_EQ(Gpu::open(c, &go, gpu), 0) << Gpu::open_error();
+  ASSERT_TRUE(static_cast<bool>(gpu));
+  EXPECT_STREQ(gpu.backend(), "sim");
+  EXPECT_STREQ(gpu.last_error(), "");
+
+  // A failed open names the problem and leaves `ret` as it was.
+  tandem_gpu* const before = gpu.get();
+  EXPECT_EQ(Gpu::open(c, &go, gpu), -EBUSY);
+  EXPECT_EQ(gpu.get(), before);
+  EXPECT_STREQ(Gpu::open_error(), "tandem_gpu_open: client already has an open tandem_gpu (one pool per engine)");
+  EXPECT_STREQ(c.last_error(), Gpu::open_error());
+
+  std::uint32_t decode = 9;
+  ASSERT_EQ(gpu.stage("decode", decode), 0);
+  EXPECT_EQ(decode, 1u);
+  EXPECT_EQ(gpu.stage("vision", decode), -ENOENT);
+  EXPECT_EQ(decode, 1u);
+  EXPECT_STREQ(gpu.last_error(), "tandem_gpu_stage: no stage 'vision' in the pool");
+  tandem_gpu_info info{};
+  ASSERT_EQ(gpu.info(info), 0);
+  EXPECT_EQ(info.sz, sizeof info);
+  EXPECT_EQ(info.n_partitions, 7u);
+  EXPECT_EQ(info.active_partition, 6u);
+  std::uint32_t sms = 0;
+  ASSERT_EQ(gpu.partition_sms(0, decode, sms), 0);
+  EXPECT_EQ(sms, 16u);
+  void* stream = nullptr;
+  ASSERT_EQ(gpu.stream(decode, stream), 0);
+  EXPECT_NE(stream, nullptr);
+  std::uint32_t active = 0;
+  ASSERT_EQ(gpu.begin_pass(&active), 0);
+  EXPECT_EQ(active, 6u) << "no daemon: the partition stays";
+  EXPECT_EQ(gpu.set_partition(7), -ERANGE);
+  ASSERT_EQ(gpu.set_partition(1), 0);
+  ASSERT_EQ(gpu.begin_pass(), 0);
+  void* switched = nullptr;
+  ASSERT_EQ(gpu.stream(decode, switched), 0);
+  EXPECT_NE(switched, stream);
+
+  // The streamer: a pass over 4 layers with 2 slots.
+  std::vector<std::vector<unsigned char>> layers(4, std::vector<unsigned char>(256, 7));
+  std::vector<const void*> host;
+  for (const auto& l : layers) host.push_back(l.data());
+  tandem_streamer_options so{};
+  so.sz = sizeof so;
+  so.layers = 4;
+  so.slots = 2;
+  so.layer_bytes = 256;
+  so.layer_compute_us = 50;
+  LayerStreamer streamer;
+  ASSERT_EQ(LayerStreamer::create(gpu, so, host.data(), streamer), 0) << gpu.last_error();
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    std::uint64_t ptr = 0;
+    ASSERT_EQ(streamer.acquire(i, switched, ptr), 0) << gpu.last_error();
+    EXPECT_NE(ptr, 0u);
+    ASSERT_EQ(streamer.release(i, switched), 0) << gpu.last_error();
+  }
+  std::uint64_t untouched = 5;
+  EXPECT_EQ(streamer.acquire(1, switched, untouched), -EINVAL);
+  EXPECT_EQ(untouched, 5u);
+  EXPECT_NE(std::string(gpu.last_error()).find("out of order"), std::string::npos) << gpu.last_error();
+  tandem_streamer_info si{};
+  ASSERT_EQ(streamer.info(si), 0);
+  EXPECT_EQ(si.device_bytes, 2u * 256);
+  EXPECT_EQ(si.next_layer, 0u);
+  auto bad = so;
+  bad.slots = 4;
+  tandem_layer_streamer* const live = streamer.get();
+  EXPECT_EQ(LayerStreamer::create(gpu, bad, host.data(), streamer), -EINVAL);
+  EXPECT_EQ(streamer.get(), live);
+  // Move, self-move, move-over-live (destroys the old streamer).
+  LayerStreamer moved(std::move(streamer));
+  EXPECT_FALSE(static_cast<bool>(streamer));  // NOLINT(bugprone-use-after-move): checking the moved-from state
+  LayerStreamer& self = moved;
+  moved = std::move(self);
+  ASSERT_EQ(moved.info(si), 0);
+  LayerStreamer other;
+  ASSERT_EQ(LayerStreamer::create(gpu, so, host.data(), other), 0);
+  moved = std::move(other);
+  ASSERT_EQ(moved.info(si), 0);
+  EXPECT_EQ(si.next_layer, 0u);
+  moved = LayerStreamer();  // destroys it, before the pool goes
+  EXPECT_FALSE(static_cast<bool>(moved));
+
+  // Engine records through the Client.
+  const tandem_profile_row rows[] = {{16, 0, 0.02, 50.0}, {32, 0, 0.01, 80.0}};
+  EXPECT_EQ(gpu_profile(c, TANDEM_GPU_STAGE_DECODE, rows), 0) << c.last_error();
+  EXPECT_EQ(gpu_profile(c, TANDEM_GPU_STAGE_DECODE, std::span<const tandem_profile_row>()), -EINVAL);
+  EXPECT_STREQ(c.last_error(), "tandem_gpu_profile: rows is NULL");
+  tandem_weight_module_info m{};
+  m.sz = sizeof m;
+  m.index = 2;
+  m.slots = 2;
+  m.layers = 4;
+  m.layer_compute_us = 50;
+  m.bytes = 1024;
+  m.name = "experts";
+  EXPECT_EQ(weight_module(c, m), 0) << c.last_error();
+  m.index = 64;
+  EXPECT_EQ(weight_module(c, m), -EINVAL);
+  EXPECT_STREQ(c.last_error(), "tandem_weight_module: module->index 64 is not below 64");
+  std::uint64_t plan = 1, freed = 1;
+  ASSERT_EQ(offload_plan(c, plan, freed), 0);
+  EXPECT_EQ(plan, 0u);
+  EXPECT_EQ(freed, 0u);
+
+  // Gpu: move, self-move, move-over-live (closes the old pool, so the engine
+  // may open another).
+  Gpu moved_gpu(std::move(gpu));
+  EXPECT_FALSE(static_cast<bool>(gpu));  // NOLINT(bugprone-use-after-move): checking the moved-from state
+  EXPECT_STREQ(gpu.last_error(), "");
+  Gpu& self_gpu = moved_gpu;
+  moved_gpu = std::move(self_gpu);
+  ASSERT_EQ(moved_gpu.info(info), 0);
+  EXPECT_EQ(info.active_partition, 1u);
+  Gpu plain;
+  ASSERT_EQ(Gpu::open(nullptr, &go, plain), 0) << Gpu::open_error();
+  moved_gpu = std::move(plain);
+  ASSERT_EQ(moved_gpu.info(info), 0);
+  EXPECT_EQ(info.active_partition, 6u) << "the pool that was moved in";
+  Gpu again;
+  EXPECT_EQ(Gpu::open(c, &go, again), 0) << "the engine's pool was closed by the move";
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "base/unique_fd.h"
@@ -315,10 +316,15 @@ TEST(GpuApi, BadOptionsNameTheFieldAndCreateNothing) {
   static tandem_gpu_partition extra[1] = {{{0, 32, 8, 0}}};
   static tandem_gpu_partition bad_sms[1] = {{{0, 30, 0, 0}}};
   std::vector<Case> cases = {
-      {[](auto& o) { o.sz = 4; }, EINVAL, "tandem_gpu_open: options->sz is too small"},
+      {[](auto& o) { o.sz = 4; }, EINVAL,
+       fmt::format("tandem_gpu_open: options->sz 4 is too small (at least {})", sizeof(tandem_gpu_options))},
+      {[](auto& o) { o.sz = 12; }, EINVAL,
+       fmt::format("tandem_gpu_open: options->sz 12 is too small (at least {})", sizeof(tandem_gpu_options))},
       {[](auto& o) { o.backend = "opencl"; }, EINVAL,
        "tandem_gpu_open: options->backend 'opencl' is not \"auto\", \"cuda\" or \"sim\""},
-      {[](auto& o) { o.ordinal = -1; }, EINVAL, "tandem_gpu_open: options->ordinal -1 is negative"},
+      {[](auto& o) { o.ordinal = -1; }, EINVAL, "tandem_gpu_open: options->ordinal -1 is not in 0..1023"},
+      {[](auto& o) { o.ordinal = 2147483647; }, EINVAL,
+       "tandem_gpu_open: options->ordinal 2147483647 is not in 0..1023"},
       {[](auto& o) { o.n_stages = 2; }, EINVAL, "tandem_gpu_open: options->stages is NULL with n_stages 2"},
       {[](auto& o) { o.stages = one, o.n_stages = 1; }, EINVAL, "tandem_gpu_open: options->n_stages 1 is outside 2..4"},
       {[](auto& o) { o.stages = twice, o.n_stages = 2; }, EINVAL,
@@ -522,6 +528,7 @@ TEST(GpuApi, RecordsReachTheDaemonAndBeginPassFollowsItsIndex) {
   EXPECT_EQ(parts[0].header.session, 0u);
   EXPECT_EQ(parts[0].count, 8u);
   EXPECT_EQ(parts[0].device_sms, 132u);
+  EXPECT_NE(parts[0].pool_id, 0u);
   const std::uint16_t want[] = {16, 24, 32, 40, 48, 56, 64, 132, 0};
   for (std::size_t i = 0; i < 9; ++i) EXPECT_EQ(parts[0].decode_sms[i], want[i]) << i;
   auto profile = FakeDaemon::only<ipc::StageProfileRow>(events);
@@ -555,9 +562,17 @@ TEST(GpuApi, RecordsReachTheDaemonAndBeginPassFollowsItsIndex) {
   ASSERT_EQ(tandem_gpu_begin_pass(g, &active), 0);
   EXPECT_EQ(active, 7u);
 
-  // The daemon's choice: the pool switches at the next pass, and the
-  // stream for decode changes with it.
+  // An index chosen for another pool (one this engine had before) is not
+  // followed either.
   st.flags = ipc::kStatusSmPartitionSet;
+  st.sm_partition_pool = parts[0].pool_id + 1;
+  daemon.publish(st);
+  ASSERT_EQ(tandem_gpu_begin_pass(g, &active), 0);
+  EXPECT_EQ(active, 7u);
+
+  // The daemon's choice for this pool: the pool switches at the next pass,
+  // and the stream for decode changes with it.
+  st.sm_partition_pool = parts[0].pool_id;
   st.offload_plan = 0b10;
   st.offload_freed_bytes = 123456;
   daemon.publish(st);
@@ -612,11 +627,13 @@ TEST(GpuApi, RecordsAreSentAgainAfterTheDaemonRestarts) {
   ASSERT_EQ(tandem_weight_module(c, &m), 0);
   m.slots = 4;  // replaces module 0
   ASSERT_EQ(tandem_weight_module(c, &m), 0);
-  EXPECT_EQ(FakeDaemon::only<ipc::WeightModule>(daemon->events()).size(), 2u);
+  const std::vector<ipc::Record> sent = daemon->events();
+  EXPECT_EQ(FakeDaemon::only<ipc::WeightModule>(sent).size(), 2u);
 
   // The daemon's choice is followed while connected.
   ipc::EngineStatus st;
   st.flags = ipc::kStatusSmPartitionSet;
+  st.sm_partition_pool = FakeDaemon::only<ipc::GpuPartitions>(sent).at(0).pool_id;
   st.sm_partition = 1;
   daemon->publish(st);
   std::uint32_t active = 0;

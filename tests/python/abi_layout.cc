@@ -1,5 +1,5 @@
-// Prints the C layout of every struct in tandem.h, and the ids of a few
-// names, for tests/python/test_tandem.py: the ctypes mirrors in
+// Prints the C layout of every struct in tandem.h and tandem_gpu.h, and the
+// ids of a few names, for tests/python/test_tandem.py: the ctypes mirrors in
 // libclient/python/tandem/_ffi.py are compared with what the C compiler
 // does, so the two cannot drift apart unnoticed.
 //
@@ -7,13 +7,14 @@
 //   size <struct> <sizeof>
 //   field <struct> <member> <offsetof> <sizeof member>
 //   session_id <name> <id in hex>     (base::session_id: what libtandem uses)
-//   enum <enumerator> <value>
+//   enum <enumerator> <value>         (enumerators and array-bound macros)
 #include <cstddef>
 #include <cstdio>
 #include <string_view>
 
 #include "base/ids.h"
 #include "tandem/tandem.h"
+#include "tandem/tandem_gpu.h"
 
 namespace {
 
@@ -171,6 +172,77 @@ void print_layouts() {
   FIELD(tandem_round_end_info, blocks);
   FIELD(tandem_round_end_info, other_running_tokens);
   FIELD(tandem_round_end_info, now_ns);
+
+  // tandem_gpu.h
+  SIZE(tandem_gpu_partition);
+  FIELD(tandem_gpu_partition, sms);
+
+  SIZE(tandem_gpu_options);
+  FIELD(tandem_gpu_options, sz);
+  FIELD(tandem_gpu_options, backend);
+  FIELD(tandem_gpu_options, ordinal);
+  FIELD(tandem_gpu_options, stages);
+  FIELD(tandem_gpu_options, n_stages);
+  FIELD(tandem_gpu_options, partitions);
+  FIELD(tandem_gpu_options, n_partitions);
+  FIELD(tandem_gpu_options, decode_min_sms);
+  FIELD(tandem_gpu_options, decode_max_sms);
+  FIELD(tandem_gpu_options, decode_step_sms);
+  FIELD(tandem_gpu_options, full_device);
+  FIELD(tandem_gpu_options, stage_priorities);
+  FIELD(tandem_gpu_options, sim_sms);
+
+  SIZE(tandem_gpu_info);
+  FIELD(tandem_gpu_info, sz);
+  FIELD(tandem_gpu_info, device_name);
+  FIELD(tandem_gpu_info, ordinal);
+  FIELD(tandem_gpu_info, device_sms);
+  FIELD(tandem_gpu_info, total_memory);
+  FIELD(tandem_gpu_info, n_stages);
+  FIELD(tandem_gpu_info, n_partitions);
+  FIELD(tandem_gpu_info, active_partition);
+  FIELD(tandem_gpu_info, reserved0);
+  FIELD(tandem_gpu_info, switches);
+  FIELD(tandem_gpu_info, bad_indices);
+  FIELD(tandem_gpu_info, decode_sms);
+
+  SIZE(tandem_profile_row);
+  FIELD(tandem_profile_row, sm_count);
+  FIELD(tandem_profile_row, reserved);
+  FIELD(tandem_profile_row, latency_s);
+  FIELD(tandem_profile_row, throughput);
+
+  SIZE(tandem_weight_module_info);
+  FIELD(tandem_weight_module_info, sz);
+  FIELD(tandem_weight_module_info, index);
+  FIELD(tandem_weight_module_info, slots);
+  FIELD(tandem_weight_module_info, layers);
+  FIELD(tandem_weight_module_info, layer_compute_us);
+  FIELD(tandem_weight_module_info, bytes);
+  FIELD(tandem_weight_module_info, name);
+
+  SIZE(tandem_streamer_options);
+  FIELD(tandem_streamer_options, sz);
+  FIELD(tandem_streamer_options, layers);
+  FIELD(tandem_streamer_options, slots);
+  FIELD(tandem_streamer_options, layer_bytes);
+  FIELD(tandem_streamer_options, layer_compute_us);
+  FIELD(tandem_streamer_options, reserved);
+  FIELD(tandem_streamer_options, link_bytes_per_s);
+
+  SIZE(tandem_streamer_info);
+  FIELD(tandem_streamer_info, sz);
+  FIELD(tandem_streamer_info, layers);
+  FIELD(tandem_streamer_info, slots);
+  FIELD(tandem_streamer_info, layer_bytes);
+  FIELD(tandem_streamer_info, device_bytes);
+  FIELD(tandem_streamer_info, freed_bytes);
+  FIELD(tandem_streamer_info, link_bytes_per_s);
+  FIELD(tandem_streamer_info, required_bytes_per_s);
+  FIELD(tandem_streamer_info, back_to_back_bytes_per_s);
+  FIELD(tandem_streamer_info, slowdown_s_per_pass);
+  FIELD(tandem_streamer_info, hidden);
+  FIELD(tandem_streamer_info, next_layer);
 }
 
 #undef SIZE
@@ -187,6 +259,10 @@ void print_enums() {
   ENUM(TANDEM_TOOL_KILLED_MEMORY);
   ENUM(TANDEM_TOOL_KILLED_POLICY);
   ENUM(TANDEM_TOOL_KILLED_SESSION);
+  ENUM(TANDEM_GPU_STAGE_DECODE);
+  ENUM(TANDEM_GPU_STAGE_PREFILL);
+  ENUM(TANDEM_GPU_MAX_STAGES);
+  ENUM(TANDEM_GPU_MAX_PARTITIONS);
 }
 
 #undef ENUM

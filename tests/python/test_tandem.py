@@ -1,8 +1,9 @@
 """The ctypes binding of libtandem (libclient/python/tandem).
 
 - Layout: every ctypes Structure has the size, field names, offsets and
-  field sizes the C compiler gives the tandem.h struct (printed by the
-  tandem_abi_layout helper, $TANDEM_ABI_HELPER).
+  field sizes the C compiler gives the tandem.h / tandem_gpu.h struct
+  (printed by the tandem_abi_layout helper, $TANDEM_ABI_HELPER), and the
+  GPU enums and array bounds match.
 - Ids: session_id()/tool_kind() equal xxh64 as base::session_id computes it,
   and a known xxh64 test vector.
 - Fail-open: against an empty runtime dir (no daemon) every call succeeds,
@@ -14,13 +15,22 @@
   (unplaced: cgroup_id 0, counted in stats) with its argv, env, cwd and
   stdio; tool_wait() reports exit codes, timeouts (TimeoutError) and kills
   (SIGNALED); bad arguments raise with the library's codes.
+- GPU plane (tandem_gpu.h) on the simulated device, without a daemon: Gpu
+  pools (generated and explicit, stages, streams, partitions, switching,
+  info), an engine's pool (one per engine, fail-open begin_pass, closed with
+  the engine), the engine's profile / weight module / offload plan, and
+  LayerStreamer passes over the pool's streams; bad options and calls raise
+  EINVAL/ENOENT/ERANGE/EPERM/EBUSY/EBADF with the message naming the field.
 
 Run by ctest (tests/python/CMakeLists.txt), which sets TANDEM_LIBRARY,
 TANDEM_ABI_HELPER and PYTHONPATH.
 """
 
+import array
 import ctypes
 import errno
+import gc
+import math
 import os
 import signal
 import subprocess
@@ -93,6 +103,27 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(ctypes.sizeof(_ffi.ToolResultC), self.sizes["tandem_tool_result"])
         stats = [name for name, _, _ in self.fields["tandem_client_stats"]]
         self.assertEqual(stats[-2:], ["tools_spawned", "tools_unplaced"])
+
+    def test_gpu_structs_are_checked(self):
+        for cname in (
+            "tandem_gpu_partition",
+            "tandem_gpu_options",
+            "tandem_gpu_info",
+            "tandem_profile_row",
+            "tandem_weight_module_info",
+            "tandem_streamer_options",
+            "tandem_streamer_info",
+        ):
+            self.assertIn(cname, _ffi.STRUCTS)
+            self.assertIn(cname, self.sizes)
+
+    def test_gpu_enums_and_bounds_match_c(self):
+        self.assertEqual(
+            {f"TANDEM_GPU_STAGE_{k.name}": k.value for k in tandem.GpuStageKind},
+            {k: v for k, v in self.enums.items() if k.startswith("TANDEM_GPU_STAGE_")},
+        )
+        self.assertEqual(tandem.GPU_MAX_STAGES, self.enums["TANDEM_GPU_MAX_STAGES"])
+        self.assertEqual(tandem.GPU_MAX_PARTITIONS, self.enums["TANDEM_GPU_MAX_PARTITIONS"])
 
     def test_tool_exit_reasons_match_c(self):
         self.assertEqual(
@@ -436,6 +467,478 @@ class ToolProcessTest(unittest.TestCase):
             self.assertErrno(errno.EPERM, lambda: tandem.Runner.tool_spawn(eng, 1, "t", ["/bin/true"]))
             self.assertErrno(errno.EPERM, lambda: tandem.Runner.tool_wait(eng, 1, 0))
             self.assertErrno(errno.EPERM, lambda: tandem.Runner.tool_kill(eng, 1))
+
+
+class _TempDirTest(unittest.TestCase):
+    def setUp(self):
+        self._dir = tempfile.TemporaryDirectory(prefix="tandem-py-")
+        self.dir = self._dir.name
+
+    def tearDown(self):
+        self._dir.cleanup()
+
+    def engine(self):
+        return tandem.Engine(runtime_dir=self.dir, name="py-gpu", **ENGINE)
+
+    def assertErrno(self, code, fn, *args, **kw):
+        with self.assertRaises(tandem.TandemError) as cm:
+            fn(*args, **kw)
+        self.assertEqual(cm.exception.errno, code, cm.exception)
+        self.assertTrue(cm.exception.strerror, "the error carries a message")
+        return cm.exception
+
+
+class GpuTest(_TempDirTest):
+    """Gpu pools on the simulated device, without a daemon."""
+
+    def test_generated_pool(self):
+        with tandem.Gpu(backend="sim") as gpu:
+            self.assertEqual(gpu.backend, "sim")
+            self.assertIsNone(gpu.engine)
+            self.assertEqual(gpu.last_error(), "")
+            info = gpu.info()
+            self.assertIsInstance(info, tandem.GpuInfo)
+            self.assertIn("simulated", info.device_name)
+            self.assertEqual(info.device_sms, 132)
+            self.assertGreater(info.total_memory, 0)
+            self.assertEqual(info.n_stages, 2)
+            self.assertEqual(info.n_partitions, 7)
+            self.assertEqual(info.decode_sms, (16, 24, 32, 40, 48, 56, 64))
+            self.assertEqual(info.active_partition, 6)  # the most decode SMs
+            self.assertEqual((info.switches, info.bad_indices), (0, 0))
+            self.assertEqual(gpu.stage("prefill"), 0)
+            self.assertEqual(gpu.stage("decode"), 1)
+            e = self.assertErrno(errno.ENOENT, gpu.stage, "vision")
+            self.assertEqual(e.strerror, "tandem_gpu_stage: no stage 'vision' in the pool")
+            self.assertEqual(gpu.last_error(), e.strerror)
+            # SMs per (partition, stage), a stage by index or by name.
+            self.assertEqual(gpu.partition_sms(0, "decode"), 16)
+            self.assertEqual(gpu.partition_sms(0, 0), 116)
+            self.assertEqual(gpu.partition_sms(6, "prefill"), 68)
+            e = self.assertErrno(errno.EINVAL, gpu.partition_sms, 7, 0)
+            self.assertIn("partition 7 is out of range", e.strerror)
+            self.assertErrno(errno.EINVAL, gpu.partition_sms, 0, 2)
+            # Streams: non-zero ints, one per stage, stable within a pass.
+            sp, sd = gpu.stream("prefill"), gpu.stream(1)
+            self.assertIsInstance(sd, int)
+            self.assertNotEqual(sp, 0)
+            self.assertNotEqual(sd, 0)
+            self.assertNotEqual(sp, sd)
+            self.assertEqual(gpu.stream("decode"), sd)
+            e = self.assertErrno(errno.EINVAL, gpu.stream, 2)
+            self.assertEqual(e.strerror, "tandem_gpu_stream: stage 2 is out of range (the pool has 2 stages)")
+            self.assertErrno(errno.ENOENT, gpu.stream, "vision")
+            self.assertErrno(errno.EINVAL, gpu.stream, -1)
+            self.assertIn("sim", repr(gpu))
+
+    def test_switching_partitions(self):
+        with tandem.Gpu(backend="sim") as gpu:
+            sd = gpu.stream("decode")
+            # No engine: begin_pass keeps the partition.
+            self.assertEqual(gpu.begin_pass(), 6)
+            self.assertEqual(gpu.stream("decode"), sd)
+            gpu.set_partition(2)
+            self.assertNotEqual(gpu.stream("decode"), sd)
+            self.assertEqual(gpu.begin_pass(), 2)
+            e = self.assertErrno(errno.ERANGE, gpu.set_partition, 7)
+            self.assertEqual(
+                e.strerror, "tandem_gpu_set_partition: partition index 7 is out of range: the pool has 7 partitions"
+            )
+            info = gpu.info()
+            self.assertEqual(info.active_partition, 2)
+            self.assertEqual(info.switches, 1)
+            self.assertEqual(info.bad_indices, 1)
+            self.assertErrno(errno.EINVAL, gpu.set_partition, -1)  # not a uint32_t
+
+    def test_explicit_partitions_three_stages_and_a_full_device(self):
+        with tandem.Gpu(
+            backend="sim",
+            stages=("vision", "prefill", "decode"),
+            partitions=[(16, 0, 24), [16, 0, 48]],  # 0: the rest
+            full_device=True,
+            stage_priorities=(0, -1, -5),
+        ) as gpu:
+            info = gpu.info()
+            self.assertEqual(info.n_stages, 3)
+            self.assertEqual(info.decode_sms, (24, 48, 132))
+            self.assertEqual(info.active_partition, 2, "the full device until told otherwise")
+            self.assertEqual(gpu.stage("vision"), 0)
+            self.assertEqual(gpu.partition_sms(0, "prefill"), 132 - 16 - 24)
+            self.assertEqual(gpu.partition_sms(1, "prefill"), 132 - 16 - 48)
+            self.assertEqual(gpu.partition_sms(2, "vision"), 132)
+            self.assertEqual(len({gpu.stream(i) for i in range(3)}), 3)
+
+    def test_generated_pool_options_and_sim_sms(self):
+        with tandem.Gpu(backend="sim", decode_min_sms=32, decode_max_sms=48, decode_step_sms=16) as gpu:
+            self.assertEqual(gpu.info().decode_sms, (32, 48))
+        with tandem.Gpu(backend="sim", sim_sms=114) as gpu:
+            info = gpu.info()
+            self.assertEqual(info.device_sms, 114)
+            # 114 = 14 blocks of 8 + a 2-SM remainder, which the rest takes.
+            self.assertEqual(gpu.partition_sms(0, "prefill"), 114 - 16)
+
+    def test_auto_and_cuda_backends(self):
+        try:
+            gpu = tandem.Gpu(backend="cuda")
+        except tandem.TandemError as e:
+            self.assertEqual(e.errno, errno.ENODEV, e)
+            self.assertIn("CUDA device 0", e.strerror)
+            # "auto" then takes the simulated device.
+            with tandem.Gpu() as gpu:
+                self.assertEqual(gpu.backend, "sim")
+            return
+        with gpu:
+            self.assertEqual(gpu.backend, "cuda")
+        self.skipTest("a CUDA driver and device are present")
+
+    def test_bad_options_name_the_field(self):
+        cases = [
+            # Checked by the library:
+            (dict(backend="opencl"), "tandem_gpu_open: options->backend 'opencl' is not"),
+            (dict(ordinal=-1), "tandem_gpu_open: options->ordinal -1 is not in 0..1023"),
+            (dict(stages=["decode"]), "tandem_gpu_open: options->n_stages 1 is outside 2..4"),
+            (dict(stages=["decode", "decode"]), "tandem_gpu_open: options->stages[1] 'decode' repeats stages[0]"),
+            (dict(stages=["a", "b", "decode"]), "tandem_gpu_open: options->partitions is NULL (a generated pool)"),
+            (dict(partitions=[]), "tandem_gpu_open: options->n_partitions"),
+            (dict(partitions=[(0, 32, 8)]), "tandem_gpu_open: options->partitions[0].sms[2] is 8"),
+            (dict(partitions=[(0, 30)]), "tandem_gpu_open: partition 0: stage 'decode': 30 SMs is not a multiple"),
+            (dict(decode_min_sms=64, decode_max_sms=32), "tandem_gpu_open: options->decode_min_sms 64 is above"),
+            (
+                dict(decode_min_sms=4, decode_max_sms=128, decode_step_sms=4),
+                "tandem_gpu_open: two-stage pool: decode SMs [4, 128] by 4 make 31 partitions",
+            ),
+            # Checked here, before C could read past what it was given:
+            (dict(backend=5), "backend: expected a string"),
+            (dict(stages="decode"), "stages: expected a sequence"),
+            (dict(stages=["prefill", "de\0code"]), "stages[1]: contains a NUL byte"),
+            (dict(partitions=[(8, 8, 8, 8, 8)]), "partitions[0]: 5 SM counts, at most 4"),
+            (dict(partitions=[(0, -8)]), "partitions[0][1]: -8 is out of range"),
+            (dict(partitions=[8]), "partitions[0]: expected a sequence"),
+            (dict(stage_priorities=(0,)), "stage_priorities: 1 values for 2 stages"),
+            (dict(stages=("a", "b", "c"), stage_priorities=(0, 0)), "stage_priorities: 2 values for 3 stages"),
+            (dict(stage_priorities=(0, 2**31)), "stage_priorities[1]: 2147483648 is out of range"),
+            (dict(ordinal=2**31), "ordinal: 2147483648 is out of range"),
+            (dict(sim_sms=-1), "sim_sms: -1 is out of range"),
+        ]
+        for kw, message in cases:
+            with self.subTest(**{k: repr(v) for k, v in kw.items()}):
+                args = dict(backend="sim")
+                args.update(kw)
+                e = self.assertErrno(errno.EINVAL, tandem.Gpu, **args)
+                self.assertTrue(e.strerror.startswith(message), e.strerror)
+        e = self.assertErrno(errno.EINVAL, tandem.Gpu, "engine", backend="sim")
+        self.assertIn("engine: expected a tandem.Engine", e.strerror)
+
+    def test_an_engines_pool(self):
+        eng = self.engine()  # nothing listens: fail-open
+        gpu = tandem.Gpu(eng, backend="sim")
+        self.assertIs(gpu.engine, eng)
+        # One pool per engine.
+        e = self.assertErrno(errno.EBUSY, tandem.Gpu, eng, backend="sim")
+        self.assertEqual(e.strerror, "tandem_gpu_open: client already has an open tandem_gpu (one pool per engine)")
+        self.assertEqual(eng.last_error(), e.strerror)
+        self.assertEqual(gpu.begin_pass(), 6)
+        gpu.set_partition(3)
+        self.assertEqual(gpu.begin_pass(), 3, "fail-open: the current partition stays")
+        gpu.close()
+        gpu = tandem.Gpu(eng, backend="sim")  # closing freed the engine's pool slot
+        # Closing the engine closes its pool first.
+        eng.close()
+        self.assertTrue(gpu.closed)
+        e = self.assertErrno(errno.EBADF, gpu.stream, 0)
+        self.assertIn("tandem_gpu handle is closed", e.strerror)
+        self.assertEqual(gpu.last_error(), "")
+        gpu.close()  # idempotent
+        self.assertErrno(errno.EBADF, tandem.Gpu, eng, backend="sim")  # a closed engine
+
+    def test_a_dropped_pool_frees_the_engines_slot(self):
+        with self.engine() as eng:
+            gpu = tandem.Gpu(eng, backend="sim")
+            del gpu  # collected: closed by __del__
+            with tandem.Gpu(eng, backend="sim") as gpu:
+                self.assertEqual(gpu.backend, "sim")
+            self.assertTrue(gpu.closed)
+
+    def test_a_pool_in_a_garbage_cycle_with_its_engine(self):
+        # Whichever of the two the collector finalizes first, the pool is
+        # closed before its engine (C reads the client in tandem_gpu_close).
+        order = []
+        lib = _ffi.load()
+
+        class Recorder:  # the engine's library, recording tandem_close
+            def __getattr__(self, name):
+                return getattr(lib, name)
+
+            def tandem_close(self, handle):
+                order.append("engine")
+                lib.tandem_close(handle)
+
+        def gpu_close(handle):
+            order.append("gpu")
+            lib.tandem_gpu_close(handle)
+
+        eng = self.engine()
+        eng._lib = Recorder()
+        gpu = tandem.Gpu(eng, backend="sim")
+        gpu._res._destroy = gpu_close
+        res = gpu._res
+        eng.cycle, gpu.cycle = gpu, eng
+        del eng, gpu
+        # CPython finalizes the engine first here (the older object): without
+        # the engine closing its pool, tandem_gpu_close would then read the
+        # freed client.
+        gc.collect()
+        self.assertFalse(res.ptr)
+        self.assertEqual(order, ["gpu", "engine"])
+
+    def test_runner_cannot_open_a_pool(self):
+        with tandem.Runner(runtime_dir=self.dir) as run:
+            e = self.assertErrno(errno.EPERM, tandem.Gpu, run, backend="sim")
+            self.assertEqual(e.strerror, "tandem_gpu_open: client is not an engine handle")
+            self.assertEqual(run.last_error(), e.strerror)
+
+
+class GpuRecordsTest(_TempDirTest):
+    """Engine.gpu_profile / weight_module / offload_plan without a daemon."""
+
+    MODULE = dict(index=3, name="mlp", layers=32, slots=2, layer_compute_us=150, bytes=8 << 30)
+
+    def test_records_are_accepted_fail_open(self):
+        with self.engine() as eng:
+            eng.gpu_profile(tandem.GpuStageKind.DECODE, [tandem.ProfileRow(16, 0.020, 50.0), (32, 0.012, 80)])
+            eng.gpu_profile(tandem.GpuStageKind.PREFILL, [(64, 1, 0)])  # ints are numbers too
+            eng.weight_module(**self.MODULE)
+            eng.weight_module(**dict(self.MODULE, slots=4))  # replaces module 3
+            plan = eng.offload_plan()
+            self.assertIsInstance(plan, tandem.OffloadPlan)
+            self.assertEqual(plan, (0, 0))
+            self.assertEqual(plan.modules, [])
+            self.assertEqual(eng.last_error(), "")
+
+    def test_offload_plan_modules(self):
+        plan = tandem.OffloadPlan(plan=(1 << 63) | 0b1010, freed_bytes=5)
+        self.assertEqual(plan.modules, [1, 3, 63])
+        self.assertEqual(plan.freed_bytes, 5)
+
+    def test_bad_profiles_name_the_row_and_field(self):
+        good = [(16, 0.02, 50.0), (32, 0.01, 80.0)]
+        with self.engine() as eng:
+            cases = [
+                (2, good, "tandem_gpu_profile: stage 2 is not TANDEM_GPU_STAGE_DECODE (0)"),
+                (0, [], "tandem_gpu_profile: count 0 is outside 1..64"),
+                (0, [(i + 1, 0.01, 1.0) for i in range(65)], "tandem_gpu_profile: count 65 is outside 1..64"),
+                (0, [(32, 0.01, 1.0), (32, 0.01, 1.0)], "tandem_gpu_profile: rows[1].sm_count 32 is not above"),
+                (0, [(0, 0.01, 1.0)], "tandem_gpu_profile: rows[0].sm_count is 0"),
+                (0, [(16, 0.01, 1.0), (40, 0.0, 1.0)], "tandem_gpu_profile: rows[1].latency_s 0 is not finite"),
+                (0, [(16, math.inf, 1.0)], "tandem_gpu_profile: rows[0].latency_s inf is not finite"),
+                (0, [(16, 0.01, -1.0)], "tandem_gpu_profile: rows[0].throughput -1 is not finite and >= 0"),
+                (0, [(16, "fast", 1.0)], "rows[0].latency_s: expected a number, got str"),
+                (0, [(-16, 0.01, 1.0)], "rows[0].sm_count: -16 is out of range"),
+                (0, 16, "rows: expected a sequence"),
+                (2**31, good, "stage: 2147483648 is out of range"),
+            ]
+            for stage, rows, message in cases:
+                with self.subTest(message=message):
+                    e = self.assertErrno(errno.EINVAL, eng.gpu_profile, stage, rows)
+                    self.assertTrue(e.strerror.startswith(message), e.strerror)
+            with self.assertRaises(TypeError):  # a row with too few fields
+                eng.gpu_profile(0, [(16, 0.01)])
+
+    def test_bad_modules_name_the_field(self):
+        cases = [
+            (dict(index=64), "tandem_weight_module: module->index 64 is not below 64"),
+            (dict(layers=2), "tandem_weight_module: module->layers 2 is outside 3..65535"),
+            (dict(slots=32), "tandem_weight_module: module->slots 32 is outside 2..31"),
+            (dict(slots=1), "tandem_weight_module: module->slots 1 is outside 2..31"),
+            (dict(layer_compute_us=0), "tandem_weight_module: module->layer_compute_us is 0"),
+            (dict(bytes=0), "tandem_weight_module: module->bytes is 0"),
+            (dict(name=""), "tandem_weight_module: module->name must have 1 to 23 characters"),
+            (dict(name="a-name-that-is-too-long-"), "tandem_weight_module: module->name must have 1 to 23"),
+            (dict(name="tab\there"), "tandem_weight_module: module->name has a non-printable byte 0x09 at 3"),
+            (dict(name="a\0b"), "name: contains a NUL byte"),
+            (dict(name=None), "name: expected a string"),
+            (dict(bytes=-1), "bytes: -1 is out of range"),
+            (dict(index=2**32), "index: 4294967296 is out of range"),
+        ]
+        with self.engine() as eng:
+            for kw, message in cases:
+                with self.subTest(message=message):
+                    e = self.assertErrno(errno.EINVAL, eng.weight_module, **dict(self.MODULE, **kw))
+                    self.assertTrue(e.strerror.startswith(message), e.strerror)
+
+    def test_runner_handles_cannot_send_gpu_records(self):
+        with tandem.Runner(runtime_dir=self.dir) as run:
+            self.assertErrno(errno.EPERM, lambda: tandem.Engine.gpu_profile(run, 0, [(16, 0.01, 1.0)]))
+            self.assertErrno(errno.EPERM, lambda: tandem.Engine.weight_module(run, **self.MODULE))
+            e = self.assertErrno(errno.EPERM, lambda: tandem.Engine.offload_plan(run))
+            self.assertEqual(e.strerror, "tandem_offload_plan: not an engine handle")
+
+
+class LayerStreamerTest(_TempDirTest):
+    """LayerStreamer over a simulated pool's streams."""
+
+    S = 4096
+
+    def setUp(self):
+        super().setUp()
+        self.gpu = tandem.Gpu(backend="sim")
+        self.stream = self.gpu.stream("decode")
+        self.layers = [bytes([i]) * self.S for i in range(8)]
+
+    def tearDown(self):
+        self.gpu.close()
+        super().tearDown()
+
+    def test_runs_passes_over_the_pools_streams(self):
+        with tandem.LayerStreamer(self.gpu, self.layers, slots=3, layer_compute_us=100) as s:
+            self.assertIs(s.gpu, self.gpu)
+            info = s.info()
+            self.assertIsInstance(info, tandem.StreamerInfo)
+            self.assertEqual((info.layers, info.slots, info.layer_bytes), (8, 3, self.S))
+            self.assertEqual(info.device_bytes, 3 * self.S)
+            self.assertEqual(info.freed_bytes, 5 * self.S)
+            self.assertGreater(info.link_bytes_per_s, 0)  # the sim's rating
+            # S/T = 4096 B / 100 µs = 40.96 MB/s, times (L-K)/(L-2) = 5/6.
+            self.assertAlmostEqual(info.required_bytes_per_s, 40.96e6 * 5 / 6, delta=1)
+            self.assertAlmostEqual(info.back_to_back_bytes_per_s, 40.96e6, delta=1)
+            self.assertIs(info.hidden, True)
+            self.assertEqual(info.slowdown_s_per_pass, 0)
+            first = []
+            for pass_ in range(3):
+                for i in range(8):
+                    ptr = s.acquire(i, self.stream)
+                    self.assertNotEqual(ptr, 0)
+                    if pass_ == 0:
+                        first.append(ptr)
+                    self.assertEqual(s.info().next_layer, (i + 1) % 8)
+                    s.release(i, self.stream)
+            self.assertEqual(len(set(first)), 3)  # K slots, reused in turn
+            for n in range(3, 8):
+                self.assertEqual(first[n], first[n - 3])
+            self.assertEqual(s.info().next_layer, 0)
+        self.assertTrue(s.closed)
+
+    def test_the_stream_may_change_between_calls(self):
+        s = self.gpu.streamer(self.layers, slots=2, layer_compute_us=100)
+        s.acquire(0, self.stream)
+        self.gpu.set_partition(0)  # a partition switch: new streams
+        now = self.gpu.stream("decode")
+        self.assertNotEqual(now, self.stream)
+        s.release(0, now)
+        s.acquire(1, self.gpu.stream("prefill"))
+        s.close()
+        s.close()  # idempotent
+
+    def test_a_slow_link_is_reported(self):
+        s = self.gpu.streamer(self.layers, 3, 100, link_bytes_per_s=20e6)  # below 34.13 MB/s
+        info = s.info()
+        self.assertIs(info.hidden, False)
+        self.assertEqual(info.link_bytes_per_s, 20e6)
+        self.assertAlmostEqual(info.slowdown_s_per_pass, 5 * 4096 / 20e6 - 600e-6, delta=1e-12)
+
+    def test_host_layers_may_be_any_contiguous_buffer(self):
+        S = self.S
+        layers = [
+            bytes(S),
+            bytearray(S),
+            memoryview(bytes(S)),  # read-only: copied first
+            array.array("I", [7] * (S // 4)),
+            memoryview(bytearray(S)).cast("B", (64, S // 64)),  # 2-D, C-contiguous
+        ]
+        s = tandem.LayerStreamer(self.gpu, layers, slots=2, layer_compute_us=100)
+        self.assertEqual(s.info().layer_bytes, S)
+        self.assertEqual(s.info().layers, 5)
+
+    def test_host_buffers_are_read_in_place_or_copied(self):
+        # What C reads: the same bytes, in place for bytes and writable
+        # buffers.
+        data = bytes(range(256)) * 4
+        for obj, in_place in [
+            (data, True),
+            (bytearray(data), True),
+            (array.array("B", data), True),
+            (memoryview(data), False),
+        ]:
+            with self.subTest(kind=type(obj).__name__):
+                keep = []
+                addr, n = tandem._host_buffer("x", obj, keep)
+                self.assertEqual(n, len(data))
+                self.assertEqual(ctypes.string_at(addr, n), data)
+                if isinstance(obj, bytearray):
+                    self.assertEqual(addr, ctypes.addressof(ctypes.c_char.from_buffer(obj)))
+                if isinstance(obj, array.array):
+                    self.assertEqual(addr, obj.buffer_info()[0])
+                if not in_place:
+                    self.assertNotEqual(addr, ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value)
+
+    def test_bad_create_arguments_name_the_field(self):
+        L = self.layers
+        cases = [
+            (dict(host_layers=L, slots=8), "tandem_streamer_create: layer streamer: slots 8 must be in 2..7"),
+            (dict(host_layers=L, slots=1), "tandem_streamer_create: layer streamer: slots 1 must be in 2..7"),
+            (dict(host_layers=L[:2], slots=1), "tandem_streamer_create: layer streamer: layers 2 must be in 3..65535"),
+            (dict(host_layers=[], slots=2), "tandem_streamer_create: layer streamer: layers 0 must be in 3..65535"),
+            (dict(host_layers=[b""] * 4), "tandem_streamer_create: layer streamer: layer_bytes must be > 0"),
+            (dict(layer_compute_us=0), "tandem_streamer_create: options->layer_compute_us must be > 0"),
+            (dict(link_bytes_per_s=-1.0), "tandem_streamer_create: layer streamer: link_bytes_per_s -1 must be"),
+            (dict(link_bytes_per_s=math.nan), "tandem_streamer_create: layer streamer: link_bytes_per_s nan must"),
+            # Checked here:
+            (dict(host_layers=L[:3] + [bytes(self.S - 1)]), "host_layers[3]: 4095 bytes, but host_layers[0] has 4096"),
+            (dict(host_layers=[[1, 2, 3]] * 4), "host_layers[0]: expected a bytes-like object, got list"),
+            (dict(host_layers=[memoryview(bytearray(16))[::2]] * 4), "host_layers[0]: the buffer is not C-contiguous"),
+            (dict(host_layers=b"abcd"), "host_layers: expected a sequence"),
+            (dict(link_bytes_per_s="fast"), "link_bytes_per_s: expected a number"),
+            (dict(slots=-1), "slots: -1 is out of range"),
+        ]
+        for kw, message in cases:
+            with self.subTest(message=message):
+                args = dict(host_layers=self.layers, slots=3, layer_compute_us=100)
+                args.update(kw)
+                e = self.assertErrno(errno.EINVAL, tandem.LayerStreamer, self.gpu, **args)
+                self.assertTrue(e.strerror.startswith(message), e.strerror)
+        e = self.assertErrno(errno.EINVAL, tandem.LayerStreamer, "gpu", self.layers, 3, 100)
+        self.assertIn("gpu: expected a tandem.Gpu", e.strerror)
+
+    def test_protocol_errors_change_nothing(self):
+        s = self.gpu.streamer(self.layers[:5], slots=2, layer_compute_us=100)
+        e = self.assertErrno(errno.EINVAL, s.acquire, 1, self.stream)
+        self.assertIn("acquire layer 1 out of order: layer 0 is next", e.strerror)
+        self.assertTrue(e.strerror.startswith("tandem_streamer_acquire: "), e.strerror)
+        self.assertEqual(self.gpu.last_error(), e.strerror)
+        e = self.assertErrno(errno.EINVAL, s.acquire, 0, 0)
+        self.assertIn("stream is NULL", e.strerror)
+        e = self.assertErrno(errno.EINVAL, s.acquire, 0, 12345)
+        self.assertIn("not a live stream of this tandem_gpu", e.strerror)
+        e = self.assertErrno(errno.EINVAL, s.release, 0, self.stream)
+        self.assertIn("release layer 0 without acquire", e.strerror)
+        e = self.assertErrno(errno.EINVAL, s.acquire, 9, self.stream)
+        self.assertIn("layer 9", e.strerror)
+        self.assertErrno(errno.EINVAL, s.acquire, 0, -1)  # not a pointer value
+        self.assertEqual(s.info().next_layer, 0)
+        self.assertNotEqual(s.acquire(0, self.stream), 0)
+        s.release(0, self.stream)
+        self.assertEqual(s.info().next_layer, 1)
+
+    def test_closing_the_gpu_destroys_its_streamers_first(self):
+        a = self.gpu.streamer(self.layers, 2, 100)
+        b = self.gpu.streamer(self.layers, 3, 100)
+        a.close()
+        self.gpu.close()
+        self.assertTrue(b.closed)
+        e = self.assertErrno(errno.EBADF, b.info)
+        self.assertIn("tandem_layer_streamer handle is closed", e.strerror)
+        self.assertErrno(errno.EBADF, tandem.LayerStreamer, self.gpu, self.layers, 2, 100)
+        self.assertIn("closed", repr(b))
+
+    def test_an_engines_pool_and_streamer_close_with_the_engine(self):
+        self.gpu.close()
+        eng = self.engine()
+        self.gpu = tandem.Gpu(eng, backend="sim")
+        s = self.gpu.streamer(self.layers, 2, 100)
+        s.acquire(0, self.gpu.stream("decode"))
+        eng.close()
+        self.assertTrue(s.closed)
+        self.assertTrue(self.gpu.closed)
 
 
 if __name__ == "__main__":

@@ -211,7 +211,7 @@ typedef struct tandem_layer_streamer tandem_layer_streamer;
 
 typedef struct tandem_streamer_options {
   size_t sz;                 /* sizeof(tandem_streamer_options) */
-  uint32_t layers;           /* L >= 3 */
+  uint32_t layers;           /* L, 3..65535 */
   uint32_t slots;            /* K, 2 <= K < L */
   uint64_t layer_bytes;      /* S > 0, every layer the same size */
   uint32_t layer_compute_us; /* T > 0: one layer's compute time, microseconds */

@@ -1,8 +1,8 @@
 """tandem: Python binding of libtandem, the client library of tandemd.
 
-A thin ctypes layer over the C ABI in libclient/include/tandem/tandem.h
-(docs/python.md): the same handles, calls and fail-open behaviour, with
-Python types at the edge.
+A thin ctypes layer over the C ABI in libclient/include/tandem/tandem.h and
+tandem_gpu.h (docs/python.md): the same handles, calls and fail-open
+behaviour, with Python types at the edge.
 
     import tandem
     with tandem.Engine(block_size=16, total_blocks=4096, max_seqs=256, token_budget=8192) as eng:
@@ -15,7 +15,8 @@ Python types at the edge.
 
 Errors: a call the C library fails (a negative errno) raises TandemError,
 an OSError whose errno is that value and whose message is
-tandem_last_error()'s; for ETIMEDOUT it is TandemTimeoutError, also a
+tandem_last_error()'s (tandem_gpu_last_error()'s for Gpu and
+LayerStreamer); for ETIMEDOUT it is TandemTimeoutError, also a
 TimeoutError. Arguments this layer cannot pass to C (a negative
 count, a value beyond the C type, a string with a NUL byte) raise TandemError
 with EINVAL before any C call.
@@ -23,8 +24,14 @@ with EINVAL before any C call.
 Sessions: wherever a call takes a session, an int is the id and a str is a
 session name (hashed with session_id()). Tool kinds likewise.
 
+GPU plane: Gpu(engine, backend=...) opens the green-context pool,
+LayerStreamer(gpu, host_layers, ...) streams a module's layers through K
+device slots; Engine.gpu_profile() / weight_module() / offload_plan() are the
+engine's GPU records. Closing a handle first closes what depends on it (an
+Engine its Gpu, a Gpu its streamers), as C requires.
+
 Thread-safety: as in C, a handle is used by one thread at a time; different
-handles are independent. ctypes releases the GIL inside every C call, so
+handles are independent (a Gpu and its streamers count as its engine's). ctypes releases the GIL inside every C call, so
 poll() with a timeout does not block other Python threads.
 
 The library is found through $TANDEM_LIBRARY (a full path), else
@@ -36,6 +43,7 @@ import collections
 import ctypes
 import enum
 import errno
+import numbers
 import os
 import time
 
@@ -61,10 +69,23 @@ __all__ = [
     "StepPlan",
     "session_id",
     "tool_kind",
+    "GPU_MAX_STAGES",
+    "GPU_MAX_PARTITIONS",
+    "GpuStageKind",
+    "ProfileRow",
+    "OffloadPlan",
+    "GpuInfo",
+    "StreamerInfo",
+    "Gpu",
+    "LayerStreamer",
 ]
 
 # TANDEM_API_VERSION of the header this binding mirrors.
 API_VERSION = 1
+
+# tandem_gpu.h's bounds: stages per pool, partitions per pool.
+GPU_MAX_STAGES = _ffi.GPU_MAX_STAGES
+GPU_MAX_PARTITIONS = _ffi.GPU_MAX_PARTITIONS
 
 
 class TandemError(OSError):
@@ -179,6 +200,67 @@ ToolResult = collections.namedtuple(
     "ToolResult", ["exit_code", "reason", "wall_ns", "cpu_ns", "peak_memory_bytes", "cgroup_id", "message"]
 )
 
+class GpuStageKind(enum.IntEnum):
+    """The stage a Nova profile describes (enum tandem_gpu_stage_kind)."""
+
+    DECODE = 0
+    PREFILL = 1
+
+
+# One row of a stage's Nova profile (tandem_profile_row): with `sm_count`
+# SMs a step takes `latency_s` seconds and does `throughput` work per second.
+ProfileRow = collections.namedtuple("ProfileRow", ["sm_count", "latency_s", "throughput"])
+
+
+class OffloadPlan(collections.namedtuple("OffloadPlan", ["plan", "freed_bytes"])):
+    """The daemon's offload plan (tandem_offload_plan): bit i of `plan` asks
+    for weight module i to be offloaded, which frees `freed_bytes` of device
+    memory. 0 and 0 while not connected."""
+
+    __slots__ = ()
+
+    @property
+    def modules(self):
+        """The indices of the modules to offload, ascending."""
+        return [i for i in range(64) if self.plan >> i & 1]
+
+
+# A green-context pool (tandem_gpu_info). decode_sms: the decode stage's SMs
+# per partition (a tuple of n_partitions values, strictly increasing).
+GpuInfo = collections.namedtuple(
+    "GpuInfo",
+    [
+        "device_name",
+        "ordinal",
+        "device_sms",
+        "total_memory",
+        "n_stages",
+        "n_partitions",
+        "active_partition",
+        "switches",
+        "bad_indices",
+        "decode_sms",
+    ],
+)
+
+# A layer streamer (tandem_streamer_info); `hidden` is a bool.
+StreamerInfo = collections.namedtuple(
+    "StreamerInfo",
+    [
+        "layers",
+        "slots",
+        "layer_bytes",
+        "device_bytes",
+        "freed_bytes",
+        "link_bytes_per_s",
+        "required_bytes_per_s",
+        "back_to_back_bytes_per_s",
+        "slowdown_s_per_pass",
+        "hidden",
+        "next_layer",
+    ],
+)
+
 _LIMITS = {
     "u8": (0, 2**8 - 1),
     "u32": (0, 2**32 - 1),
@@ -198,6 +280,20 @@ def _int(name, value, kind):
     if not lo <= value <= hi:
         raise TandemError(errno.EINVAL, f"{name}: {value} is out of range [{lo}, {hi}]")
     return value
+
+
+def _float(name, value):
+    """A real number as a C double; TandemError(EINVAL) if not one."""
+    if not isinstance(value, numbers.Real):
+        raise TandemError(errno.EINVAL, f"{name}: expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _sequence(name, value):
+    """`value` as a list if it is a sequence of items (not a string)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TandemError(errno.EINVAL, f"{name}: expected a sequence, got {type(value).__name__}")
+    return list(value)
 
 
 def _bytes(name, value, allow_none=False):
@@ -286,6 +382,7 @@ class _Client:
     _role = "client"
 
     def __init__(self):
+        self._dependents = []  # _Handles closed before this one (an engine's Gpu)
         self._lib = _ffi.load()
         self._handle = ctypes.c_void_p()
         self._directives = None  # reused poll() buffer
@@ -308,7 +405,10 @@ class _Client:
     # ---- lifetime -------------------------------------------------------
 
     def close(self):
-        """Closes the connection and frees the handle; idempotent."""
+        """Closes the connection and frees the handle; idempotent. A Gpu
+        opened with this handle is closed first (C requires it)."""
+        for dep in reversed(self._dependents[:]):
+            dep.close()
         handle, self._handle = self._handle, ctypes.c_void_p()
         if handle:
             self._lib.tandem_close(handle)
@@ -642,6 +742,54 @@ class Engine(_Client):
         return kind, until.value
 
 
+    # ---- GPU plane (tandem_gpu.h) -----------------------------------------
+
+    def gpu_profile(self, stage, rows):
+        """Sends the Nova profile of stage `stage` (a GpuStageKind):
+        ProfileRow values (or (sm_count, latency_s, throughput) tuples),
+        1..64 of them, sm_count strictly increasing. Replaces the stage's
+        previous profile; sent again after every reconnect."""
+        rows = [r if isinstance(r, ProfileRow) else ProfileRow(*r) for r in _sequence("rows", rows)]
+        crows = (_ffi.ProfileRowC * max(len(rows), 1))()
+        for i, r in enumerate(rows):
+            c = crows[i]
+            c.sm_count = _int(f"rows[{i}].sm_count", r.sm_count, "u32")
+            c.latency_s = _float(f"rows[{i}].latency_s", r.latency_s)
+            c.throughput = _float(f"rows[{i}].throughput", r.throughput)
+        self._check(
+            self._lib.tandem_gpu_profile(self._h(), _int("stage", stage, "i32"), crows, len(rows)),
+            "tandem_gpu_profile",
+        )
+
+    def weight_module(self, index, name, layers, slots, layer_compute_us, bytes):  # noqa: A002 (the C field)
+        """Announces weight module `index` (< 64: bit `index` of the offload
+        plan) that the daemon may ask to offload: `layers` layers, `slots`
+        device slots when offloaded, `layer_compute_us` per layer, `bytes`
+        on the device in all; `name` 1..23 printable ASCII characters.
+        Replaces a module with the same index; sent again after every
+        reconnect."""
+        name = _bytes("name", name)
+        module = _ffi.WeightModuleInfo(
+            index=_int("index", index, "u32"),
+            slots=_int("slots", slots, "u32"),
+            layers=_int("layers", layers, "u32"),
+            layer_compute_us=_int("layer_compute_us", layer_compute_us, "u32"),
+            bytes=_int("bytes", bytes, "u64"),
+            name=name,
+        )
+        self._check(self._lib.tandem_weight_module(self._h(), ctypes.byref(module)), "tandem_weight_module")
+
+    def offload_plan(self):
+        """The daemon's current OffloadPlan(plan, freed_bytes) from the status
+        page; (0, 0) while not connected."""
+        plan = ctypes.c_uint64()
+        freed = ctypes.c_uint64()
+        self._check(
+            self._lib.tandem_offload_plan(self._h(), ctypes.byref(plan), ctypes.byref(freed)), "tandem_offload_plan"
+        )
+        return OffloadPlan(plan.value, freed.value)
+
+
 class Runner(_Client):
     """An agent runtime's handle (tandem_runner_open): sessions and tools.
     Usable at once, connected or not (fail-open)."""
@@ -821,3 +969,435 @@ class Runner(_Client):
         """Kills tool `pid` and every process of its cgroup (daemonised ones
         too); tool_wait() then reports it. ECHILD if no such tool."""
         self._check(self._lib.tandem_tool_kill(self._h(), _int("pid", pid, "i32")), "tandem_tool_kill")
+
+
+# ---- GPU plane (tandem_gpu.h) -------------------------------------------------
+
+
+class _Handle:
+    """One C handle and its destroy function, plus the handles that must be
+    destroyed before it (a Gpu's streamers). Kept apart from the Python
+    object that wraps it so that an owner can close it whatever the order in
+    which the garbage collector finalizes the wrappers."""
+
+    __slots__ = ("ptr", "dependents", "_destroy", "_registry")
+
+    def __init__(self, destroy):
+        self.ptr = ctypes.c_void_p()
+        self.dependents = []
+        self._destroy = destroy
+        self._registry = None  # the owner's dependents list, once registered
+
+    def register_with(self, registry):
+        registry.append(self)
+        self._registry = registry
+
+    def close(self):
+        for dep in reversed(self.dependents[:]):
+            dep.close()
+        ptr, self.ptr = self.ptr, ctypes.c_void_p()
+        if ptr:
+            self._destroy(ptr)
+        registry, self._registry = self._registry, None
+        if registry is not None and self in registry:
+            registry.remove(self)
+
+
+class _Wrapper:
+    """What Gpu and LayerStreamer share: a _Handle, context management and
+    error checks against tandem_gpu_last_error() of the pool."""
+
+    _what = "handle"
+
+    def _h(self):
+        if not self._res.ptr:
+            raise TandemError(errno.EBADF, f"this {self._what} handle is closed")
+        return self._res.ptr
+
+    def _gpu_error(self):
+        raise NotImplementedError
+
+    def _check(self, rc, what):
+        if rc >= 0:
+            return rc
+        message = self._gpu_error() or os.strerror(-rc)
+        raise _error(-rc, message if message.startswith(what) else f"{what}: {message}")
+
+    def close(self):
+        """Frees the handle (and first everything that depends on it);
+        idempotent."""
+        res = getattr(self, "_res", None)
+        if res is not None:
+            res.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the module may be half gone
+            pass
+
+    @property
+    def closed(self):
+        return not self._res.ptr
+
+
+class Gpu(_Wrapper):
+    """A green-context pool on one device (tandem_gpu_open): one split of
+    the device's SMs into partitions, each with one green context and one
+    stream per stage; the engine launches a stage's kernels on stream() and
+    calls begin_pass() at each forward-pass boundary.
+
+    `engine`: an Engine (or None): the pool is announced to the daemon and
+    begin_pass() follows its choice; the engine must stay open, and closing
+    it closes the pool first. Options as tandem_gpu_options:
+
+    - backend: None/"auto" (CUDA if a driver and device are there, else the
+      simulated device), "cuda", or "sim"; ordinal: the CUDA device.
+    - stages: stage names, 2..GPU_MAX_STAGES (None: ("prefill", "decode")).
+    - partitions: explicit partitions, each a sequence of SM counts, one per
+      stage in `stages` order (0: the rest); None: a generated two-stage pool
+      of decode SMs decode_min_sms..decode_max_sms by decode_step_sms (0s:
+      16, 64, 8).
+    - full_device: append a last partition where every stage runs on all SMs.
+    - stage_priorities: one stream priority per stage (None: decode -5, the
+      others 0).
+    - sim_sms: the simulated device's SM count (0: 132).
+
+    Bad options raise TandemError(EINVAL) naming the field. Not thread-safe:
+    one thread at a time, with its engine.
+    """
+
+    _what = "tandem_gpu"
+
+    def __init__(
+        self,
+        engine=None,
+        *,
+        backend=None,
+        ordinal=0,
+        stages=None,
+        partitions=None,
+        decode_min_sms=0,
+        decode_max_sms=0,
+        decode_step_sms=0,
+        full_device=False,
+        stage_priorities=None,
+        sim_sms=0,
+    ):
+        self._lib = _ffi.load()
+        self._res = _Handle(self._lib.tandem_gpu_close)
+        if engine is not None and not isinstance(engine, _Client):
+            raise TandemError(errno.EINVAL, f"engine: expected a tandem.Engine, got {type(engine).__name__}")
+        self._engine = engine  # must outlive the pool
+        c_stages = None
+        n_stages = 2  # C's default ("prefill", "decode")
+        if stages is not None:
+            names = [_bytes(f"stages[{i}]", name) for i, name in enumerate(_sequence("stages", stages))]
+            n_stages = len(names)
+            c_stages = (ctypes.c_char_p * max(n_stages, 1))(*names)
+        c_parts = None
+        n_parts = 0
+        if partitions is not None:
+            parts = _sequence("partitions", partitions)
+            n_parts = len(parts)
+            c_parts = (_ffi.GpuPartition * max(n_parts, 1))()
+            for i, part in enumerate(parts):
+                sms = _sequence(f"partitions[{i}]", part)
+                if len(sms) > GPU_MAX_STAGES:
+                    raise TandemError(
+                        errno.EINVAL, f"partitions[{i}]: {len(sms)} SM counts, at most {GPU_MAX_STAGES} (one per stage)"
+                    )
+                for j, n in enumerate(sms):
+                    c_parts[i].sms[j] = _int(f"partitions[{i}][{j}]", n, "u32")
+        c_prios = None
+        if stage_priorities is not None:
+            prios = _sequence("stage_priorities", stage_priorities)
+            # C reads one per stage: a shorter array would be read past its end.
+            if len(prios) != n_stages:
+                raise TandemError(
+                    errno.EINVAL, f"stage_priorities: {len(prios)} values for {n_stages} stages (one per stage)"
+                )
+            c_prios = (ctypes.c_int32 * max(n_stages, 1))(
+                *(_int(f"stage_priorities[{i}]", p, "i32") for i, p in enumerate(prios))
+            )
+        opts = _ffi.GpuOptions(
+            backend=_bytes("backend", backend, allow_none=True),
+            ordinal=_int("ordinal", ordinal, "i32"),
+            stages=c_stages,
+            n_stages=n_stages if stages is not None else 0,
+            partitions=c_parts,
+            n_partitions=n_parts,
+            decode_min_sms=_int("decode_min_sms", decode_min_sms, "u32"),
+            decode_max_sms=_int("decode_max_sms", decode_max_sms, "u32"),
+            decode_step_sms=_int("decode_step_sms", decode_step_sms, "u32"),
+            full_device=1 if full_device else 0,
+            stage_priorities=c_prios,
+            sim_sms=_int("sim_sms", sim_sms, "u32"),
+        )
+        client = engine._h() if engine is not None else None
+        rc = self._lib.tandem_gpu_open(client, ctypes.byref(opts), ctypes.byref(self._res.ptr))
+        if rc < 0:
+            # This thread's last failed open; read before anything else can fail.
+            msg = self._lib.tandem_gpu_last_error(None)
+            msg = msg.decode(errors="replace") if msg else ""
+            raise _error(-rc, msg or f"tandem_gpu_open: {os.strerror(-rc)}")
+        if engine is not None:
+            self._res.register_with(engine._dependents)
+
+    def _gpu_error(self):
+        return self.last_error()
+
+    @property
+    def engine(self):
+        """The Engine the pool reports to, or None."""
+        return self._engine
+
+    @property
+    def backend(self):
+        """"cuda" or "sim": the backend the pool really uses."""
+        return self._lib.tandem_gpu_backend(self._h()).decode()
+
+    def last_error(self):
+        """The message of the last failed call on this pool or its
+        streamers ("" if none)."""
+        if not self._res.ptr:
+            return ""
+        msg = self._lib.tandem_gpu_last_error(self._res.ptr)
+        return msg.decode(errors="replace") if msg else ""
+
+    def stage(self, name):
+        """The index of stage `name`; ENOENT if the pool has none."""
+        index = ctypes.c_uint32()
+        self._check(
+            self._lib.tandem_gpu_stage(self._h(), _bytes("name", name), ctypes.byref(index)), "tandem_gpu_stage"
+        )
+        return index.value
+
+    def _stage(self, stage):
+        """A stage given by index or by name, as its index."""
+        if isinstance(stage, (str, bytes)):
+            return self.stage(stage)
+        return _int("stage", stage, "u32")
+
+    def stream(self, stage):
+        """The stream to launch stage `stage`'s kernels on now (an index or a
+        name), as an int: the CUstream's address with the cuda backend
+        (torch.cuda.ExternalStream(gpu.stream("decode")), cupy's
+        ExternalStream), an opaque non-zero token with sim. Stable until a
+        begin_pass() or set_partition() that switches."""
+        stream = ctypes.c_void_p()
+        self._check(
+            self._lib.tandem_gpu_stream(self._h(), self._stage(stage), ctypes.byref(stream)), "tandem_gpu_stream"
+        )
+        return stream.value
+
+    def begin_pass(self):
+        """Call at each forward-pass boundary: switches to the partition the
+        daemon chose (fail-open: the current one stays) and returns the
+        partition the pass runs on. An index out of range raises ERANGE and
+        keeps the partition (counted in info().bad_indices)."""
+        partition = ctypes.c_uint32()
+        self._check(self._lib.tandem_gpu_begin_pass(self._h(), ctypes.byref(partition)), "tandem_gpu_begin_pass")
+        return partition.value
+
+    def set_partition(self, partition):
+        """Switches to `partition` now, whatever the daemon says; ERANGE if
+        out of range."""
+        self._check(
+            self._lib.tandem_gpu_set_partition(self._h(), _int("partition", partition, "u32")),
+            "tandem_gpu_set_partition",
+        )
+
+    def info(self):
+        """The device and the pool as a GpuInfo."""
+        i = _ffi.GpuInfoC()
+        self._check(self._lib.tandem_gpu_info_get(self._h(), ctypes.byref(i)), "tandem_gpu_info_get")
+        n = min(i.n_partitions, GPU_MAX_PARTITIONS)
+        return GpuInfo(
+            device_name=i.device_name.decode(errors="replace"),
+            ordinal=i.ordinal,
+            device_sms=i.device_sms,
+            total_memory=i.total_memory,
+            n_stages=i.n_stages,
+            n_partitions=i.n_partitions,
+            active_partition=i.active_partition,
+            switches=i.switches,
+            bad_indices=i.bad_indices,
+            decode_sms=tuple(i.decode_sms[:n]),
+        )
+
+    def partition_sms(self, partition, stage):
+        """The SMs stage `stage` (an index or a name) gets in partition
+        `partition`; EINVAL if either is out of range."""
+        sms = ctypes.c_uint32()
+        self._check(
+            self._lib.tandem_gpu_partition_sms(
+                self._h(), _int("partition", partition, "u32"), self._stage(stage), ctypes.byref(sms)
+            ),
+            "tandem_gpu_partition_sms",
+        )
+        return sms.value
+
+    def streamer(self, host_layers, slots, layer_compute_us, link_bytes_per_s=0.0):
+        """A LayerStreamer on this pool (see there)."""
+        return LayerStreamer(self, host_layers, slots, layer_compute_us, link_bytes_per_s)
+
+    def close(self):
+        """Destroys the pool's streamers, then its streams and contexts, and
+        frees the handle; idempotent. Work queued on its streams must have
+        finished."""
+        super().close()
+
+    def __repr__(self):
+        if self.closed:
+            return "<tandem.Gpu closed>"
+        return f"<tandem.Gpu {self.backend} partition {self.info().active_partition}>"
+
+
+def _host_buffer(name, obj, keep):
+    """(address, size) of the memory of bytes-like `obj` (C-contiguous),
+    for C to read during one call. `keep` gets what must stay alive until
+    then. bytes and writable buffers are read in place; other read-only
+    buffers are copied first (ctypes can only point into writable ones)."""
+    if isinstance(obj, bytes):
+        p = ctypes.c_char_p(obj)  # points into the bytes object, no copy
+        keep.append(p)
+        return ctypes.cast(p, ctypes.c_void_p).value, len(obj)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise TandemError(errno.EINVAL, f"{name}: expected a bytes-like object, got {type(obj).__name__}") from None
+    if not view.c_contiguous:
+        raise TandemError(errno.EINVAL, f"{name}: the buffer is not C-contiguous")
+    view = view.cast("B")
+    n = view.nbytes
+    if view.readonly:
+        arr = (ctypes.c_char * n).from_buffer_copy(view)
+    else:
+        arr = (ctypes.c_char * n).from_buffer(view)
+    keep.append(arr)
+    return ctypes.addressof(arr), n
+
+
+class LayerStreamer(_Wrapper):
+    """Nova's layer-wise weight offload on a Gpu's device
+    (tandem_streamer_create; docs/gpu.md, "Layer streamer"): a module's
+    layers live in pinned host memory, `slots` (K) of them on the device.
+    Per forward pass, for each layer i in order:
+
+        ptr = s.acquire(i, stream)   # `stream` waits until layer i is loaded
+        ... launch layer i's kernels on `stream`, reading weights at ptr ...
+        s.release(i, stream)         # refill the slot after those kernels
+
+    `host_layers`: one bytes-like object per layer (L >= 3 of them), all of
+    the same size S > 0; copied into pinned memory during the call, so the
+    caller may drop or reuse them afterwards. `layer_compute_us`: one
+    layer's compute time (T); `link_bytes_per_s`: the host-to-device
+    bandwidth to plan with (0: the device's rating). `stream`: an int from
+    Gpu.stream() of the same Gpu.
+
+    The Gpu must stay open: closing it destroys its streamers first. Not
+    thread-safe: the Gpu's thread.
+    """
+
+    _what = "tandem_layer_streamer"
+
+    def __init__(self, gpu, host_layers, slots, layer_compute_us, link_bytes_per_s=0.0):
+        if not isinstance(gpu, Gpu):
+            raise TandemError(errno.EINVAL, f"gpu: expected a tandem.Gpu, got {type(gpu).__name__}")
+        self._lib = gpu._lib
+        self._res = _Handle(self._lib.tandem_streamer_destroy)
+        self._gpu = gpu
+        layers = _sequence("host_layers", host_layers)
+        keep = []
+        ptrs = (ctypes.c_void_p * max(len(layers), 1))()
+        layer_bytes = None
+        for i, layer in enumerate(layers):
+            ptrs[i], n = _host_buffer(f"host_layers[{i}]", layer, keep)
+            if layer_bytes is None:
+                layer_bytes = n
+            elif n != layer_bytes:
+                # C reads S bytes of each: a shorter one would be read past its end.
+                raise TandemError(
+                    errno.EINVAL,
+                    f"host_layers[{i}]: {n} bytes, but host_layers[0] has {layer_bytes} (all the same size)",
+                )
+        opts = _ffi.StreamerOptions(
+            layers=_int("layers", len(layers), "u32"),
+            slots=_int("slots", slots, "u32"),
+            layer_bytes=layer_bytes or 0,
+            layer_compute_us=_int("layer_compute_us", layer_compute_us, "u32"),
+            link_bytes_per_s=_float("link_bytes_per_s", link_bytes_per_s),
+        )
+        rc = self._lib.tandem_streamer_create(gpu._h(), ctypes.byref(opts), ptrs, ctypes.byref(self._res.ptr))
+        del keep  # the library copied the layers
+        self._check(rc, "tandem_streamer_create")
+        self._res.register_with(gpu._res.dependents)
+
+    def _gpu_error(self):
+        return self._gpu.last_error()
+
+    @property
+    def gpu(self):
+        return self._gpu
+
+    @staticmethod
+    def _stream(stream):
+        # 0 goes to C as NULL, which names it.
+        return ctypes.c_void_p(_int("stream", stream, "u64") or None)
+
+    def acquire(self, layer, stream):
+        """Makes `stream` wait until layer `layer` is in its slot and returns
+        the slot's device address (a CUdeviceptr, as an int)."""
+        ptr = ctypes.c_uint64()
+        self._check(
+            self._lib.tandem_streamer_acquire(
+                self._h(), _int("layer", layer, "u32"), self._stream(stream), ctypes.byref(ptr)
+            ),
+            "tandem_streamer_acquire",
+        )
+        return ptr.value
+
+    def release(self, layer, stream):
+        """Layer `layer`'s kernels are queued on `stream`: once they end, the
+        slot is refilled with layer (layer + K) mod L."""
+        self._check(
+            self._lib.tandem_streamer_release(self._h(), _int("layer", layer, "u32"), self._stream(stream)),
+            "tandem_streamer_release",
+        )
+
+    def info(self):
+        """Sizes, bandwidths and position as a StreamerInfo."""
+        i = _ffi.StreamerInfoC()
+        self._check(self._lib.tandem_streamer_info_get(self._h(), ctypes.byref(i)), "tandem_streamer_info_get")
+        return StreamerInfo(
+            layers=i.layers,
+            slots=i.slots,
+            layer_bytes=i.layer_bytes,
+            device_bytes=i.device_bytes,
+            freed_bytes=i.freed_bytes,
+            link_bytes_per_s=i.link_bytes_per_s,
+            required_bytes_per_s=i.required_bytes_per_s,
+            back_to_back_bytes_per_s=i.back_to_back_bytes_per_s,
+            slowdown_s_per_pass=i.slowdown_s_per_pass,
+            hidden=bool(i.hidden),
+            next_layer=i.next_layer,
+        )
+
+    def close(self):
+        """Waits for the copies in flight, then frees the slots and pinned
+        copies; idempotent. Kernels reading the slots must have finished."""
+        super().close()
+
+    def __repr__(self):
+        if self.closed:
+            return "<tandem.LayerStreamer closed>"
+        i = self.info()
+        return f"<tandem.LayerStreamer {i.layers} layers, {i.slots} slots>"

@@ -1,4 +1,5 @@
-"""ctypes declarations of libtandem's C ABI (libclient/include/tandem/tandem.h).
+"""ctypes declarations of libtandem's C ABI (libclient/include/tandem/tandem.h
+and tandem_gpu.h).
 
 Every Structure here mirrors its C struct field for field, in order, with the
 same fixed-width types, so ctypes lays it out exactly as the C compiler does.
@@ -18,6 +19,7 @@ import threading
 
 c_size_t = ctypes.c_size_t
 c_char_p = ctypes.c_char_p
+c_double = ctypes.c_double
 c_int = ctypes.c_int
 c_int32 = ctypes.c_int32
 c_int64 = ctypes.c_int64
@@ -26,6 +28,10 @@ c_uint32 = ctypes.c_uint32
 c_uint64 = ctypes.c_uint64
 c_void_p = ctypes.c_void_p
 POINTER = ctypes.POINTER
+
+# tandem_gpu.h's array bounds.
+GPU_MAX_STAGES = 4
+GPU_MAX_PARTITIONS = 16
 
 
 class _Sized(ctypes.Structure):
@@ -233,6 +239,100 @@ class RoundEndInfo(_Sized):
     ]
 
 
+# ---- tandem_gpu.h ----------------------------------------------------------
+
+
+class GpuPartition(ctypes.Structure):
+    _fields_ = [
+        ("sms", c_uint32 * GPU_MAX_STAGES),
+    ]
+
+
+class GpuOptions(_Sized):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("backend", c_char_p),
+        ("ordinal", c_int32),
+        ("stages", POINTER(c_char_p)),
+        ("n_stages", c_uint32),
+        ("partitions", POINTER(GpuPartition)),
+        ("n_partitions", c_uint32),
+        ("decode_min_sms", c_uint32),
+        ("decode_max_sms", c_uint32),
+        ("decode_step_sms", c_uint32),
+        ("full_device", c_uint8),
+        ("stage_priorities", POINTER(c_int32)),
+        ("sim_sms", c_uint32),
+    ]
+
+
+class GpuInfoC(_Sized):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("device_name", ctypes.c_char * 96),
+        ("ordinal", c_int32),
+        ("device_sms", c_uint32),
+        ("total_memory", c_uint64),
+        ("n_stages", c_uint32),
+        ("n_partitions", c_uint32),
+        ("active_partition", c_uint32),
+        ("reserved0", c_uint32),
+        ("switches", c_uint64),
+        ("bad_indices", c_uint64),
+        ("decode_sms", c_uint32 * GPU_MAX_PARTITIONS),
+    ]
+
+
+class ProfileRowC(ctypes.Structure):
+    _fields_ = [
+        ("sm_count", c_uint32),
+        ("reserved", c_uint32),
+        ("latency_s", c_double),
+        ("throughput", c_double),
+    ]
+
+
+class WeightModuleInfo(_Sized):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("index", c_uint32),
+        ("slots", c_uint32),
+        ("layers", c_uint32),
+        ("layer_compute_us", c_uint32),
+        ("bytes", c_uint64),
+        ("name", c_char_p),
+    ]
+
+
+class StreamerOptions(_Sized):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("layers", c_uint32),
+        ("slots", c_uint32),
+        ("layer_bytes", c_uint64),
+        ("layer_compute_us", c_uint32),
+        ("reserved", c_uint32),
+        ("link_bytes_per_s", c_double),
+    ]
+
+
+class StreamerInfoC(_Sized):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("layers", c_uint32),
+        ("slots", c_uint32),
+        ("layer_bytes", c_uint64),
+        ("device_bytes", c_uint64),
+        ("freed_bytes", c_uint64),
+        ("link_bytes_per_s", c_double),
+        ("required_bytes_per_s", c_double),
+        ("back_to_back_bytes_per_s", c_double),
+        ("slowdown_s_per_pass", c_double),
+        ("hidden", c_uint32),
+        ("next_layer", c_uint32),
+    ]
+
+
 # Every struct the tests compare with the C layout, by its C name.
 STRUCTS = {
     "tandem_options": Options,
@@ -251,9 +351,18 @@ STRUCTS = {
     "tandem_chunk": Chunk,
     "tandem_step_plan": StepPlanC,
     "tandem_round_end_info": RoundEndInfo,
+    "tandem_gpu_partition": GpuPartition,
+    "tandem_gpu_options": GpuOptions,
+    "tandem_gpu_info": GpuInfoC,
+    "tandem_profile_row": ProfileRowC,
+    "tandem_weight_module_info": WeightModuleInfo,
+    "tandem_streamer_options": StreamerOptions,
+    "tandem_streamer_info": StreamerInfoC,
 }
 
 _client_p = c_void_p  # tandem_client* (opaque)
+_gpu_p = c_void_p  # tandem_gpu* (opaque)
+_streamer_p = c_void_p  # tandem_layer_streamer* (opaque)
 
 # name: (restype, argtypes)
 _SIGNATURES = {
@@ -289,6 +398,25 @@ _SIGNATURES = {
     "tandem_engine_plan_step": (c_int, [_client_p, POINTER(StepInput), POINTER(StepPlanC)]),
     "tandem_engine_keep_decision": (c_int, [_client_p, POINTER(RoundEndInfo), POINTER(c_int), POINTER(c_int64)]),
     "tandem_engine_policy": (c_char_p, [_client_p]),
+    # tandem_gpu.h
+    "tandem_gpu_open": (c_int, [_client_p, POINTER(GpuOptions), POINTER(_gpu_p)]),
+    "tandem_gpu_close": (None, [_gpu_p]),
+    "tandem_gpu_backend": (c_char_p, [_gpu_p]),
+    "tandem_gpu_last_error": (c_char_p, [_gpu_p]),
+    "tandem_gpu_stage": (c_int, [_gpu_p, c_char_p, POINTER(c_uint32)]),
+    "tandem_gpu_stream": (c_int, [_gpu_p, c_uint32, POINTER(c_void_p)]),
+    "tandem_gpu_begin_pass": (c_int, [_gpu_p, POINTER(c_uint32)]),
+    "tandem_gpu_set_partition": (c_int, [_gpu_p, c_uint32]),
+    "tandem_gpu_info_get": (c_int, [_gpu_p, POINTER(GpuInfoC)]),
+    "tandem_gpu_partition_sms": (c_int, [_gpu_p, c_uint32, c_uint32, POINTER(c_uint32)]),
+    "tandem_gpu_profile": (c_int, [_client_p, c_int, POINTER(ProfileRowC), c_uint32]),
+    "tandem_weight_module": (c_int, [_client_p, POINTER(WeightModuleInfo)]),
+    "tandem_offload_plan": (c_int, [_client_p, POINTER(c_uint64), POINTER(c_uint64)]),
+    "tandem_streamer_create": (c_int, [_gpu_p, POINTER(StreamerOptions), POINTER(c_void_p), POINTER(_streamer_p)]),
+    "tandem_streamer_acquire": (c_int, [_streamer_p, c_uint32, c_void_p, POINTER(c_uint64)]),
+    "tandem_streamer_release": (c_int, [_streamer_p, c_uint32, c_void_p]),
+    "tandem_streamer_info_get": (c_int, [_streamer_p, POINTER(StreamerInfoC)]),
+    "tandem_streamer_destroy": (None, [_streamer_p]),
 }
 
 _lock = threading.Lock()

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include <tandem/tandem.hpp>
+#include <tandem/tandem_gpu.hpp>
 
 int main(int argc, char** argv) {
   tandem_options opts{};
@@ -16,5 +17,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("runner open, connected %d\n", client.connected() ? 1 : 0);
+  // The GPU plane's header from the install: a pool on the simulated device.
+  tandem_gpu_options gpu_opts{};
+  gpu_opts.sz = sizeof gpu_opts;
+  gpu_opts.backend = "sim";
+  tandem::Gpu gpu;
+  if (const int rc = tandem::Gpu::open(nullptr, &gpu_opts, gpu); rc != 0) {
+    std::fprintf(stderr, "gpu open: %d\n", rc);
+    return 1;
+  }
+  std::printf("gpu backend %s\n", gpu.backend());
   return 0;
 }
