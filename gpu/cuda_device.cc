@@ -7,7 +7,6 @@
 #ifdef TANDEM_HAVE_CUDA_H
 
 #include <cuda.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,6 +14,8 @@
 #include <map>
 #include <mutex>
 #include <vector>
+
+#include "gpu/cuda_loader.h"
 
 namespace tandem::gpu {
 namespace {
@@ -61,13 +62,7 @@ struct Driver {
 
   // "<call>: CUDA_ERROR_…: <cuGetErrorString>[: detail]".
   std::unexpected<base::Error> error(std::string_view call, CUresult r, std::string_view detail = {}) const {
-    const char* name = nullptr;
-    const char* text = nullptr;
-    if (get_error_name == nullptr || get_error_name(r, &name) != CUDA_SUCCESS) name = nullptr;
-    if (get_error_string == nullptr || get_error_string(r, &text) != CUDA_SUCCESS) text = nullptr;
-    std::string n = name != nullptr ? std::string(name) : cu_result_name(r);
-    std::string_view t = text != nullptr ? std::string_view(text) : cu_result_description(r);
-    return cu_error(call, r, n, t, detail);
+    return cuda_loader::driver_error(get_error_name, get_error_string, call, r, detail);
   }
 };
 
@@ -79,40 +74,16 @@ constexpr double kDefaultH2dBytesPerS = 25e9;
 // Green-context streams (cuGreenCtxStreamCreate) arrived in 12.5.
 constexpr int kMinDriverVersion = 12050;
 
-template <class Fn>
-bool resolve(decltype(&::cuGetProcAddress) get, const char* symbol, int abi, Fn* out, std::string* missing) {
-  void* p = nullptr;
-  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
-  if (get(symbol, &p, abi, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
-      status != CU_GET_PROC_ADDRESS_SUCCESS || p == nullptr) {
-    if (!missing->empty()) *missing += ", ";
-    *missing += symbol;
-    return false;
-  }
-  *out = reinterpret_cast<Fn>(p);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast): dlsym's contract
-  return true;
-}
-
 base::Result<Driver> load_driver() {
-  // RTLD_LOCAL: the driver's symbols stay out of the global namespace.
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* why = dlerror();
-    return base::make_error(ENOENT, fmt::format("dlopen libcuda.so.1: {}", why != nullptr ? why : "unknown error"));
-  }
-  void* sym = dlsym(lib, "cuGetProcAddress_v2");
-  if (sym == nullptr) {
-    return base::make_error(ENOTSUP, "libcuda.so.1 has no cuGetProcAddress_v2 (driver older than 12.0)");
-  }
-  auto get =
-      reinterpret_cast<decltype(&::cuGetProcAddress)>(sym);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
-
+  auto opened = cuda_loader::open_libcuda();
+  if (!opened) return std::unexpected(std::move(opened.error()));
+  const cuda_loader::GetProcAddress get = *opened;
   Driver d;
   std::string missing;
   // The driver's version first: it picks the ABI to ask for (no newer than the
   // header's, no newer than the driver's), and it best explains missing symbols.
   int version = 0;
-  if (!resolve(get, "cuDriverGetVersion", CUDA_VERSION, &d.driver_get_version, &missing) ||
+  if (!cuda_loader::resolve(get, "cuDriverGetVersion", CUDA_VERSION, &d.driver_get_version, &missing) ||
       d.driver_get_version(&version) != CUDA_SUCCESS) {
     return base::make_error(ENOTSUP, "libcuda.so.1: cuDriverGetVersion is unavailable");
   }
@@ -121,40 +92,40 @@ base::Result<Driver> load_driver() {
                                                  version / 1000, (version % 1000) / 10));
   }
   const int abi = std::min(version, CUDA_VERSION);
-  resolve(get, "cuGetErrorName", abi, &d.get_error_name, &missing);
-  resolve(get, "cuGetErrorString", abi, &d.get_error_string, &missing);
-  resolve(get, "cuInit", abi, &d.init, &missing);
-  resolve(get, "cuDeviceGetCount", abi, &d.device_get_count, &missing);
-  resolve(get, "cuDeviceGet", abi, &d.device_get, &missing);
-  resolve(get, "cuDeviceGetName", abi, &d.device_get_name, &missing);
-  resolve(get, "cuDeviceTotalMem", abi, &d.device_total_mem, &missing);
-  resolve(get, "cuDeviceGetAttribute", abi, &d.device_get_attribute, &missing);
-  resolve(get, "cuDevicePrimaryCtxRetain", abi, &d.primary_ctx_retain, &missing);
-  resolve(get, "cuDevicePrimaryCtxRelease", abi, &d.primary_ctx_release, &missing);
-  resolve(get, "cuDeviceGetDevResource", abi, &d.device_get_dev_resource, &missing);
-  resolve(get, "cuDevSmResourceSplitByCount", abi, &d.dev_sm_resource_split_by_count, &missing);
-  resolve(get, "cuDevResourceGenerateDesc", abi, &d.dev_resource_generate_desc, &missing);
-  resolve(get, "cuGreenCtxCreate", abi, &d.green_ctx_create, &missing);
-  resolve(get, "cuGreenCtxGetDevResource", abi, &d.green_ctx_get_dev_resource, &missing);
-  resolve(get, "cuGreenCtxStreamCreate", abi, &d.green_ctx_stream_create, &missing);
-  resolve(get, "cuStreamDestroy", abi, &d.stream_destroy, &missing);
-  resolve(get, "cuGreenCtxDestroy", abi, &d.green_ctx_destroy, &missing);
-  resolve(get, "cuCtxPushCurrent", abi, &d.ctx_push_current, &missing);
-  resolve(get, "cuCtxPopCurrent", abi, &d.ctx_pop_current, &missing);
-  resolve(get, "cuCtxFromGreenCtx", abi, &d.ctx_from_green_ctx, &missing);
-  resolve(get, "cuMemAlloc", abi, &d.mem_alloc, &missing);
-  resolve(get, "cuMemFree", abi, &d.mem_free, &missing);
-  resolve(get, "cuMemHostAlloc", abi, &d.mem_host_alloc, &missing);
-  resolve(get, "cuMemFreeHost", abi, &d.mem_free_host, &missing);
-  resolve(get, "cuStreamCreateWithPriority", abi, &d.stream_create_with_priority, &missing);
-  resolve(get, "cuMemcpyHtoDAsync", abi, &d.memcpy_htod_async, &missing);
-  resolve(get, "cuEventCreate", abi, &d.event_create, &missing);
-  resolve(get, "cuEventDestroy", abi, &d.event_destroy, &missing);
-  resolve(get, "cuEventRecord", abi, &d.event_record, &missing);
-  resolve(get, "cuStreamWaitEvent", abi, &d.stream_wait_event, &missing);
-  resolve(get, "cuEventQuery", abi, &d.event_query, &missing);
-  resolve(get, "cuEventSynchronize", abi, &d.event_synchronize, &missing);
-  resolve(get, "cuStreamSynchronize", abi, &d.stream_synchronize, &missing);
+  cuda_loader::resolve(get, "cuGetErrorName", abi, &d.get_error_name, &missing);
+  cuda_loader::resolve(get, "cuGetErrorString", abi, &d.get_error_string, &missing);
+  cuda_loader::resolve(get, "cuInit", abi, &d.init, &missing);
+  cuda_loader::resolve(get, "cuDeviceGetCount", abi, &d.device_get_count, &missing);
+  cuda_loader::resolve(get, "cuDeviceGet", abi, &d.device_get, &missing);
+  cuda_loader::resolve(get, "cuDeviceGetName", abi, &d.device_get_name, &missing);
+  cuda_loader::resolve(get, "cuDeviceTotalMem", abi, &d.device_total_mem, &missing);
+  cuda_loader::resolve(get, "cuDeviceGetAttribute", abi, &d.device_get_attribute, &missing);
+  cuda_loader::resolve(get, "cuDevicePrimaryCtxRetain", abi, &d.primary_ctx_retain, &missing);
+  cuda_loader::resolve(get, "cuDevicePrimaryCtxRelease", abi, &d.primary_ctx_release, &missing);
+  cuda_loader::resolve(get, "cuDeviceGetDevResource", abi, &d.device_get_dev_resource, &missing);
+  cuda_loader::resolve(get, "cuDevSmResourceSplitByCount", abi, &d.dev_sm_resource_split_by_count, &missing);
+  cuda_loader::resolve(get, "cuDevResourceGenerateDesc", abi, &d.dev_resource_generate_desc, &missing);
+  cuda_loader::resolve(get, "cuGreenCtxCreate", abi, &d.green_ctx_create, &missing);
+  cuda_loader::resolve(get, "cuGreenCtxGetDevResource", abi, &d.green_ctx_get_dev_resource, &missing);
+  cuda_loader::resolve(get, "cuGreenCtxStreamCreate", abi, &d.green_ctx_stream_create, &missing);
+  cuda_loader::resolve(get, "cuStreamDestroy", abi, &d.stream_destroy, &missing);
+  cuda_loader::resolve(get, "cuGreenCtxDestroy", abi, &d.green_ctx_destroy, &missing);
+  cuda_loader::resolve(get, "cuCtxPushCurrent", abi, &d.ctx_push_current, &missing);
+  cuda_loader::resolve(get, "cuCtxPopCurrent", abi, &d.ctx_pop_current, &missing);
+  cuda_loader::resolve(get, "cuCtxFromGreenCtx", abi, &d.ctx_from_green_ctx, &missing);
+  cuda_loader::resolve(get, "cuMemAlloc", abi, &d.mem_alloc, &missing);
+  cuda_loader::resolve(get, "cuMemFree", abi, &d.mem_free, &missing);
+  cuda_loader::resolve(get, "cuMemHostAlloc", abi, &d.mem_host_alloc, &missing);
+  cuda_loader::resolve(get, "cuMemFreeHost", abi, &d.mem_free_host, &missing);
+  cuda_loader::resolve(get, "cuStreamCreateWithPriority", abi, &d.stream_create_with_priority, &missing);
+  cuda_loader::resolve(get, "cuMemcpyHtoDAsync", abi, &d.memcpy_htod_async, &missing);
+  cuda_loader::resolve(get, "cuEventCreate", abi, &d.event_create, &missing);
+  cuda_loader::resolve(get, "cuEventDestroy", abi, &d.event_destroy, &missing);
+  cuda_loader::resolve(get, "cuEventRecord", abi, &d.event_record, &missing);
+  cuda_loader::resolve(get, "cuStreamWaitEvent", abi, &d.stream_wait_event, &missing);
+  cuda_loader::resolve(get, "cuEventQuery", abi, &d.event_query, &missing);
+  cuda_loader::resolve(get, "cuEventSynchronize", abi, &d.event_synchronize, &missing);
+  cuda_loader::resolve(get, "cuStreamSynchronize", abi, &d.stream_synchronize, &missing);
   if (!missing.empty()) return base::make_error(ENOTSUP, fmt::format("libcuda.so.1 lacks {}", missing));
   if (CUresult r = d.init(0); r != CUDA_SUCCESS) return d.error("cuInit", r);
   return d;
@@ -355,7 +326,7 @@ class CudaDevice final : public DeviceApi {
   base::Result<DevicePtr> alloc_device(std::uint64_t bytes) override {
     std::lock_guard lock(mu_);
     Current current(d_, primary_);
-    if (!current) return base::propagate(std::move(current.error()));
+    if (!current) return base::propagate(current.error());
     CUdeviceptr p = 0;
     if (CUresult r = d_.mem_alloc(&p, bytes); r != CUDA_SUCCESS) {
       return d_.error("cuMemAlloc", r, fmt::format("{} bytes", bytes));
@@ -371,7 +342,7 @@ class CudaDevice final : public DeviceApi {
       return cu_error("cuMemFree", kCudaErrorInvalidValue, fmt::format("{:#x} is not a live allocation", ptr));
     }
     Current current(d_, primary_);
-    if (!current) return base::propagate(std::move(current.error()));
+    if (!current) return base::propagate(current.error());
     if (CUresult r = d_.mem_free(it->first); r != CUDA_SUCCESS) return d_.error("cuMemFree", r);
     device_memory_.erase(it);
     return {};
@@ -380,7 +351,7 @@ class CudaDevice final : public DeviceApi {
   base::Result<void*> alloc_pinned_host(std::uint64_t bytes) override {
     std::lock_guard lock(mu_);
     Current current(d_, primary_);
-    if (!current) return base::propagate(std::move(current.error()));
+    if (!current) return base::propagate(current.error());
     void* p = nullptr;
     if (CUresult r = d_.mem_host_alloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE); r != CUDA_SUCCESS) {
       return d_.error("cuMemHostAlloc", r, fmt::format("{} bytes", bytes));
@@ -396,7 +367,7 @@ class CudaDevice final : public DeviceApi {
       return cu_error("cuMemFreeHost", kCudaErrorInvalidValue, fmt::format("{} is not a live pinned allocation", ptr));
     }
     Current current(d_, primary_);
-    if (!current) return base::propagate(std::move(current.error()));
+    if (!current) return base::propagate(current.error());
     if (CUresult r = d_.mem_free_host(ptr); r != CUDA_SUCCESS) return d_.error("cuMemFreeHost", r);
     pinned_.erase(it);
     return {};
@@ -405,7 +376,7 @@ class CudaDevice final : public DeviceApi {
   base::Result<StreamId> create_plain_stream(int priority) override {
     std::lock_guard lock(mu_);
     Current current(d_, primary_);
-    if (!current) return base::propagate(std::move(current.error()));
+    if (!current) return base::propagate(current.error());
     CUstream s = nullptr;
     // The driver clamps the priority to cuCtxGetStreamPriorityRange.
     if (CUresult r = d_.stream_create_with_priority(&s, CU_STREAM_NON_BLOCKING, priority); r != CUDA_SUCCESS) {
@@ -436,7 +407,7 @@ class CudaDevice final : public DeviceApi {
     auto s = find_stream("cuMemcpyHtoDAsync", stream);
     if (!s) return base::propagate(std::move(s.error()));
     Current current(d_, primary_);
-    if (!current) return base::propagate(std::move(current.error()));
+    if (!current) return base::propagate(current.error());
     if (CUresult r = d_.memcpy_htod_async(static_cast<CUdeviceptr>(dst), src, bytes, *s); r != CUDA_SUCCESS) {
       return d_.error("cuMemcpyHtoDAsync", r, fmt::format("{} bytes to {:#x} on stream {}", bytes, dst, stream));
     }

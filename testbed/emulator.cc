@@ -2,7 +2,9 @@
 #include "testbed/emulator.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include <fmt/core.h>
@@ -30,6 +32,35 @@ int kv_kind(sched::KvChange c) {
 }
 
 std::uint64_t ns_since(Time from, Time to) { return to > from ? static_cast<std::uint64_t>((to - from).count()) : 0; }
+
+// /stats "gpu": the pool, the partition the last pass ran on, switches.
+nlohmann::json gpu_json(const tandem_gpu* gpu, std::uint32_t prefill_stage, std::uint32_t decode_stage,
+                        std::uint64_t passes) {
+  if (gpu == nullptr) return nullptr;
+  tandem_gpu_info info{};
+  info.sz = sizeof info;
+  std::uint32_t decode = 0;
+  std::uint32_t prefill = 0;
+  if (tandem_gpu_info_get(gpu, &info) != 0 ||
+      tandem_gpu_partition_sms(gpu, info.active_partition, decode_stage, &decode) != 0 ||
+      tandem_gpu_partition_sms(gpu, info.active_partition, prefill_stage, &prefill) != 0) {
+    return {{"backend", tandem_gpu_backend(gpu)}, {"error", tandem_gpu_last_error(gpu)}};
+  }
+  const std::uint32_t n = std::min<std::uint32_t>(info.n_partitions, TANDEM_GPU_MAX_PARTITIONS);
+  return {
+      {"backend", tandem_gpu_backend(gpu)},
+      {"device", std::string(info.device_name)},
+      {"device_sms", info.device_sms},
+      {"partitions", n},
+      {"decode_sms", std::vector<std::uint32_t>(info.decode_sms, info.decode_sms + n)},
+      {"active_partition", info.active_partition},
+      {"active_decode_sms", decode},
+      {"active_prefill_sms", prefill},
+      {"switches", info.switches},
+      {"bad_indices", info.bad_indices},
+      {"passes", passes},
+  };
+}
 
 }  // namespace
 
@@ -78,9 +109,35 @@ void Job::fail(int status, std::string message) {
   cv_.notify_all();
 }
 
+// ---- the GPU plane ----------------------------------------------------------------
+
+base::Result<tandem_gpu*> open_gpu_plane(tandem_client* client, const std::string& backend) {
+  tandem_gpu_options o{};
+  o.sz = sizeof o;
+  o.backend = backend.c_str();
+  o.full_device = 1;  // the last partition is the whole device: how the engine runs until tandemd chooses
+  tandem_gpu* gpu = nullptr;
+  if (const int rc = tandem_gpu_open(client, &o, &gpu); rc != 0) {
+    return base::make_error(-rc, fmt::format("--gpu {}: {}", backend, tandem_gpu_last_error(nullptr)));
+  }
+  return gpu;
+}
+
+std::string describe_gpu_plane(const tandem_gpu* gpu) {
+  tandem_gpu_info info{};
+  info.sz = sizeof info;
+  if (tandem_gpu_info_get(gpu, &info) != 0 || info.n_partitions == 0) {
+    return fmt::format("backend {}", tandem_gpu_backend(gpu));
+  }
+  return fmt::format("backend {} ({}, {} SMs), {} partitions, decode {}..{} SMs", tandem_gpu_backend(gpu),
+                     info.device_name, info.device_sms, info.n_partitions, info.decode_sms[0],
+                     info.decode_sms[info.n_partitions - 1]);
+}
+
 // ---- Emulator -------------------------------------------------------------------
 
-base::Result<std::unique_ptr<Emulator>> Emulator::create(EmulatorConfig config, tandem_client* client) {
+base::Result<std::unique_ptr<Emulator>> Emulator::create(EmulatorConfig config, tandem_client* client,
+                                                         tandem_gpu* gpu) {
   if (auto v = sim::validate(config.preset); !v) return std::unexpected(v.error());
   if (!(config.speedup > 0) || !std::isfinite(config.speedup)) {
     return base::make_error(EINVAL, "the speedup must be a positive number");
@@ -88,14 +145,24 @@ base::Result<std::unique_ptr<Emulator>> Emulator::create(EmulatorConfig config, 
   // Steps are divided by the speedup; offloads run on the real clock, so
   // their link time is divided here to keep the two in proportion.
   config.limits.link_time_scale = 1.0 / config.speedup;
+  std::uint32_t prefill = 0;
+  std::uint32_t decode = 0;
+  if (gpu != nullptr &&
+      (tandem_gpu_stage(gpu, "prefill", &prefill) != 0 || tandem_gpu_stage(gpu, "decode", &decode) != 0)) {
+    return base::make_error(EINVAL, "the GPU plane's pool has no \"prefill\" and \"decode\" stages");
+  }
   auto pool = BlockPool::create(config.preset.gpu_blocks, config.preset.block_size, config.kv_block_bytes);
   if (!pool) return std::unexpected(std::move(pool.error()));
-  return std::unique_ptr<Emulator>(new Emulator(std::move(config), client, std::move(*pool)));
+  return std::unique_ptr<Emulator>(new Emulator(std::move(config), client, gpu, prefill, decode, std::move(*pool)));
 }
 
-Emulator::Emulator(EmulatorConfig config, tandem_client* client, std::unique_ptr<BlockPool> pool)
+Emulator::Emulator(EmulatorConfig config, tandem_client* client, tandem_gpu* gpu, std::uint32_t prefill_stage,
+                   std::uint32_t decode_stage, std::unique_ptr<BlockPool> pool)
     : config_(std::move(config)),
       client_(client),
+      gpu_(gpu),
+      prefill_stage_(prefill_stage),
+      decode_stage_(decode_stage),
       pool_(std::move(pool)),
       scheduler_(client),
       engine_(0, config_.preset, config_.limits, scheduler_, *this, counters_) {
@@ -106,6 +173,7 @@ Emulator::Emulator(EmulatorConfig config, tandem_client* client, std::unique_ptr
 Emulator::~Emulator() {
   drain(Duration::zero());
   if (thread_.joinable()) thread_.join();
+  tandem_gpu_close(gpu_);  // the pool must not outlive the handle it was opened on
   tandem_close(client_);
 }
 
@@ -199,6 +267,7 @@ void Emulator::run() {
     const std::optional<Time> offload_done = engine_.complete_offloads(now);
     if (!step_end_) {
       if (auto end = engine_.start_step(now)) {
+        begin_pass();
         const double real = static_cast<double>((*end - now).count()) / config_.speedup;
         step_real_ = Duration(static_cast<std::int64_t>(std::llround(real)));
         step_end_ = now + step_real_;
@@ -221,6 +290,21 @@ void Emulator::run() {
     std::unique_lock lock(mu_);
     const auto until = std::chrono::steady_clock::time_point(wake.time_since_epoch());
     cv_.wait_until(lock, until, [&] { return !inbox_.empty() || drain_deadline_ != deadline; });
+  }
+}
+
+void Emulator::begin_pass() {
+  if (gpu_ == nullptr) return;
+  ++passes_;
+  std::uint32_t partition = 0;
+  const int rc = tandem_gpu_begin_pass(gpu_, &partition);
+  if (rc == -ERANGE) {
+    // The pass stays on the current partition; the daemon's next choice may be valid.
+    if (out_of_range_++ == 0) {
+      fmt::print(stderr, "tandem-engine-emu: {}; staying on partition {}\n", tandem_gpu_last_error(gpu_), partition);
+    }
+  } else if (rc != 0) {
+    ++report_errors_;
   }
 }
 
@@ -407,6 +491,7 @@ void Emulator::report_stats(Time now) {
   st.waiting_seqs = k.waiting_seqs;
   st.step_tokens = k.step_tokens;
   st.step_time_us = static_cast<std::uint32_t>(std::min<std::int64_t>(step_real_.count() / 1000, UINT32_MAX));
+  st.block_bytes = config_.kv_block_bytes;
   if (tandem_kv_stats_report(client_, &st) != 0) ++report_errors_;
 }
 
@@ -491,6 +576,7 @@ void Emulator::publish(Time now) {
       {"report_errors", report_errors_},
       {"scheduler_failures", scheduler_.failures()},
   };
+  out["gpu"] = gpu_json(gpu_, prefill_stage_, decode_stage_, passes_);
   if (have_cs) {
     out["client"] = {{"connects", cs.connects},         {"disconnects", cs.disconnects},
                      {"records_sent", cs.records_sent}, {"records_dropped", cs.records_dropped},

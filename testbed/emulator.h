@@ -13,6 +13,9 @@
 //   sim::Engine; a step that has ended is finished (tokens, first tokens,
 //   round ends go to the waiting Jobs and to the daemon); a new step starts,
 //   and its modelled duration ÷ speedup is when it ends (CLOCK_MONOTONIC);
+//   with a GPU plane, each step is a forward pass: tandem_gpu_begin_pass
+//   follows the partition tandemd chose (reported, not modelled: sim::Engine's
+//   step times do not depend on SMs);
 //   KV stats to the daemon at most every 10 ms;
 //   sleep until the step ends, a new round arrives, or 2 ms pass (so
 //   directives and admissions are seen within 2 ms while idle).
@@ -36,6 +39,7 @@
 #include <vector>
 
 #include <tandem/tandem.h>
+#include <tandem/tandem_gpu.h>
 
 #include "base/clock.h"
 #include "base/result.h"
@@ -98,6 +102,14 @@ class Job {
   Progress p_;
 };
 
+// The GPU plane's pool for `client` (an engine handle): libtandem's generated
+// two-stage pool (decode 16..64 SMs in steps of 8, prefill the rest) plus the
+// whole device as the last partition, on `backend` ("sim", "auto", "cuda").
+// The error names the backend and why tandem_gpu_open failed.
+base::Result<tandem_gpu*> open_gpu_plane(tandem_client* client, const std::string& backend);
+// "backend sim (DEVICE, 132 SMs), 8 partitions, decode 16..132 SMs".
+std::string describe_gpu_plane(const tandem_gpu* gpu);
+
 enum class SubmitStatus {
   kQueued,
   kBusy,      // a round of this session is in flight
@@ -108,9 +120,13 @@ enum class SubmitStatus {
 // everything else runs on the engine thread.
 class Emulator final : public sim::EngineHost, public sim::KvObserver {
  public:
-  // Takes ownership of `client` (closed by the destructor). EINVAL for a bad
-  // config (the preset is validated), ENOMEM if the pool cannot be mapped.
-  static base::Result<std::unique_ptr<Emulator>> create(EmulatorConfig config, tandem_client* client);
+  // Takes ownership of `client` and `gpu` (may be NULL: no GPU plane; opened
+  // on `client`), both closed by the destructor once the engine thread has
+  // ended, the pool before the client. On failure the caller keeps them.
+  // EINVAL for a bad config (the preset is validated) or a pool without
+  // "prefill" and "decode" stages, ENOMEM if the KV pool cannot be mapped.
+  static base::Result<std::unique_ptr<Emulator>> create(EmulatorConfig config, tandem_client* client,
+                                                        tandem_gpu* gpu = nullptr);
   ~Emulator() override;
   Emulator(const Emulator&) = delete;
   Emulator& operator=(const Emulator&) = delete;
@@ -156,8 +172,10 @@ class Emulator final : public sim::EngineHost, public sim::KvObserver {
     Time first_scheduled{};
   };
 
-  Emulator(EmulatorConfig config, tandem_client* client, std::unique_ptr<BlockPool> pool);
+  Emulator(EmulatorConfig config, tandem_client* client, tandem_gpu* gpu, std::uint32_t prefill_stage,
+           std::uint32_t decode_stage, std::unique_ptr<BlockPool> pool);
   void run();
+  void begin_pass();
   void accept(std::shared_ptr<Job> job, Time now);
   void apply(const tandem_directive& d, Time now);
   void release_runnable(Time now);
@@ -169,6 +187,8 @@ class Emulator final : public sim::EngineHost, public sim::KvObserver {
 
   EmulatorConfig config_;
   tandem_client* client_;
+  tandem_gpu* gpu_;  // NULL: --gpu off; the engine thread's once it runs
+  std::uint32_t prefill_stage_ = 0, decode_stage_ = 0;
   std::unique_ptr<BlockPool> pool_;
   base::MonotonicClock clock_;
   TandemStepScheduler scheduler_;
@@ -198,6 +218,8 @@ class Emulator final : public sim::EngineHost, public sim::KvObserver {
   std::uint64_t rounds_submitted_ = 0, rounds_done_ = 0, rounds_failed_ = 0;
   std::uint64_t directives_[9] = {};  // by type − TANDEM_DIR_ADMIT
   std::uint64_t report_errors_ = 0;
+  std::uint64_t passes_ = 0;        // tandem_gpu_begin_pass calls (one per step)
+  std::uint64_t out_of_range_ = 0;  // of which the daemon's index was out of range (-ERANGE)
 };
 
 }  // namespace tandem::testbed

@@ -39,6 +39,7 @@ an OpenAI-style HTTP API, scheduling by tandemd through libtandem.
   --kv-block-bytes N     bytes of host memory per KV block (default 4096)
   --max-seqs N           running sequences per step (default: the preset's)
   --token-budget N       tokens per step (default: the preset's)
+  --gpu BACKEND          GPU plane backend: sim, auto, cuda or off (default sim)
   --help                 this text
 )";
 }
@@ -59,9 +60,9 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
     }
     if (!a.starts_with("--")) return std::unexpected(fmt::format("unexpected argument '{}'", a));
     auto [flag, value, has_value] = split_flag(a);
-    static constexpr std::string_view kKnown[] = {"--preset",         "--port",     "--runtime-dir",
-                                                  "--name",           "--speedup",  "--kv-blocks",
-                                                  "--kv-block-bytes", "--max-seqs", "--token-budget"};
+    static constexpr std::string_view kKnown[] = {"--preset",       "--port",      "--runtime-dir",    "--name",
+                                                  "--speedup",      "--kv-blocks", "--kv-block-bytes", "--max-seqs",
+                                                  "--token-budget", "--gpu"};
     if (std::find(std::begin(kKnown), std::end(kKnown), flag) == std::end(kKnown)) {
       return std::unexpected(fmt::format("unknown flag '{}' (see --help)", flag));
     }
@@ -106,6 +107,12 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
       auto v = parse_uint<std::uint32_t>(flag, value, 1, 1U << 24);
       if (!v) return std::unexpected(v.error());
       f.token_budget = *v;
+    } else if (flag == "--gpu") {
+      static constexpr std::string_view kBackends[] = {"sim", "auto", "cuda", "off"};
+      if (std::find(std::begin(kBackends), std::end(kBackends), value) == std::end(kBackends)) {
+        return std::unexpected(fmt::format("--gpu: '{}' is not one of sim, auto, cuda, off", value));
+      }
+      f.gpu = value;
     }
   }
   return f;

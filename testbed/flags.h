@@ -25,6 +25,9 @@ struct Flags {
   std::size_t kv_block_bytes = 4096;
   std::uint32_t max_seqs = 0;      // 0: the preset's
   std::uint32_t token_budget = 0;  // 0: the preset's
+  // The GPU plane's backend for tandem_gpu_open: "sim", "auto" or "cuda";
+  // "off": no green-context pool.
+  std::string gpu = "sim";
 };
 
 // "--flag value" or "--flag=value". The error names the flag.

@@ -1,10 +1,11 @@
 // tandem-engine-emu: an inference engine emulator for end-to-end runs of
 // tandem (docs/testbed.md). It binds 127.0.0.1:PORT, opens a libtandem engine
-// handle (fail-open: no daemon is fine), prints
+// handle (fail-open: no daemon is fine) and, unless --gpu off, a GPU plane's
+// green-context pool on it, which every step follows (docs/testbed.md), prints
 // "tandem-engine-emu: listening on 127.0.0.1:PORT" once it serves, and on
 // SIGINT/SIGTERM stops accepting, lets rounds in flight finish (up to 5 s),
-// fails the rest, closes the handle and exits 0. Bad flags exit 2; a setup
-// failure (the port, the pool) exits 1.
+// fails the rest, closes the pool and the handle and exits 0. Bad flags exit
+// 2; a setup failure (the port, the KV pool, the GPU plane) exits 1.
 #include <signal.h>
 #include <unistd.h>
 
@@ -87,14 +88,31 @@ int run(const tandem::testbed::Flags& flags) {
     return 1;
   }
 
+  // The GPU plane: libtandem sends tandemd the partitions now (and after
+  // every reconnect); the engine thread alone uses the pool from here on.
+  tandem_gpu* gpu = nullptr;
+  if (flags.gpu != "off") {
+    auto opened = tandem::testbed::open_gpu_plane(client, flags.gpu);
+    if (!opened) {
+      tandem_close(client);
+      fmt::print(stderr, "tandem-engine-emu: {}\n", opened.error().message());
+      return 1;
+    }
+    gpu = *opened;
+    fmt::print(stderr, "tandem-engine-emu: GPU plane: {}\n", tandem::testbed::describe_gpu_plane(gpu));
+  } else {
+    fmt::print(stderr, "tandem-engine-emu: GPU plane: off\n");
+  }
+
   tandem::testbed::EmulatorConfig config;
   config.preset = setup->preset;
   config.limits = setup->limits;
   config.speedup = flags.speedup;
   config.kv_block_bytes = flags.kv_block_bytes;
   config.name = name;
-  auto emu = Emulator::create(std::move(config), client);  // owns `client` once created
+  auto emu = Emulator::create(std::move(config), client, gpu);  // owns `client` and `gpu` once created
   if (!emu) {
+    tandem_gpu_close(gpu);  // before the handle it was opened on
     tandem_close(client);
     fmt::print(stderr, "tandem-engine-emu: {}\n", emu.error().message());
     return 1;
@@ -121,7 +139,7 @@ int run(const tandem::testbed::Flags& flags) {
   server.stop();               // no new connections
   (*emu)->drain(kDrainGrace);  // rounds in flight finish or fail; the engine thread ends
   http.join();                 // workers answered their requests
-  emu->reset();                // closes the tandem handle
+  emu->reset();                // closes the pool, then the tandem handle
   return 0;
 }
 

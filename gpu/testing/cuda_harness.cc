@@ -10,7 +10,6 @@
 #ifdef TANDEM_HAVE_CUDA_H
 
 #include <cuda.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +17,8 @@
 #include <map>
 #include <set>
 #include <vector>
+
+#include "gpu/cuda_loader.h"
 
 namespace tandem::gpu::testing {
 namespace {
@@ -60,43 +61,18 @@ struct Driver {
   decltype(&::cuEventElapsedTime) event_elapsed_time = nullptr;
 
   std::unexpected<base::Error> error(std::string_view call, CUresult r, std::string_view detail = {}) const {
-    const char* name = nullptr;
-    const char* text = nullptr;
-    if (get_error_name == nullptr || get_error_name(r, &name) != CUDA_SUCCESS) name = nullptr;
-    if (get_error_string == nullptr || get_error_string(r, &text) != CUDA_SUCCESS) text = nullptr;
-    std::string n = name != nullptr ? std::string(name) : cu_result_name(r);
-    std::string_view t = text != nullptr ? std::string_view(text) : cu_result_description(r);
-    return cu_error(call, r, n, t, detail);
+    return cuda_loader::driver_error(get_error_name, get_error_string, call, r, detail);
   }
 };
 
-template <class Fn>
-void resolve(decltype(&::cuGetProcAddress) get, const char* symbol, int abi, Fn* out, std::string* missing) {
-  void* p = nullptr;
-  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
-  if (get(symbol, &p, abi, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
-      status != CU_GET_PROC_ADDRESS_SUCCESS || p == nullptr) {
-    if (!missing->empty()) *missing += ", ";
-    *missing += symbol;
-    return;
-  }
-  *out = reinterpret_cast<Fn>(p);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast): dlsym's contract
-}
-
 base::Result<Driver> load_driver() {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* why = dlerror();
-    return base::make_error(ENOENT, fmt::format("dlopen libcuda.so.1: {}", why != nullptr ? why : "unknown error"));
-  }
-  void* sym = dlsym(lib, "cuGetProcAddress_v2");
-  if (sym == nullptr) return base::make_error(ENOTSUP, "libcuda.so.1 has no cuGetProcAddress_v2 (driver before 12.0)");
-  auto get =
-      reinterpret_cast<decltype(&::cuGetProcAddress)>(sym);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  auto opened = cuda_loader::open_libcuda();
+  if (!opened) return std::unexpected(std::move(opened.error()));
+  const cuda_loader::GetProcAddress get = *opened;
   Driver d;
   std::string missing;
   int version = 0;
-  resolve(get, "cuDriverGetVersion", CUDA_VERSION, &d.driver_get_version, &missing);
+  cuda_loader::resolve(get, "cuDriverGetVersion", CUDA_VERSION, &d.driver_get_version, &missing);
   if (d.driver_get_version == nullptr || d.driver_get_version(&version) != CUDA_SUCCESS) {
     return base::make_error(ENOTSUP, "libcuda.so.1: cuDriverGetVersion is unavailable");
   }
@@ -106,38 +82,38 @@ base::Result<Driver> load_driver() {
                                                  (version % 1000) / 10));
   }
   const int abi = std::min(version, CUDA_VERSION);
-  resolve(get, "cuGetErrorName", abi, &d.get_error_name, &missing);
-  resolve(get, "cuGetErrorString", abi, &d.get_error_string, &missing);
-  resolve(get, "cuInit", abi, &d.init, &missing);
-  resolve(get, "cuDeviceGetCount", abi, &d.device_get_count, &missing);
-  resolve(get, "cuDeviceGet", abi, &d.device_get, &missing);
-  resolve(get, "cuDeviceGetName", abi, &d.device_get_name, &missing);
-  resolve(get, "cuDeviceGetAttribute", abi, &d.device_get_attribute, &missing);
-  resolve(get, "cuDevicePrimaryCtxRetain", abi, &d.primary_ctx_retain, &missing);
-  resolve(get, "cuCtxPushCurrent", abi, &d.ctx_push_current, &missing);
-  resolve(get, "cuCtxPopCurrent", abi, &d.ctx_pop_current, &missing);
-  resolve(get, "cuCtxFromGreenCtx", abi, &d.ctx_from_green_ctx, &missing);
-  resolve(get, "cuStreamGetCtx", abi, &d.stream_get_ctx, &missing);
-  resolve(get, "cuDevicePrimaryCtxRelease", abi, &d.primary_ctx_release, &missing);
-  resolve(get, "cuCtxSetCurrent", abi, &d.ctx_set_current, &missing);
-  resolve(get, "cuCtxSynchronize", abi, &d.ctx_synchronize, &missing);
-  resolve(get, "cuLibraryLoadData", abi, &d.library_load_data, &missing);
-  resolve(get, "cuLibraryUnload", abi, &d.library_unload, &missing);
-  resolve(get, "cuLibraryGetKernel", abi, &d.library_get_kernel, &missing);
-  resolve(get, "cuLaunchKernel", abi, &d.launch_kernel, &missing);
-  resolve(get, "cuMemAlloc", abi, &d.mem_alloc, &missing);
-  resolve(get, "cuMemFree", abi, &d.mem_free, &missing);
-  resolve(get, "cuMemsetD32", abi, &d.memset_d32, &missing);
-  resolve(get, "cuMemcpyDtoH", abi, &d.memcpy_dtoh, &missing);
-  resolve(get, "cuMemcpyHtoD", abi, &d.memcpy_htod, &missing);
-  resolve(get, "cuStreamCreate", abi, &d.stream_create, &missing);
-  resolve(get, "cuStreamDestroy", abi, &d.stream_destroy, &missing);
-  resolve(get, "cuStreamSynchronize", abi, &d.stream_synchronize, &missing);
-  resolve(get, "cuEventCreate", abi, &d.event_create, &missing);
-  resolve(get, "cuEventDestroy", abi, &d.event_destroy, &missing);
-  resolve(get, "cuEventRecord", abi, &d.event_record, &missing);
-  resolve(get, "cuEventSynchronize", abi, &d.event_synchronize, &missing);
-  resolve(get, "cuEventElapsedTime", abi, &d.event_elapsed_time, &missing);
+  cuda_loader::resolve(get, "cuGetErrorName", abi, &d.get_error_name, &missing);
+  cuda_loader::resolve(get, "cuGetErrorString", abi, &d.get_error_string, &missing);
+  cuda_loader::resolve(get, "cuInit", abi, &d.init, &missing);
+  cuda_loader::resolve(get, "cuDeviceGetCount", abi, &d.device_get_count, &missing);
+  cuda_loader::resolve(get, "cuDeviceGet", abi, &d.device_get, &missing);
+  cuda_loader::resolve(get, "cuDeviceGetName", abi, &d.device_get_name, &missing);
+  cuda_loader::resolve(get, "cuDeviceGetAttribute", abi, &d.device_get_attribute, &missing);
+  cuda_loader::resolve(get, "cuDevicePrimaryCtxRetain", abi, &d.primary_ctx_retain, &missing);
+  cuda_loader::resolve(get, "cuCtxPushCurrent", abi, &d.ctx_push_current, &missing);
+  cuda_loader::resolve(get, "cuCtxPopCurrent", abi, &d.ctx_pop_current, &missing);
+  cuda_loader::resolve(get, "cuCtxFromGreenCtx", abi, &d.ctx_from_green_ctx, &missing);
+  cuda_loader::resolve(get, "cuStreamGetCtx", abi, &d.stream_get_ctx, &missing);
+  cuda_loader::resolve(get, "cuDevicePrimaryCtxRelease", abi, &d.primary_ctx_release, &missing);
+  cuda_loader::resolve(get, "cuCtxSetCurrent", abi, &d.ctx_set_current, &missing);
+  cuda_loader::resolve(get, "cuCtxSynchronize", abi, &d.ctx_synchronize, &missing);
+  cuda_loader::resolve(get, "cuLibraryLoadData", abi, &d.library_load_data, &missing);
+  cuda_loader::resolve(get, "cuLibraryUnload", abi, &d.library_unload, &missing);
+  cuda_loader::resolve(get, "cuLibraryGetKernel", abi, &d.library_get_kernel, &missing);
+  cuda_loader::resolve(get, "cuLaunchKernel", abi, &d.launch_kernel, &missing);
+  cuda_loader::resolve(get, "cuMemAlloc", abi, &d.mem_alloc, &missing);
+  cuda_loader::resolve(get, "cuMemFree", abi, &d.mem_free, &missing);
+  cuda_loader::resolve(get, "cuMemsetD32", abi, &d.memset_d32, &missing);
+  cuda_loader::resolve(get, "cuMemcpyDtoH", abi, &d.memcpy_dtoh, &missing);
+  cuda_loader::resolve(get, "cuMemcpyHtoD", abi, &d.memcpy_htod, &missing);
+  cuda_loader::resolve(get, "cuStreamCreate", abi, &d.stream_create, &missing);
+  cuda_loader::resolve(get, "cuStreamDestroy", abi, &d.stream_destroy, &missing);
+  cuda_loader::resolve(get, "cuStreamSynchronize", abi, &d.stream_synchronize, &missing);
+  cuda_loader::resolve(get, "cuEventCreate", abi, &d.event_create, &missing);
+  cuda_loader::resolve(get, "cuEventDestroy", abi, &d.event_destroy, &missing);
+  cuda_loader::resolve(get, "cuEventRecord", abi, &d.event_record, &missing);
+  cuda_loader::resolve(get, "cuEventSynchronize", abi, &d.event_synchronize, &missing);
+  cuda_loader::resolve(get, "cuEventElapsedTime", abi, &d.event_elapsed_time, &missing);
   if (!missing.empty()) return base::make_error(ENOTSUP, fmt::format("libcuda.so.1 lacks {}", missing));
   if (CUresult r = d.init(0); r != CUDA_SUCCESS) return d.error("cuInit", r);
   return d;

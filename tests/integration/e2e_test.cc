@@ -1,7 +1,7 @@
 // End to end: the real tandemd, the engine emulator serving HTTP, runners
 // through libtandem, and tandemctl — admission as the policy says, a daemon
-// killed with SIGKILL under load and restarted, and 64 clients × 1,000
-// sessions.
+// killed with SIGKILL under load and restarted, the emulator's GPU plane
+// following the daemon's SM partition, and 64 clients × 1,000 sessions.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,14 +31,16 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-// tandem-engine-emu on an ephemeral port in `dir`.
+// tandem-engine-emu on an ephemeral port in `dir`; `extra` flags come last
+// (and win over the defaults).
 class Emulator {
  public:
-  void start(const std::string& dir, const std::string& name) {
+  void start(const std::string& dir, const std::string& name, const std::vector<std::string>& extra = {}) {
     out_ = dir + "/" + name + ".out";
-    proc_.start(
-        {EMU_PATH, "--port", "0", "--runtime-dir", dir, "--name", name, "--speedup", "20", "--kv-blocks", "4000"}, out_,
-        dir + "/" + name + ".log");
+    std::vector<std::string> argv = {EMU_PATH, "--port",    "0",  "--runtime-dir", dir,   "--name",
+                                     name,     "--speedup", "20", "--kv-blocks",   "4000"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proc_.start(argv, out_, dir + "/" + name + ".log");
     const std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
     ASSERT_TRUE(eventually([&] {
       std::smatch m;
@@ -58,6 +60,13 @@ class Emulator {
     json body = {{"prompt", "hello from " + session}, {"max_tokens", max_tokens}, {"session_id", session}};
     auto r = http.Post("/v1/completions", body.dump(), "application/json");
     return r ? r->status : -1;
+  }
+  // GET /stats (null if it did not answer).
+  json stats() const {
+    httplib::Client http("127.0.0.1", port_);
+    http.set_read_timeout(5s);
+    auto r = http.Get("/stats");
+    return r && r->status == 200 ? json::parse(r->body, nullptr, false) : json();
   }
 
  private:
@@ -292,6 +301,82 @@ TEST(EndToEnd, DaemonKilledUnderLoadRestartsAndResyncs) {
   stop = true;
   for (auto& t : agents) t.join();
   EXPECT_EQ(failed, 0);
+  EXPECT_EQ(emu.stop(), 0);
+}
+
+// The emulator as an engine of the GPU plane (--gpu sim): its pool reaches
+// tandemd (tandemctl engines), and with prefills piling up the daemon moves
+// it to fewer decode SMs — Nova's SM_dec = max(16, SM_op − alpha·(N_pend −
+// 1)), SM_op the largest partition's 132 SMs without a profile — which the
+// emulator's steps follow, and back to the whole device once they drained.
+TEST(EndToEnd, EmulatorFollowsTheDaemonsSmPartition) {
+  TempDir dir;
+  // fcfs admits every round at once. alpha 64: 3 pending prefills give
+  // SM_dec 16 (partition 0), 2 give 68 (still the whole device); the
+  // default alpha 8 would need 10.
+  Daemon daemon(dir.path(), "[policy]\nname = \"fcfs\"\n[gpu]\nalpha = 64\n");
+  daemon.start();
+  Emulator emu;
+  // One running sequence per step: every other round waits in the engine, a
+  // pending prefill in its KV_STATS.
+  emu.start(dir.path(), "emu-gpu", {"--gpu", "sim", "--max-seqs", "1", "--speedup", "2"});
+  const json all_sms = json::array({16, 24, 32, 40, 48, 56, 64, 132});
+  json engines;
+  ASSERT_TRUE(eventually(
+      [&] {
+        engines = json::parse(tandemctl(dir.path(), "engines --json"), nullptr, false);
+        return !engines.is_discarded() && engines["engines"].size() == 1u &&
+               engines["engines"][0]["sm_partitions"] == all_sms && engines["engines"][0]["sm_partition"] == 7;
+      },
+      10s))
+      << engines.dump() << daemon.log();
+  EXPECT_EQ(engines["engines"][0]["name"], "emu-gpu");
+  EXPECT_EQ(engines["engines"][0]["device_sms"], 132);
+  json g = emu.stats()["gpu"];
+  ASSERT_TRUE(g.is_object()) << g.dump();
+  EXPECT_EQ(g["active_partition"], 7);
+
+  // Six rounds of 128 tokens (~0.4 s each at speedup 2), each sent once the
+  // emulator has taken the one before: the queue builds up to 5 waiting
+  // without a burst of connections (cpp-httplib listens with a backlog of 5).
+  constexpr int kRounds = 6;
+  std::vector<std::future<int>> rounds;
+  rounds.reserve(kRounds);
+  for (int i = 0; i < kRounds; ++i) {
+    rounds.push_back(std::async(std::launch::async, [&emu, i] { return emu.complete("q-" + std::to_string(i), 128); }));
+    EXPECT_TRUE(eventually([&] { return emu.stats()["rounds"]["submitted"] == i + 1; }, 10s)) << "round " << i;
+  }
+  json seen;
+  const bool moved = eventually(
+      [&] {
+        seen = emu.stats();
+        return seen["gpu"].is_object() && seen["gpu"]["active_partition"].get<int>() < 7;
+      },
+      20s);
+  for (auto& r : rounds) EXPECT_EQ(r.get(), 200);
+  ASSERT_TRUE(moved) << seen.dump() << "\n" << tandemctl(dir.path(), "engines --json");
+  EXPECT_EQ(seen["gpu"]["active_partition"], 0) << seen["gpu"].dump();
+  EXPECT_EQ(seen["gpu"]["active_decode_sms"], 16) << seen["gpu"].dump();
+  EXPECT_EQ(seen["gpu"]["active_prefill_sms"], 116) << seen["gpu"].dump();
+  EXPECT_GE(seen["engine"]["waiting_seqs"].get<int>(), 1) << "moved while prefills were pending";
+
+  // The queue drained: back to the whole device (after the chooser's hold-down).
+  ASSERT_TRUE(eventually(
+      [&] {
+        g = emu.stats()["gpu"];
+        return g.is_object() && g["active_partition"] == 7;
+      },
+      10s))
+      << g.dump();
+  EXPECT_GE(g["switches"].get<int>(), 2);
+  EXPECT_EQ(g["bad_indices"], 0);
+  EXPECT_EQ(g["passes"], emu.stats()["engine"]["steps"]);
+  engines = json::parse(tandemctl(dir.path(), "engines --json"), nullptr, false);
+  ASSERT_FALSE(engines.is_discarded());
+  ASSERT_EQ(engines["engines"].size(), 1u);
+  EXPECT_EQ(engines["engines"][0]["sm_partitions"], all_sms);
+  EXPECT_EQ(engines["engines"][0]["sm_partition"], 7);
+  EXPECT_EQ(engines["engines"][0]["block_bytes"], 4096) << "KV_STATS carries --kv-block-bytes";
   EXPECT_EQ(emu.stop(), 0);
 }
 

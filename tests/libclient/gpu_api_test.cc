@@ -32,30 +32,21 @@
 #include "ipc/records.h"
 #include "tandem/tandem.h"
 #include "tandem/tandem_gpu.h"
+#include "tests/libclient/fake_daemon.h"
 
 namespace tandem {
 namespace {
 
+using libclient_testing::FakeDaemon;
+using libclient_testing::pump_until;
+using libclient_testing::TempDir;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/gpu-api-test-XXXXXX";
-    char* d = ::mkdtemp(tmpl);
-    EXPECT_NE(d, nullptr);
-    path_ = d != nullptr ? d : "/tmp";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// The handshake with room on the event ring for a pool's records.
+void attach(tandem_client* c, FakeDaemon& daemon, std::uint32_t client_id) {
+  libclient_testing::connect(c, daemon, client_id, "fcfs", 256);
+}
 
 tandem_options options(const char* dir) {
   tandem_options o{};
@@ -83,111 +74,6 @@ tandem_gpu_options sim_options() {
   o.sz = sizeof o;
   o.backend = "sim";
   return o;
-}
-
-bool pump_until(tandem_client* c, const std::function<bool()>& done, milliseconds timeout = milliseconds(3000)) {
-  const auto deadline = steady_clock::now() + timeout;
-  while (!done()) {
-    if (steady_clock::now() >= deadline) return false;
-    EXPECT_GE(tandem_poll(c, 10, 0, nullptr), 0);
-  }
-  return true;
-}
-
-class FakeDaemon {
- public:
-  explicit FakeDaemon(const std::string& dir) : path_(dir + "/tandemd.sock") {
-    listener_ = base::UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    EXPECT_TRUE(listener_.valid());
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path_.c_str(), sizeof addr.sun_path - 1);
-    ::unlink(path_.c_str());
-    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
-    EXPECT_EQ(::listen(listener_.get(), 8), 0);
-  }
-  ~FakeDaemon() { stop(); }
-
-  void stop() {
-    conn_.reset();
-    listener_.reset();
-    ::unlink(path_.c_str());
-    event_consumer_.reset();
-    status_.reset();
-    channel_.reset();
-  }
-
-  bool accept(int timeout_ms) {
-    pollfd p{listener_.get(), POLLIN, 0};
-    if (::poll(&p, 1, timeout_ms) != 1) return false;
-    conn_ = base::UniqueFd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    return conn_.valid();
-  }
-
-  std::optional<ipc::ReceivedMessage> recv(int timeout_ms = 2000) {
-    pollfd p{conn_.get(), POLLIN, 0};
-    if (::poll(&p, 1, timeout_ms) != 1) return std::nullopt;
-    auto m = ipc::recv_message(conn_.get());
-    if (!m) return std::nullopt;
-    return std::move(*m);
-  }
-
-  void handshake(std::uint32_t client_id) {
-    auto hello = recv();
-    ASSERT_TRUE(hello.has_value());
-    ASSERT_NE(hello->message()->payload_as_Hello(), nullptr);
-    auto channel = ipc::Channel::create(ipc::ChannelConfig{256, 64});
-    ASSERT_TRUE(channel.has_value());
-    channel_ = std::make_unique<ipc::Channel>(std::move(*channel));
-    auto consumer = channel_->event_consumer();
-    auto status = channel_->status_writer();
-    ASSERT_TRUE(consumer && status);
-    event_consumer_.emplace(*consumer);
-    status_.emplace(*status);
-    ipc::WelcomeInfo info{client_id, channel_->segment().bytes().size(), channel_->event_slots(),
-                          channel_->directive_slots()};
-    const int fds[] = {channel_->segment_fd(), channel_->event_bell_fd(), channel_->directive_bell_fd()};
-    ASSERT_TRUE(ipc::send_message(conn_.get(), ipc::build_welcome(info), fds).has_value());
-  }
-
-  void publish(const ipc::EngineStatus& status) { status_->publish(status); }
-
-  std::vector<ipc::Record> events() {
-    std::vector<ipc::Record> out;
-    ipc::RecordDecoder decoder(ipc::Direction::kToDaemon);
-    ipc::Slot slot;
-    while (event_consumer_->try_pop(slot)) {
-      ipc::Record r;
-      std::string_view problem;
-      EXPECT_EQ(decoder.decode(slot, r, &problem), ipc::DecodeStatus::kOk) << problem;
-      out.push_back(r);
-    }
-    return out;
-  }
-
-  // The records of type T among events().
-  template <class T>
-  static std::vector<T> only(const std::vector<ipc::Record>& events) {
-    std::vector<T> out;
-    for (const ipc::Record& r : events) {
-      if (r.type() == T::kType) out.push_back(r.as<T>());
-    }
-    return out;
-  }
-
- private:
-  std::string path_;
-  base::UniqueFd listener_;
-  base::UniqueFd conn_;
-  std::unique_ptr<ipc::Channel> channel_;
-  std::optional<ipc::RingConsumer> event_consumer_;
-  std::optional<ipc::StatusWriter<ipc::EngineStatus>> status_;
-};
-
-void connect(tandem_client* c, FakeDaemon& daemon, std::uint32_t client_id) {
-  ASSERT_TRUE(pump_until(c, [&] { return daemon.accept(0); })) << "the client never connected";
-  daemon.handshake(client_id);
-  ASSERT_TRUE(pump_until(c, [&] { return tandem_connected(c) == 1; })) << "no Welcome processed";
 }
 
 tandem_gpu_info info_of(const tandem_gpu* g) {
@@ -498,7 +384,7 @@ TEST(GpuApi, RecordsReachTheDaemonAndBeginPassFollowsItsIndex) {
   auto p = engine_params();
   tandem_client* c = nullptr;
   ASSERT_EQ(tandem_engine_open(&co, &p, &c), 0);
-  ASSERT_NO_FATAL_FAILURE(connect(c, daemon, 5));
+  ASSERT_NO_FATAL_FAILURE(attach(c, daemon, 5));
 
   tandem_gpu_options o = sim_options();
   o.full_device = 1;
@@ -610,7 +496,7 @@ TEST(GpuApi, RecordsAreSentAgainAfterTheDaemonRestarts) {
   auto p = engine_params();
   tandem_client* c = nullptr;
   ASSERT_EQ(tandem_engine_open(&co, &p, &c), 0);
-  ASSERT_NO_FATAL_FAILURE(connect(c, *daemon, 5));
+  ASSERT_NO_FATAL_FAILURE(attach(c, *daemon, 5));
   tandem_gpu_options o = sim_options();
   tandem_gpu* g = nullptr;
   ASSERT_EQ(tandem_gpu_open(c, &o, &g), 0) << tandem_last_error(c);
@@ -649,7 +535,7 @@ TEST(GpuApi, RecordsAreSentAgainAfterTheDaemonRestarts) {
   // A new daemon: the pool, the profile and the latest module arrive again.
   daemon.reset();
   daemon = std::make_unique<FakeDaemon>(dir.path());
-  ASSERT_NO_FATAL_FAILURE(connect(c, *daemon, 6));
+  ASSERT_NO_FATAL_FAILURE(attach(c, *daemon, 6));
   auto events = daemon->events();
   auto parts = FakeDaemon::only<ipc::GpuPartitions>(events);
   ASSERT_EQ(parts.size(), 1u);
@@ -670,7 +556,7 @@ TEST(GpuApi, RecordsAreSentAgainAfterTheDaemonRestarts) {
   ASSERT_TRUE(pump_until(c, [&] { return tandem_connected(c) == 0; }));
   daemon.reset();
   daemon = std::make_unique<FakeDaemon>(dir.path());
-  ASSERT_NO_FATAL_FAILURE(connect(c, *daemon, 7));
+  ASSERT_NO_FATAL_FAILURE(attach(c, *daemon, 7));
   events = daemon->events();
   EXPECT_TRUE(FakeDaemon::only<ipc::GpuPartitions>(events).empty());
   EXPECT_EQ(FakeDaemon::only<ipc::WeightModule>(events).size(), 1u);

@@ -2,6 +2,7 @@
 // runtime dir (no daemon: libtandem runs fail-open) and --speedup 20, driven
 // over HTTP with httplib::Client. Every test starts its own process and kills
 // it by pid in teardown if it is still there.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -114,9 +115,10 @@ class EmuTest : public ::testing::Test {
     char tmpl[] = "/tmp/tandem-emu-test-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    ASSERT_TRUE(emu_.start(
-        {TANDEM_ENGINE_EMU, "--port", "0", "--runtime-dir", dir_ + "/run", "--speedup", "20", "--kv-blocks", "4096"},
-        dir_ + "/stderr"));
+    std::vector<std::string> args = {TANDEM_ENGINE_EMU, "--port", "0",           "--runtime-dir", dir_ + "/run",
+                                     "--speedup",       "20",     "--kv-blocks", "4096"};
+    for (const std::string& a : extra_args()) args.push_back(a);
+    ASSERT_TRUE(emu_.start(args, dir_ + "/stderr"));
     const std::string line = emu_.read_line(std::chrono::seconds(20));
     const std::string prefix = "tandem-engine-emu: listening on 127.0.0.1:";
     ASSERT_TRUE(line.starts_with(prefix)) << "stdout: '" << line << "', stderr: " << stderr_text();
@@ -125,6 +127,8 @@ class EmuTest : public ::testing::Test {
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
     client_->set_read_timeout(30, 0);
   }
+  // Flags after the fixture's own.
+  virtual std::vector<std::string> extra_args() const { return {}; }
   void TearDown() override {
     emu_.kill_now();
     std::error_code ec;
@@ -352,10 +356,103 @@ TEST_F(EmuTest, SigtermFinishesTheRoundInFlightAndExitsZero) {
   EXPECT_EQ(json::parse(body, nullptr, false)["usage"]["completion_tokens"], 1000);
 }
 
+// The GPU plane on the simulated device: libtandem's generated pool (decode
+// 16..64 SMs by 8, prefill the rest) plus the whole device, the last.
+class EmuGpuTest : public EmuTest {
+ protected:
+  std::vector<std::string> extra_args() const override { return {"--gpu", "sim"}; }
+};
+
+TEST_F(EmuGpuTest, StatsShowThePoolAndEveryStepIsAPass) {
+  EXPECT_NE(stderr_text().find("GPU plane: backend sim (NVIDIA H100 80GB HBM3 (simulated), 132 SMs), 8 partitions, "
+                               "decode 16..132 SMs"),
+            std::string::npos)
+      << stderr_text();
+  json g = stats()["gpu"];
+  ASSERT_TRUE(g.is_object()) << g.dump();
+  EXPECT_EQ(g["backend"], "sim");
+  EXPECT_EQ(g["device"], "NVIDIA H100 80GB HBM3 (simulated)");
+  EXPECT_EQ(g["device_sms"], 132);
+  EXPECT_EQ(g["partitions"], 8);
+  EXPECT_EQ(g["decode_sms"], json::array({16, 24, 32, 40, 48, 56, 64, 132}));
+  // A new pool starts on its last partition: the whole device.
+  EXPECT_EQ(g["active_partition"], 7);
+  EXPECT_EQ(g["active_decode_sms"], 132);
+  EXPECT_EQ(g["active_prefill_sms"], 132);
+  EXPECT_EQ(g["passes"], 0);
+
+  post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 6}});
+  const json s = stats();
+  g = s["gpu"];
+  // One forward-pass boundary per step; no daemon (fail-open): the partition stays.
+  EXPECT_GE(s["engine"]["steps"].get<int>(), 6);
+  EXPECT_EQ(g["passes"], s["engine"]["steps"]);
+  EXPECT_EQ(g["active_partition"], 7);
+  EXPECT_EQ(g["switches"], 0);
+  EXPECT_EQ(g["bad_indices"], 0);
+  EXPECT_EQ(s["report_errors"], 0);
+}
+
+class EmuGpuOffTest : public EmuTest {
+ protected:
+  std::vector<std::string> extra_args() const override { return {"--gpu", "off"}; }
+};
+
+TEST_F(EmuGpuOffTest, StatsHaveNoGpu) {
+  post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 2}});
+  const json s = stats();
+  ASSERT_TRUE(s.contains("gpu"));
+  EXPECT_TRUE(s["gpu"].is_null()) << s["gpu"].dump();
+  EXPECT_EQ(s["rounds"]["completed"], 1);
+  EXPECT_NE(stderr_text().find("GPU plane: off"), std::string::npos) << stderr_text();
+}
+
+// `--gpu cuda` without a driver is a start-up error naming why (exit 1);
+// `--gpu auto` then runs on the simulated device.
+TEST(EmuFlags, GpuCudaWithoutADriverFailsAndAutoFallsBack) {
+  if (void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); lib != nullptr) {
+    dlclose(lib);
+    GTEST_SKIP() << "libcuda.so.1 loads here: --gpu cuda's no-driver error cannot be seen";
+  }
+  char tmpl[] = "/tmp/tandem-emu-gpu-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto read_err = [&] {
+    std::string err;
+    if (FILE* f = fopen((dir + "/stderr").c_str(), "r")) {
+      char b[4096];
+      err.assign(b, fread(b, 1, sizeof b, f));
+      fclose(f);
+    }
+    return err;
+  };
+  {
+    Child c;
+    ASSERT_TRUE(
+        c.start({TANDEM_ENGINE_EMU, "--port", "0", "--runtime-dir", dir + "/run", "--gpu", "cuda"}, dir + "/stderr"));
+    const auto code = c.wait(std::chrono::seconds(10));
+    ASSERT_TRUE(code.has_value()) << "--gpu cuda without a driver still running";
+    EXPECT_EQ(*code, 1);
+    const std::string err = read_err();
+    EXPECT_NE(err.find("--gpu cuda: tandem_gpu_open"), std::string::npos) << err;
+    EXPECT_NE(err.find("libcuda"), std::string::npos) << err;
+    EXPECT_EQ(c.read_line(std::chrono::milliseconds(100)), "") << "it must not serve";
+  }
+  {
+    Child c;
+    ASSERT_TRUE(
+        c.start({TANDEM_ENGINE_EMU, "--port", "0", "--runtime-dir", dir + "/run", "--gpu", "auto"}, dir + "/stderr"));
+    const std::string line = c.read_line(std::chrono::seconds(20));
+    ASSERT_TRUE(line.starts_with("tandem-engine-emu: listening on")) << line << read_err();
+    EXPECT_NE(read_err().find("GPU plane: backend sim ("), std::string::npos) << read_err();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(EmuFlags, BadFlagsExitTwoNamingTheFlag) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--port", "abc"}, std::vector<std::string>{"--bogus"},
-        std::vector<std::string>{"--preset", "no-such-preset"}}) {
+        std::vector<std::string>{"--preset", "no-such-preset"}, std::vector<std::string>{"--gpu", "nvidia"}}) {
     char tmpl[] = "/tmp/tandem-emu-flags-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     const std::string dir = tmpl;

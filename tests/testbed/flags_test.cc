@@ -16,6 +16,7 @@ TEST(Flags, DefaultsAndBothSpellings) {
   EXPECT_EQ(f->preset, "h100-llama3-8b");
   EXPECT_EQ(f->speedup, 1.0);
   EXPECT_EQ(f->kv_block_bytes, 4096u);
+  EXPECT_EQ(f->gpu, "sim");
   f = parse({"--port", "0", "--speedup=20", "--kv-blocks", "128", "--name=e1", "--runtime-dir", "/tmp/x", "--max-seqs",
              "8", "--token-budget=512", "--kv-block-bytes", "1024"});
   ASSERT_TRUE(f) << f.error();
@@ -28,6 +29,28 @@ TEST(Flags, DefaultsAndBothSpellings) {
   EXPECT_EQ(f->token_budget, 512u);
   EXPECT_EQ(f->kv_block_bytes, 1024u);
   EXPECT_TRUE(parse({"--help"})->help);
+}
+
+TEST(Flags, GpuBackend) {
+  for (std::string_view backend : {"sim", "auto", "cuda", "off"}) {
+    auto f = parse({"--gpu", backend});
+    ASSERT_TRUE(f) << f.error();
+    EXPECT_EQ(f->gpu, backend);
+    const std::string joined = "--gpu=" + std::string(backend);
+    f = parse({joined});
+    ASSERT_TRUE(f) << f.error();
+    EXPECT_EQ(f->gpu, backend);
+  }
+  // The last one wins, like every other flag.
+  EXPECT_EQ(parse({"--gpu", "off", "--gpu=cuda"})->gpu, "cuda");
+  for (std::vector<std::string_view> bad :
+       {std::vector<std::string_view>{"--gpu", "CUDA"}, {"--gpu="}, {"--gpu", "none"}, {"--gpu"}}) {
+    auto f = parse(bad);
+    ASSERT_FALSE(f) << "accepted " << bad.back();
+    EXPECT_NE(f.error().find("--gpu"), std::string::npos) << f.error();
+  }
+  EXPECT_NE(parse({"--gpu", "gpu0"}).error().find("sim, auto, cuda, off"), std::string::npos);
+  EXPECT_NE(usage().find("--gpu BACKEND"), std::string::npos);
 }
 
 TEST(Flags, ErrorsNameTheFlag) {

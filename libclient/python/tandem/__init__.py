@@ -375,7 +375,25 @@ def _options(runtime_dir, name, fallback_cap, reconnect_min_ms, reconnect_max_ms
     )
 
 
-class _Client:
+class _Closing:
+    """close() on leaving a ``with`` block and on collection; subclasses
+    define close() (idempotent)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the module may be half gone
+            pass
+
+
+class _Client(_Closing):
     """What engine and runner handles share. Not thread-safe (one thread at
     a time per handle, as in C)."""
 
@@ -412,19 +430,6 @@ class _Client:
         handle, self._handle = self._handle, ctypes.c_void_p()
         if handle:
             self._lib.tandem_close(handle)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the module may be half gone
-            pass
 
     @property
     def closed(self):
@@ -1003,7 +1008,7 @@ class _Handle:
             registry.remove(self)
 
 
-class _Wrapper:
+class _Wrapper(_Closing):
     """What Gpu and LayerStreamer share: a _Handle, context management and
     error checks against tandem_gpu_last_error() of the pool."""
 
@@ -1029,19 +1034,6 @@ class _Wrapper:
         res = getattr(self, "_res", None)
         if res is not None:
             res.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the module may be half gone
-            pass
 
     @property
     def closed(self):
