@@ -125,10 +125,11 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
     }
     send_message(c, ipc::build_ctl_response(code, out));
   } else {
-    send_message(c, ipc::build_ctl_response(
-                        EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions, tools, gpu, metrics, "
-                                            "events, policy, drain, undrain, reload, session-evict, session-kill)",
-                                            command.substr(0, 64))));
+    send_message(
+        c, ipc::build_ctl_response(
+               EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions, tools, gpu, metrics, "
+                                   "events, policy, drain, undrain, reload, session-evict, session-kill)",
+                                   command.substr(0, 64))));
   }
 }
 

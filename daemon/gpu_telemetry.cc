@@ -222,25 +222,33 @@ void gpu_metrics(PromText& p, const GpuTelemetry::Snapshot& snap, const PidAttri
   p.counter("tandem_nvml_sample_failures_total", "NVML samples that failed as a whole (device count unreadable)",
             static_cast<double>(snap.failures));
   if (!snap.sample) return;
-  for (const gpu::NvmlDeviceSample& d : snap.sample->devices) {
-    const std::string gpu = std::to_string(d.index);
+  // Family by family, every GPU within each: the text format wants a
+  // family's samples together.
+  const std::vector<gpu::NvmlDeviceSample>& devices = snap.sample->devices;
+  for (const gpu::NvmlDeviceSample& d : devices) {
     p.gauge("tandem_gpu_info", "each GPU's name and UUID (always 1)", 1,
-            {{"gpu", gpu}, {"name", d.name}, {"uuid", d.uuid}});
-    auto gauge = [&](const char* name, const char* help, const auto& v, double scale) {
-      if (v) p.gauge(name, help, static_cast<double>(*v) * scale, {{"gpu", gpu}});
-    };
-    gauge("tandem_gpu_utilization_ratio", "share of the last NVML sample period in which a kernel ran",
-          d.utilization_gpu_percent, 0.01);
-    gauge("tandem_gpu_memory_utilization_ratio",
-          "share of the last NVML sample period in which device memory was read or written",
-          d.utilization_memory_percent, 0.01);
-    gauge("tandem_gpu_memory_used_bytes", "device memory allocated (with NVML v1, the driver's reserve included)",
-          d.memory_used_bytes, 1);
-    gauge("tandem_gpu_memory_total_bytes", "device memory", d.memory_total_bytes, 1);
-    gauge("tandem_gpu_sm_clock_hz", "SM clock", d.sm_clock_mhz, 1e6);
-    gauge("tandem_gpu_memory_clock_hz", "memory clock", d.memory_clock_mhz, 1e6);
-    gauge("tandem_gpu_power_watts", "board power draw", d.power_mw, 1e-3);
-    gauge("tandem_gpu_temperature_celsius", "GPU die temperature", d.temperature_c, 1);
+            {{"gpu", std::to_string(d.index)}, {"name", d.name}, {"uuid", d.uuid}});
+  }
+  auto family = [&](const char* name, const char* help, auto field, double scale) {
+    for (const gpu::NvmlDeviceSample& d : devices) {
+      const auto& v = d.*field;
+      if (v) p.gauge(name, help, static_cast<double>(*v) * scale, {{"gpu", std::to_string(d.index)}});
+    }
+  };
+  using D = gpu::NvmlDeviceSample;
+  family("tandem_gpu_utilization_ratio", "share of the last NVML sample period in which a kernel ran",
+         &D::utilization_gpu_percent, 0.01);
+  family("tandem_gpu_memory_utilization_ratio",
+         "share of the last NVML sample period in which device memory was read or written",
+         &D::utilization_memory_percent, 0.01);
+  family("tandem_gpu_memory_used_bytes", "device memory allocated (with NVML v1, the driver's reserve included)",
+         &D::memory_used_bytes, 1);
+  family("tandem_gpu_memory_total_bytes", "device memory", &D::memory_total_bytes, 1);
+  family("tandem_gpu_sm_clock_hz", "SM clock", &D::sm_clock_mhz, 1e6);
+  family("tandem_gpu_memory_clock_hz", "memory clock", &D::memory_clock_mhz, 1e6);
+  family("tandem_gpu_power_watts", "board power draw", &D::power_mw, 1e-3);
+  family("tandem_gpu_temperature_celsius", "GPU die temperature", &D::temperature_c, 1);
+  for (const gpu::NvmlDeviceSample& d : devices) {
     if (!d.processes) continue;
     for (const gpu::NvmlProcess& proc : *d.processes) {
       if (!proc.used_bytes) continue;
@@ -248,7 +256,9 @@ void gpu_metrics(PromText& p, const GpuTelemetry::Snapshot& snap, const PidAttri
       p.gauge("tandem_gpu_process_memory_bytes",
               "device memory of each process on each GPU; client: the tandem client it belongs to, \"\" if none",
               static_cast<double>(*proc.used_bytes),
-              {{"gpu", gpu}, {"pid", std::to_string(proc.pid)}, {"client", c != nullptr ? c->name : ""}});
+              {{"gpu", std::to_string(d.index)},
+               {"pid", std::to_string(proc.pid)},
+               {"client", c != nullptr ? c->name : ""}});
     }
   }
 }

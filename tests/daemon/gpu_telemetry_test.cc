@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -358,6 +360,31 @@ TEST(GpuViews, PrometheusFamilies) {
               HasSubstr("tandem_gpu_process_memory_bytes{gpu=\"0\",pid=\"100\",client=\"gpu0-engine\"} 1073741824\n"));
   EXPECT_THAT(t, HasSubstr("tandem_gpu_process_memory_bytes{gpu=\"0\",pid=\"200\",client=\"\"} 2147483648\n"));
   EXPECT_THAT(t, Not(HasSubstr("pid=\"300\""))) << "no number, no sample";
+}
+
+TEST(GpuViews, EachFamilysSamplesStayTogetherAcrossGpus) {
+  GpuTelemetry::Snapshot snap = sample_snapshot();
+  gpu::NvmlDeviceSample second = snap.sample->devices.front();
+  second.index = 1;
+  second.uuid = "GPU-def";
+  snap.sample->devices.push_back(second);
+  PidAttribution clients({}, "/nonexistent-proc");
+  PromText p;
+  gpu_metrics(p, snap, clients);
+  // Walk the samples: once a family is left, it never comes back.
+  std::istringstream lines(p.text());
+  std::set<std::string> done;
+  std::string current;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    if (name == current) continue;
+    EXPECT_FALSE(done.contains(name)) << name << " comes back after other families:\n" << p.text();
+    if (!current.empty()) done.insert(current);
+    current = name;
+  }
+  EXPECT_THAT(p.text(), HasSubstr("tandem_gpu_sm_clock_hz{gpu=\"0\"} 1980000000\ntandem_gpu_sm_clock_hz{gpu=\"1\"} "
+                                  "1980000000\n"));
 }
 
 // ---- pid attribution -------------------------------------------------------------

@@ -235,22 +235,21 @@ TANDEM_API int tandem_streamer_acquire(tandem_layer_streamer* streamer, uint32_t
                                        uint64_t* ret_device_ptr) TANDEM_NOEXCEPT;
 /* Layer `layer`'s kernels are queued on `stream`: once they end, the slot
  * is refilled with layer (layer + K) mod L. */
-TANDEM_API int tandem_streamer_release(tandem_layer_streamer* streamer, uint32_t layer,
-                                       void* stream) TANDEM_NOEXCEPT;
+TANDEM_API int tandem_streamer_release(tandem_layer_streamer* streamer, uint32_t layer, void* stream) TANDEM_NOEXCEPT;
 
 typedef struct tandem_streamer_info {
-  size_t sz;                         /* sizeof the struct */
-  uint32_t layers;                   /* L */
-  uint32_t slots;                    /* K */
-  uint64_t layer_bytes;              /* S */
-  uint64_t device_bytes;             /* K*S resident on the device */
-  uint64_t freed_bytes;              /* (L-K)*S not resident: room for the KV cache */
-  double link_bytes_per_s;           /* B in use (the device's rating if 0 was given) */
-  double required_bytes_per_s;       /* S/T * (L-K)/(L-2): hides the copies of one pass */
-  double back_to_back_bytes_per_s;   /* S/T: hides them with passes back to back */
-  double slowdown_s_per_pass;        /* (L-K)*S/B - (L-2)*T when not hidden, else 0 */
-  uint32_t hidden;                   /* 1: B >= required_bytes_per_s */
-  uint32_t next_layer;               /* the layer the next acquire expects */
+  size_t sz;                       /* sizeof the struct */
+  uint32_t layers;                 /* L */
+  uint32_t slots;                  /* K */
+  uint64_t layer_bytes;            /* S */
+  uint64_t device_bytes;           /* K*S resident on the device */
+  uint64_t freed_bytes;            /* (L-K)*S not resident: room for the KV cache */
+  double link_bytes_per_s;         /* B in use (the device's rating if 0 was given) */
+  double required_bytes_per_s;     /* S/T * (L-K)/(L-2): hides the copies of one pass */
+  double back_to_back_bytes_per_s; /* S/T: hides them with passes back to back */
+  double slowdown_s_per_pass;      /* (L-K)*S/B - (L-2)*T when not hidden, else 0 */
+  uint32_t hidden;                 /* 1: B >= required_bytes_per_s */
+  uint32_t next_layer;             /* the layer the next acquire expects */
 } tandem_streamer_info;
 TANDEM_API int tandem_streamer_info_get(const tandem_layer_streamer* streamer,
                                         tandem_streamer_info* ret_info) TANDEM_NOEXCEPT;
