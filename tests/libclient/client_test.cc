@@ -941,6 +941,7 @@ TEST(CxxWrapper, GpuPoolStreamerAndEngineRecords) {
   // The streamer: a pass over 4 layers with 2 slots.
   std::vector<std::vector<unsigned char>> layers(4, std::vector<unsigned char>(256, 7));
   std::vector<const void*> host;
+  host.reserve(layers.size());
   for (const auto& l : layers) host.push_back(l.data());
   tandem_streamer_options so{};
   so.sz = sizeof so;

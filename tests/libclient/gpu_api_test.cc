@@ -41,7 +41,6 @@ using libclient_testing::FakeDaemon;
 using libclient_testing::pump_until;
 using libclient_testing::TempDir;
 using std::chrono::milliseconds;
-using std::chrono::steady_clock;
 
 // The handshake with room on the event ring for a pool's records.
 void attach(tandem_client* c, FakeDaemon& daemon, std::uint32_t client_id) {
