@@ -387,6 +387,20 @@ class CudaDevice final : public DeviceApi {
     return id;
   }
 
+  base::Result<void*> native_context(GreenCtxId ctx) override {
+    std::lock_guard lock(mu_);
+    if (ctx == 0) return static_cast<void*>(primary_);
+    auto it = contexts_.find(ctx);
+    if (it == contexts_.end()) {
+      return cu_error("cuCtxFromGreenCtx", kCudaErrorInvalidContext, fmt::format("green context {}", ctx));
+    }
+    CUcontext c = nullptr;
+    if (CUresult r = d_.ctx_from_green_ctx(&c, it->second); r != CUDA_SUCCESS) {
+      return d_.error("cuCtxFromGreenCtx", r, fmt::format("green context {}", ctx));
+    }
+    return static_cast<void*>(c);
+  }
+
   base::Result<void*> native_stream(StreamId stream) override {
     std::lock_guard lock(mu_);
     auto s = find_stream("native_stream", stream);

@@ -165,6 +165,11 @@ class DeviceApi {
   // The reverse: the id of a live stream of this device whose native handle
   // is `native` (CUDA_ERROR_INVALID_HANDLE otherwise).
   virtual base::Result<StreamId> stream_for_native(void* native) = 0;
+  // The CUcontext of green context `ctx` (cuCtxFromGreenCtx; 0: the primary
+  // context), for runtime-API code that must make a partition current
+  // (cuCtxPushCurrent) to create its own streams or run library calls in
+  // it. The sim returns a distinct non-null token per context.
+  virtual base::Result<void*> native_context(GreenCtxId ctx) = 0;
 
   // --- Copies and ordering. `dst` may point inside an allocation; `src`
   // should be pinned (alloc_pinned_host) for the copy to be asynchronous.

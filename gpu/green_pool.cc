@@ -276,6 +276,11 @@ StreamId GreenContextPool::stream(std::size_t partition, std::size_t stage) cons
   return *partitions_[partition].slots[stage].stream;
 }
 
+GreenCtxId GreenContextPool::context(std::size_t stage) const {
+  assert(stage < stages_.size());
+  return partitions_[active_].slots[stage].ctx.value_or(0);
+}
+
 base::Result<void> GreenContextPool::begin_pass(std::size_t index) {
   if (index >= partitions_.size()) {
     ++counters_.bad_indices;

@@ -118,6 +118,9 @@ class GreenContextPool {
   StreamId stream(std::size_t stage) const;
   // The stream of `stage` in `partition` (tests, benchmarks).
   StreamId stream(std::size_t partition, std::size_t stage) const;
+  // The green context of `stage` in the active partition; 0 (the primary
+  // context) on a full-device partition.
+  GreenCtxId context(std::size_t stage) const;
 
   // At a forward-pass boundary: switch to `index`. The same index does
   // nothing. ERANGE (counted in bad_indices) keeps the current partition

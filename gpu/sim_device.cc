@@ -22,6 +22,7 @@ std::uint64_t copy_ns(std::uint64_t bytes, double bytes_per_s) {
 // Native stream tokens: distinct, non-null, never dereferenced.
 constexpr std::uintptr_t kNativeStreamBase = 0x5e0000000000;
 constexpr std::uintptr_t kNativeStreamStride = 16;
+constexpr std::uintptr_t kNativeContextBase = 0x5c0000000000;  // + 16 · id; id 0: the primary context
 
 // Device allocations are 256-byte aligned, with a 256-byte gap between them
 // so an overrun never lands in a neighbour.
@@ -278,6 +279,15 @@ base::Result<void*> SimDevice::native_stream(StreamId stream) {
   }
   // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast,performance-no-int-to-ptr): an opaque token
   return reinterpret_cast<void*>(kNativeStreamBase + (stream * kNativeStreamStride));
+}
+
+base::Result<void*> SimDevice::native_context(GreenCtxId ctx) {
+  std::lock_guard lock(mu_);
+  if (ctx != 0 && !contexts_.contains(ctx)) {
+    return cu_error("cuCtxFromGreenCtx", kCudaErrorInvalidContext, fmt::format("green context {}", ctx));
+  }
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast,performance-no-int-to-ptr): an opaque token
+  return reinterpret_cast<void*>(kNativeContextBase + (ctx * kNativeStreamStride));
 }
 
 base::Result<StreamId> SimDevice::stream_for_native(void* native) {

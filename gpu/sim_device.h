@@ -131,6 +131,7 @@ class SimDevice final : public DeviceApi {
   base::Result<StreamId> create_plain_stream(int priority) override;
   base::Result<void*> native_stream(StreamId stream) override;
   base::Result<StreamId> stream_for_native(void* native) override;
+  base::Result<void*> native_context(GreenCtxId ctx) override;
   base::Result<void> copy_h2d_async(DevicePtr dst, const void* src, std::uint64_t bytes, StreamId stream) override;
   base::Result<EventId> create_event() override;
   base::Result<void> destroy_event(EventId event) override;

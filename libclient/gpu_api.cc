@@ -353,6 +353,22 @@ int tandem_gpu_stage(const tandem_gpu* gpu, const char* name, uint32_t* ret_stag
   });
 }
 
+int tandem_gpu_context(tandem_gpu* gpu, uint32_t stage, void** ret_context) noexcept {
+  return guarded_gpu(gpu, "tandem_gpu_context", [&](tandem_gpu& g) {
+    if (ret_context == nullptr) return g.fail(EINVAL, "tandem_gpu_context: ret_context is NULL");
+    if (stage >= g.pool->stage_count()) {
+      return g.fail(EINVAL, fmt::format("tandem_gpu_context: stage {} is out of range (the pool has {} stages)", stage,
+                                        g.pool->stage_count()));
+    }
+    auto native = g.device().native_context(g.pool->context(stage));
+    if (!native) {
+      return g.fail(native.error().code(), fmt::format("tandem_gpu_context: {}", native.error().context()));
+    }
+    *ret_context = *native;
+    return 0;
+  });
+}
+
 int tandem_gpu_stream(tandem_gpu* gpu, uint32_t stage, void** ret_stream) noexcept {
   return guarded_gpu(gpu, "tandem_gpu_stream", [&](tandem_gpu& g) {
     if (ret_stream == nullptr) return g.fail(EINVAL, "tandem_gpu_stream: ret_stream is NULL");

@@ -83,6 +83,7 @@ class Recorder final : public DeviceApi {
     return r;
   }
   base::Result<void*> native_stream(StreamId s) override { return d_.native_stream(s); }
+  base::Result<void*> native_context(GreenCtxId c) override { return d_.native_context(c); }
   base::Result<StreamId> stream_for_native(void* n) override { return d_.stream_for_native(n); }
   base::Result<void> copy_h2d_async(DevicePtr dst, const void* src, std::uint64_t b, StreamId s) override {
     return d_.copy_h2d_async(dst, src, b, s);

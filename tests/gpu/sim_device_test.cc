@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -402,6 +403,24 @@ TEST(SimDevice, NativeStreamsMapBothWays) {
   EXPECT_FALSE(d->stream_for_native(p));
   EXPECT_FALSE(d->native_stream(plain));
   EXPECT_EQ(d->calls().back(), "destroy stream " + std::to_string(plain));
+}
+
+TEST(SimDevice, NativeContextsAreDistinctTokens) {
+  auto d = SimDevice::create().value();
+  auto split = d->split_by_count(2, 16).value();
+  auto a = d->create_green_context(std::span(split.groups).first(1)).value();
+  auto b = d->create_green_context(std::span(split.groups).subspan(1, 1)).value();
+  void* primary = d->native_context(0).value();
+  void* ca = d->native_context(a).value();
+  void* cb = d->native_context(b).value();
+  EXPECT_NE(primary, nullptr);
+  EXPECT_NE(ca, primary);
+  EXPECT_NE(ca, cb);
+  EXPECT_EQ(d->native_context(a).value(), ca) << "stable";
+  auto unknown = d->native_context(b + 10);
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().context().find("CUDA_ERROR_INVALID_CONTEXT"), std::string::npos)
+      << unknown.error().context();
 }
 
 TEST(SimDevice, TeardownWithEverythingLiveIsSafe) {

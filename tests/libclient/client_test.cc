@@ -937,6 +937,10 @@ TEST(CxxWrapper, GpuPoolStreamerAndEngineRecords) {
   void* switched = nullptr;
   ASSERT_EQ(gpu.stream(decode, switched), 0);
   EXPECT_NE(switched, stream);
+  void* context = nullptr;
+  ASSERT_EQ(gpu.context(decode, context), 0);
+  EXPECT_NE(context, nullptr);
+  EXPECT_EQ(gpu.context(9, context), -EINVAL);
 
   // The streamer: a pass over 4 layers with 2 slots.
   std::vector<std::vector<unsigned char>> layers(4, std::vector<unsigned char>(256, 7));

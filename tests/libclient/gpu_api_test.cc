@@ -185,6 +185,31 @@ TEST(GpuApi, ExplicitPartitionsThreeStagesAndAFullDevice) {
   EXPECT_EQ(sms, 132u - 16 - 24);
   ASSERT_EQ(tandem_gpu_partition_sms(g, 2, 0, &sms), 0);
   EXPECT_EQ(sms, 132u);
+
+  // Contexts: the full device runs every stage in the primary context; a
+  // partition gives each stage a green context of its own.
+  void* primary = nullptr;
+  ASSERT_EQ(tandem_gpu_context(g, 2, &primary), 0) << tandem_gpu_last_error(g);
+  void* also_primary = nullptr;
+  ASSERT_EQ(tandem_gpu_context(g, 0, &also_primary), 0);
+  EXPECT_NE(primary, nullptr);
+  EXPECT_EQ(also_primary, primary);
+  ASSERT_EQ(tandem_gpu_set_partition(g, 1), 0);
+  void* decode_ctx = nullptr;
+  void* vision_ctx = nullptr;
+  ASSERT_EQ(tandem_gpu_context(g, 2, &decode_ctx), 0);
+  ASSERT_EQ(tandem_gpu_context(g, 0, &vision_ctx), 0);
+  EXPECT_NE(decode_ctx, primary);
+  EXPECT_NE(decode_ctx, vision_ctx);
+  ASSERT_EQ(tandem_gpu_set_partition(g, 0), 0);
+  void* smaller = nullptr;
+  ASSERT_EQ(tandem_gpu_context(g, 2, &smaller), 0);
+  EXPECT_NE(smaller, decode_ctx) << "another partition, another green context";
+  void* untouched = &sms;
+  EXPECT_EQ(tandem_gpu_context(g, 3, &untouched), -EINVAL);
+  EXPECT_STREQ(tandem_gpu_last_error(g), "tandem_gpu_context: stage 3 is out of range (the pool has 3 stages)");
+  EXPECT_EQ(untouched, &sms);
+  EXPECT_EQ(tandem_gpu_context(g, 0, nullptr), -EINVAL);
   tandem_gpu_close(g);
 }
 

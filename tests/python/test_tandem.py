@@ -529,6 +529,14 @@ class GpuTest(_TempDirTest):
             self.assertEqual(e.strerror, "tandem_gpu_stream: stage 2 is out of range (the pool has 2 stages)")
             self.assertErrno(errno.ENOENT, gpu.stream, "vision")
             self.assertErrno(errno.EINVAL, gpu.stream, -1)
+            # Contexts: one per stage in a partition, another after a switch.
+            cp, cd = gpu.context("prefill"), gpu.context("decode")
+            self.assertNotEqual(cp, 0)
+            self.assertNotEqual(cp, cd)
+            gpu.set_partition(0)
+            self.assertNotEqual(gpu.context("decode"), cd)
+            e = self.assertErrno(errno.EINVAL, gpu.context, 2)
+            self.assertEqual(e.strerror, "tandem_gpu_context: stage 2 is out of range (the pool has 2 stages)")
             self.assertIn("sim", repr(gpu))
 
     def test_switching_partitions(self):

@@ -110,6 +110,14 @@ TANDEM_API int tandem_gpu_stage(const tandem_gpu* gpu, const char* name, uint32_
  * cuda backend, an opaque non-NULL token with sim. Stable until the next
  * tandem_gpu_begin_pass that switches. -EINVAL for a bad stage. */
 TANDEM_API int tandem_gpu_stream(tandem_gpu* gpu, uint32_t stage, void** ret_stream) TANDEM_NOEXCEPT;
+/* The CUcontext of stage `stage` in the active partition (cuCtxFromGreenCtx:
+ * a context with the partition's SMs; the primary context on a full-device
+ * partition), for runtime-API code that must make the partition current
+ * (cuCtxPushCurrent / cuCtxPopCurrent) to create streams of its own or run
+ * library calls that use the current context. An opaque non-NULL token with
+ * sim. Changes with the stream at tandem_gpu_begin_pass. -EINVAL for a bad
+ * stage. */
+TANDEM_API int tandem_gpu_context(tandem_gpu* gpu, uint32_t stage, void** ret_context) TANDEM_NOEXCEPT;
 /* Call at each forward-pass boundary, before launching the pass: reads the
  * partition index the daemon published on the status page and switches to
  * it (the new streams wait for the old ones' queued work). While not

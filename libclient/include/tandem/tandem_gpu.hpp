@@ -76,6 +76,9 @@ class Gpu {
   }
   // A CUstream with the cuda backend, an opaque token with sim.
   int stream(std::uint32_t stage, void*& ret_stream) noexcept { return tandem_gpu_stream(handle_, stage, &ret_stream); }
+  int context(std::uint32_t stage, void*& ret_context) noexcept {
+    return tandem_gpu_context(handle_, stage, &ret_context);
+  }
   int begin_pass(std::uint32_t* ret_partition = nullptr) noexcept {
     return tandem_gpu_begin_pass(handle_, ret_partition);
   }

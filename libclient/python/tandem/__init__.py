@@ -1190,6 +1190,18 @@ class Gpu(_Wrapper):
         )
         return stream.value
 
+    def context(self, stage):
+        """The CUcontext of stage `stage` in the active partition (an index or
+        a name), as an int: a context with the partition's SMs
+        (cuCtxFromGreenCtx; the primary context on a full-device partition),
+        for code that must make the partition current to create streams of
+        its own. An opaque non-zero token with sim. Changes with stream()."""
+        context = ctypes.c_void_p()
+        self._check(
+            self._lib.tandem_gpu_context(self._h(), self._stage(stage), ctypes.byref(context)), "tandem_gpu_context"
+        )
+        return context.value
+
     def begin_pass(self):
         """Call at each forward-pass boundary: switches to the partition the
         daemon chose (fail-open: the current one stays) and returns the

@@ -405,6 +405,7 @@ _SIGNATURES = {
     "tandem_gpu_last_error": (c_char_p, [_gpu_p]),
     "tandem_gpu_stage": (c_int, [_gpu_p, c_char_p, POINTER(c_uint32)]),
     "tandem_gpu_stream": (c_int, [_gpu_p, c_uint32, POINTER(c_void_p)]),
+    "tandem_gpu_context": (c_int, [_gpu_p, c_uint32, POINTER(c_void_p)]),
     "tandem_gpu_begin_pass": (c_int, [_gpu_p, POINTER(c_uint32)]),
     "tandem_gpu_set_partition": (c_int, [_gpu_p, c_uint32]),
     "tandem_gpu_info_get": (c_int, [_gpu_p, POINTER(GpuInfoC)]),
