@@ -20,10 +20,12 @@
 
 #include "base/ids.h"
 #include "ipc/records.h"
+#include "libclient/c_abi.h"
 #include "libclient/client.h"
 #include "tandem/tandem.h"
 
 using tandem::client::Client;
+using tandem::client::read_sized;
 using tandem::client::Role;
 
 namespace {
@@ -39,18 +41,6 @@ static_assert(static_cast<int>(tandem::ipc::RecordType::kPrefetch) == TANDEM_DIR
 static_assert(static_cast<int>(tandem::ipc::KvEventKind::kEvicted) == TANDEM_KV_EVICTED);
 static_assert(static_cast<int>(tandem::ipc::KvEventKind::kDropped) == TANDEM_KV_DROPPED);
 static_assert(static_cast<int>(tandem::ipc::CloseReason::kCancelled) == TANDEM_CLOSE_CANCELLED);
-
-// Reads a caller's sized struct: at least `min_size` bytes must be there, a
-// shorter (older) struct leaves the fields it lacks zero, a longer (newer)
-// one is read up to what we know.
-template <class T>
-bool read_sized(const T* in, std::size_t min_size, T& out) {
-  if (in->sz < min_size) return false;
-  out = T{};
-  std::memcpy(static_cast<void*>(&out), static_cast<const void*>(in), std::min(in->sz, sizeof(T)));
-  out.sz = sizeof(T);
-  return true;
-}
 
 // Records `message` on the handle without letting an allocation failure out.
 int failure(const tandem_client* c, int code, std::string_view message) noexcept {

@@ -27,12 +27,16 @@
 #include "gpu/sim_device.h"
 #include "ipc/channel.h"
 #include "ipc/records.h"
+#include "libclient/c_abi.h"
 #include "libclient/client.h"
 #include "libclient/gpu_handle.h"
 #include "tandem/tandem_gpu.h"
 
 using tandem::client::Client;
+using tandem::client::read_sized;
 using tandem::client::Role;
+using tandem::client::run_guarded;
+using tandem::client::write_sized;
 namespace gpu = tandem::gpu;
 namespace ipc = tandem::ipc;
 
@@ -50,37 +54,13 @@ constexpr std::size_t kModuleNameMax = sizeof(ipc::WeightModule::name) - 1;  // 
 // Why the last tandem_gpu_open on this thread failed (tandem_gpu_last_error(NULL)).
 thread_local std::string open_error;
 
-// A caller's sized struct (api.cc's rule): at least `min_size` bytes, an
-// older shorter one leaves the rest zero, a newer longer one is read up to
-// what this build knows.
-template <class T>
-bool read_sized(const T* in, std::size_t min_size, T& out) {
-  if (in->sz < min_size) return false;
-  out = T{};
-  std::memcpy(static_cast<void*>(&out), static_cast<const void*>(in), std::min(in->sz, sizeof(T)));
-  out.sz = sizeof(T);
-  return true;
-}
-
 // Runs `f` on a live gpu handle; exceptions become -errno with a message.
 template <class H, class F>
 int guarded_gpu(H* gpu, const char* function, F&& f) noexcept {
   if (gpu == nullptr) return -EINVAL;
-  try {
-    return std::forward<F>(f)(*gpu);
-  } catch (const std::bad_alloc&) {
-    try {
-      return gpu->fail(ENOMEM, fmt::format("{}: out of memory", function));
-    } catch (...) {  // NOLINT(bugprone-empty-catch): no memory for the message either
-      return -ENOMEM;
-    }
-  } catch (...) {
-    try {
-      return gpu->fail(EIO, fmt::format("{}: internal error", function));
-    } catch (...) {  // NOLINT(bugprone-empty-catch)
-      return -EIO;
-    }
-  }
+  return run_guarded(
+      function, [&](int code, std::string message) { return gpu->fail(code, std::move(message)); },
+      [&] { return std::forward<F>(f)(*gpu); });
 }
 
 // Runs `f` on a live engine client handle.
@@ -88,22 +68,12 @@ template <class F>
 int guarded_engine(tandem_client* client, const char* function, F&& f) noexcept {
   if (client == nullptr) return -EINVAL;
   Client& c = *client->impl;
-  try {
-    if (c.role() != Role::kEngine) return c.fail(EPERM, fmt::format("{}: not an engine handle", function));
-    return std::forward<F>(f)(c);
-  } catch (const std::bad_alloc&) {
-    try {
-      return c.fail(ENOMEM, fmt::format("{}: out of memory", function));
-    } catch (...) {  // NOLINT(bugprone-empty-catch)
-      return -ENOMEM;
-    }
-  } catch (...) {
-    try {
-      return c.fail(EIO, fmt::format("{}: internal error", function));
-    } catch (...) {  // NOLINT(bugprone-empty-catch)
-      return -EIO;
-    }
-  }
+  return run_guarded(
+      function, [&](int code, std::string message) { return c.fail(code, std::move(message)); },
+      [&] {
+        if (c.role() != Role::kEngine) return c.fail(EPERM, fmt::format("{}: not an engine handle", function));
+        return std::forward<F>(f)(c);
+      });
 }
 
 // CUDA device ordinals libtandem accepts (a bound, so ordinal + 1 cannot overflow).
@@ -433,9 +403,7 @@ int tandem_gpu_info_get(const tandem_gpu* gpu, tandem_gpu_info* ret_info) noexce
     out.bad_indices = g.pool->counters().bad_indices;
     std::vector<std::uint32_t> decode = g.pool->decode_sms();
     for (std::size_t i = 0; i < decode.size(); ++i) out.decode_sms[i] = decode[i];
-    const std::size_t n = std::min(ret_info->sz, sizeof out);
-    std::memcpy(static_cast<void*>(ret_info), &out, n);
-    ret_info->sz = n;
+    write_sized(ret_info, out);
     return 0;
   });
 }

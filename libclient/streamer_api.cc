@@ -21,10 +21,14 @@
 #include <fmt/format.h>
 
 #include "gpu/layer_streamer.h"
+#include "libclient/c_abi.h"
 #include "libclient/gpu_handle.h"
 #include "tandem/tandem_gpu.h"
 
 namespace gpu = tandem::gpu;
+using tandem::client::read_sized;
+using tandem::client::run_guarded;
+using tandem::client::write_sized;
 
 struct tandem_layer_streamer {
   tandem_gpu* gpu;  // outlives the streamer (tandem_gpu.h)
@@ -38,21 +42,9 @@ namespace {
 template <class S, class F>
 int guarded(S* s, const char* function, F&& f) noexcept {
   if (s == nullptr || s->gpu == nullptr) return -EINVAL;
-  try {
-    return std::forward<F>(f)(*s);
-  } catch (const std::bad_alloc&) {
-    try {
-      return s->gpu->fail(ENOMEM, fmt::format("{}: out of memory", function));
-    } catch (...) {  // NOLINT(bugprone-empty-catch): no memory for the message either
-      return -ENOMEM;
-    }
-  } catch (...) {
-    try {
-      return s->gpu->fail(EIO, fmt::format("{}: internal error", function));
-    } catch (...) {  // NOLINT(bugprone-empty-catch)
-      return -EIO;
-    }
-  }
+  return run_guarded(
+      function, [&](int code, std::string message) { return s->gpu->fail(code, std::move(message)); },
+      [&] { return std::forward<F>(f)(*s); });
 }
 
 // The device's stream id for the engine's native stream.
@@ -77,13 +69,12 @@ int create(tandem_gpu* gpu, const tandem_streamer_options* options, const void* 
   if (options == nullptr) return bad("options is NULL");
   if (host_layers == nullptr) return bad("host_layers is NULL");
   if (ret_streamer == nullptr) return bad("ret_streamer is NULL");
-  // A caller's sized struct: every field up to link_bytes_per_s is required
-  // (there is no older version); a newer, longer one is read up to ours.
-  if (options->sz < offsetof(tandem_streamer_options, link_bytes_per_s) + sizeof(double)) {
-    return bad(fmt::format("options->sz {} is too small (at least {})", options->sz, sizeof(tandem_streamer_options)));
-  }
+  // A caller's sized struct: every field is required (there is no older
+  // version); a newer, longer one is read up to ours.
   tandem_streamer_options o{};
-  std::memcpy(static_cast<void*>(&o), static_cast<const void*>(options), std::min(options->sz, sizeof o));
+  if (!read_sized(options, sizeof o, o)) {
+    return bad(fmt::format("options->sz {} is too small (at least {})", options->sz, sizeof o));
+  }
   if (o.reserved != 0) return bad("options->reserved must be 0");
   if (o.layer_compute_us == 0) return bad("options->layer_compute_us must be > 0");
 
@@ -169,10 +160,7 @@ int tandem_streamer_info_get(const tandem_layer_streamer* streamer, tandem_strea
     out.slowdown_s_per_pass = bw.slowdown_s_per_pass;
     out.hidden = bw.ok ? 1 : 0;
     out.next_layer = ls.next_layer();
-    // An older, shorter struct gets what fits; sz says how much was written.
-    const std::size_t n = std::min(ret_info->sz, sizeof out);
-    std::memcpy(static_cast<void*>(ret_info), static_cast<const void*>(&out), n);
-    ret_info->sz = n;
+    write_sized(ret_info, out);
     return 0;
   });
 }
