@@ -2,7 +2,6 @@
 // endpoint driven through a real io_uring as the loop drives it.
 #include "daemon/metrics.h"
 
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "base/clock.h"
+#include "tests/loopback_http.h"
 
 namespace tandem::daemon {
 namespace {
@@ -79,21 +79,7 @@ TEST(ParseListen, LoopbackOnly) {
 
 // A plain blocking HTTP exchange with the endpoint at `port`.
 std::string exchange(std::uint16_t port, const std::string& request) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return "connect failed";
-  }
-  (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return out;
+  return tandem::test_support::loopback_exchange(port, request).value_or("connect failed");
 }
 
 class EndpointTest : public ::testing::Test {
@@ -155,12 +141,8 @@ TEST_F(EndpointTest, ServesMetricsAndRefusesTheRest) {
 }
 
 TEST_F(EndpointTest, SilentClientsExpire) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port_);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = tandem::test_support::loopback_connect(port_);
+  ASSERT_GE(fd, 0);
   // Accept it.
   for (int i = 0; i < 10 && endpoint_->errors() == 0; ++i) {
     ASSERT_TRUE(uring_.wait(std::chrono::milliseconds(20), [&](Tag tag, int res) {

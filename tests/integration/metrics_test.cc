@@ -1,9 +1,6 @@
 // The real tandemd's metrics: scraped over HTTP from its loopback port and
 // through `ctl metrics`, both checked with an independent parser (Debian's
 // python3-prometheus-client), and their values against what a client did.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -13,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/integration/harness.h"
+#include "tests/loopback_http.h"
 
 namespace tandem::it {
 namespace {
@@ -20,22 +18,8 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string http_get(std::uint16_t port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return "";
-  }
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
-  (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return out;
+  return tandem::test_support::loopback_exchange(port, "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n")
+      .value_or("");
 }
 
 // Runs the exposition through prometheus_client's parser; returns its
