@@ -20,9 +20,7 @@
 namespace tandem::sim {
 namespace {
 
-std::filesystem::path dev_trace_path() {
-  return std::filesystem::path(__FILE__).parent_path() / "../../../shared/traces/agentic_dev.jsonl";
-}
+std::filesystem::path dev_trace_path() { return TANDEM_DEV_TRACE; }
 
 // The q-quantile (nearest rank below) of `v`.
 template <class T>
