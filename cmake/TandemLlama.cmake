@@ -62,14 +62,17 @@ if(TANDEM_LLAMA_CUDA OR TANDEM_LLAMA_FROM_SOURCE OR NOT EXISTS "${_prebuilt}")
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
     # Both default to reaching the network.
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
-    -DGGML_NATIVE=ON -DGGML_BACKEND_DL=OFF)
+    -DGGML_BACKEND_DL=OFF)
   if(TANDEM_LLAMA_CUDA)
-    list(APPEND _args -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${TANDEM_LLAMA_CUDA_ARCHITECTURES}")
+    # The CPU part for any x86-64 with AVX2, not this CPU alone: a CUDA build
+    # is often made on one machine and run on the GPU host.
+    list(APPEND _args -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${TANDEM_LLAMA_CUDA_ARCHITECTURES}" -DGGML_NATIVE=OFF)
     if(EXISTS /usr/local/cuda/bin/nvcc)
       list(APPEND _args -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
     endif()
     set(_what "CUDA sm_${TANDEM_LLAMA_CUDA_ARCHITECTURES}, built from source")
   else()
+    list(APPEND _args -DGGML_NATIVE=ON)
     set(_what "CPU (native), built from source")
   endif()
   if(TANDEM_CCACHE AND TANDEM_CCACHE_PROGRAM)
