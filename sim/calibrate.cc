@@ -198,15 +198,25 @@ base::Result<StepFit> fit_step_model(std::span<const StepSample> samples, double
   fit.test_steps = test.size();
   fit.train_rmse_us = std::sqrt(best_sse / static_cast<double>(train.size()));
 
-  const std::vector<StepSample>& eval = test.empty() ? train : test;
+  const StepFit errors = evaluate(fit.model, test.empty() ? std::span<const StepSample>(train)
+                                                          : std::span<const StepSample>(test));
+  fit.test_median_abs_error = errors.test_median_abs_error;
+  fit.shapes = errors.shapes;
+  return fit;
+}
+
+StepFit evaluate(const StepTimeModel& model, std::span<const StepSample> samples) {
+  StepFit fit;
+  fit.model = model;
+  fit.test_steps = samples.size();
   std::vector<double> rel;
   std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_shape;
-  for (const StepSample& s : eval) {
-    const double p = fit.model.step_us(s.shape);
+  for (const StepSample& s : samples) {
+    const double p = model.step_us(s.shape);
     rel.push_back(std::abs(p - s.measured_us) / s.measured_us);
-    auto& [measured, model] = by_shape[shape_class(s)];
+    auto& [measured, predicted] = by_shape[shape_class(s)];
     measured.push_back(s.measured_us);
-    model.push_back(p);
+    predicted.push_back(p);
   }
   fit.test_median_abs_error = median(rel);
   for (auto& [name, mm] : by_shape) {
@@ -265,7 +275,7 @@ std::string preset_json(const Preset& p) {
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-base::Result<Preset> load_preset_file(const std::string& path) {
+base::Result<Preset> load_preset_file(const std::string& path, bool for_calibration) {
   std::ifstream in(path);
   if (!in) return base::make_error(errno != 0 ? errno : ENOENT, fmt::format("{}: {}", path, std::strerror(errno)));
   const json j = json::parse(in, nullptr, false);
@@ -312,7 +322,9 @@ base::Result<Preset> load_preset_file(const std::string& path) {
   } catch (const json::exception& e) {
     return base::make_error(EINVAL, fmt::format("{}: '{}': {}", path, field, e.what()));
   }
-  if (auto v = validate(p); !v) return base::make_error(EINVAL, fmt::format("{}: {}", path, v.error().context()));
+  Preset check = p;
+  if (for_calibration) check.step.b_us_per_token = 1;  // any step model: the fit replaces it
+  if (auto v = validate(check); !v) return base::make_error(EINVAL, fmt::format("{}: {}", path, v.error().context()));
   return p;
 }
 

@@ -58,12 +58,17 @@ struct StepFit {
 
 // EINVAL with fewer than 20 steps or nothing to fit.
 base::Result<StepFit> fit_step_model(std::span<const StepSample> samples, double holdout, std::uint64_t seed);
+// A fitted model's error on other steps (another run's log): test_* and
+// shapes filled, nothing fitted.
+StepFit evaluate(const StepTimeModel& model, std::span<const StepSample> samples);
 std::string describe(const StepFit& fit);  // a table for the terminal and docs
 
 // A preset as a JSON object (every field of Preset, names as in preset.h).
 std::string preset_json(const Preset& p);
-// Reads one back; EINVAL naming the file and the field. The returned
-// preset's name and doc stay valid for the life of the process.
-base::Result<Preset> load_preset_file(const std::string& path);
+// Reads one back; EINVAL naming the file and the field, or what validate()
+// finds wrong. `for_calibration` accepts a preset whose step model is still
+// to be fitted (all zero). The returned preset's name and doc stay valid for
+// the life of the process.
+base::Result<Preset> load_preset_file(const std::string& path, bool for_calibration = false);
 
 }  // namespace tandem::sim

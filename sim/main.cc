@@ -59,6 +59,7 @@ calibration (docs/sim.md "Calibrating from a real engine")
                         the pool and limits come from --preset/--preset-file
   --holdout F           share of steps held back (default 0.2)
   --preset-out FILE     write the calibrated preset as JSON
+  --check STEPLOG       also report the fitted model's error on another run's steps
 )";
 
 // tandem's switches (sched/tandem.h), one ablation run each.
@@ -72,6 +73,7 @@ struct Options {
   std::string preset_file;
   std::string calibrate;
   std::string preset_out;
+  std::string check;
   double holdout = 0.2;
   std::optional<std::size_t> sessions;
   std::vector<double> rates;
@@ -136,7 +138,8 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
     } else if (a == "--fixed-rate") {
       o.poisson = false;
     } else if (a == "--trace" || a == "--synthetic" || a == "--preset" || a == "--tool-cpu" || a == "--json" ||
-               a == "--csv" || a == "--plot" || a == "--preset-file" || a == "--calibrate" || a == "--preset-out") {
+               a == "--csv" || a == "--plot" || a == "--preset-file" || a == "--calibrate" || a == "--preset-out" ||
+               a == "--check") {
       auto v = need(a);
       if (!v) return 2;
       std::string& dst = a == "--trace"         ? o.trace
@@ -145,6 +148,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
                          : a == "--preset-file" ? o.preset_file
                          : a == "--calibrate"   ? o.calibrate
                          : a == "--preset-out"  ? o.preset_out
+                         : a == "--check"       ? o.check
                          : a == "--tool-cpu"    ? o.tool_cpu
                          : a == "--json"        ? o.json
                          : a == "--csv"         ? o.csv
@@ -229,12 +233,13 @@ struct Job {
   std::map<std::string, double> params;
 };
 
-// The preset of --preset or --preset-file.
+// The preset of --preset or --preset-file (for --calibrate, one whose step
+// model is still to be fitted).
 base::Result<Preset> chosen_preset(const Options& o) {
   if (o.preset.empty() == o.preset_file.empty()) {
     return base::make_error(EINVAL, "give exactly one of --preset NAME or --preset-file FILE");
   }
-  return o.preset_file.empty() ? find_preset(o.preset) : load_preset_file(o.preset_file);
+  return o.preset_file.empty() ? find_preset(o.preset) : load_preset_file(o.preset_file, !o.calibrate.empty());
 }
 
 // --calibrate: the fit, printed, and the preset with it written.
@@ -249,6 +254,18 @@ int calibrate(const Options& o) {
     return 1;
   }
   std::cout << describe(*fit);
+  if (!o.check.empty()) {
+    auto other = load_step_log(o.check);
+    if (!other) return usage_error("--check: " + other.error().context());
+    const StepFit e = evaluate(fit->model, *other);
+    std::cout << "\non " << o.check << " (" << e.test_steps << " steps, not fitted on): median |error| "
+              << 100.0 * e.test_median_abs_error << " %\n";
+    for (const ShapeError& s : e.shapes) {
+      std::cout << "  " << s.shape << ": " << s.steps << " steps, measured median " << s.measured_median_us
+                << " us, model " << s.model_median_us << " us (" << (s.error >= 0 ? "+" : "") << 100.0 * s.error
+                << " %)\n";
+    }
+  }
   Preset p = *base_preset;
   p.step = fit->model;
   if (auto v = validate(p); !v) {

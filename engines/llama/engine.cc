@@ -59,7 +59,22 @@ Token filler_token(std::uint64_t session, std::uint32_t pos, std::uint32_t n_voc
 
 }  // namespace
 
-base::Result<std::unique_ptr<LlamaEngine>> LlamaEngine::create(EngineConfig config, std::unique_ptr<Model> model,
+std::shared_ptr<Job> synthetic_round(const std::string& session, std::uint32_t index, std::uint32_t prompt_tokens,
+                                     std::uint32_t max_tokens, bool tool_follows) {
+  CompletionRequest r;
+  r.session_name = session;
+  r.prompt = "task";
+  for (std::uint32_t i = 0; i < index; ++i) r.prompt += " r";
+  r.prompt_tokens = prompt_tokens;
+  r.prompt_tokens_given = true;
+  r.max_tokens = max_tokens;
+  r.temperature = 0.0;
+  r.ignore_eos = true;
+  r.tool_follows = tool_follows;
+  return std::make_shared<Job>(std::move(r), fmt::format("{}-{}", session, index), 0);
+}
+
+base::Result<std::unique_ptr<LlamaEngine>> LlamaEngine::create(EngineConfig config, std::shared_ptr<const Model> model,
                                                                std::unique_ptr<Context> ctx, tandem_client* client) {
   if (config.block_size == 0 || ctx->n_ctx() / config.block_size == 0) {
     return base::make_error(EINVAL, fmt::format("a KV block of {} tokens does not fit the context of {} cells",
@@ -86,7 +101,7 @@ base::Result<std::unique_ptr<LlamaEngine>> LlamaEngine::create(EngineConfig conf
   return e;
 }
 
-LlamaEngine::LlamaEngine(EngineConfig config, std::unique_ptr<Model> model, std::unique_ptr<Context> ctx,
+LlamaEngine::LlamaEngine(EngineConfig config, std::shared_ptr<const Model> model, std::unique_ptr<Context> ctx,
                          tandem_client* client)
     : config_(std::move(config)),
       model_(std::move(model)),
@@ -580,6 +595,9 @@ void LlamaEngine::publish(Time now) {
                  {"threads", ctx_->threads()},
                  {"kv_bytes_per_token", model_->kv_bytes_per_token()}}},
       {"policy", std::string(scheduler_.name())},
+      // Steps take real time (tandem-agents: a real-time engine).
+      {"realtime", true},
+      {"speedup", 1.0},
       {"connected", client_ != nullptr && tandem_connected(client_) == 1},
       {"client_id", client_ != nullptr ? tandem_client_id(client_) : 0},
       {"engine",
@@ -616,6 +634,8 @@ void LlamaEngine::publish(Time now) {
         {"recomputed_tokens", x.recomputed_tokens},
         {"cut_tokens", x.cut_tokens},
         {"seq_evictions", seq_evictions_}}},
+      // Real seconds: llama_decode busy, and block-seconds of pins.
+      {"time", {{"busy_s", busy_s_}, {"pinned_block_seconds", counters_.pinned_block_seconds}}},
       {"tokens",
        {{"prompt", counters_.prompt_tokens},
         {"reused", counters_.reused_tokens},

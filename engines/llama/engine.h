@@ -77,6 +77,13 @@ struct EngineConfig {
   bool record_logits = false;
 };
 
+// Round `index` of `session` as tandem-agents sends it: greedy, the
+// `prompt_tokens` extension (the context grows to that many tokens, the
+// session's previous context first), exactly `max_tokens` generated. For
+// hosts that drive the engine themselves (tests, engine_bench).
+std::shared_ptr<Job> synthetic_round(const std::string& session, std::uint32_t index, std::uint32_t prompt_tokens,
+                                     std::uint32_t max_tokens, bool tool_follows = true);
+
 // Thread-safety: CompletionEngine's calls from any thread; the rest runs on
 // the engine thread.
 class LlamaEngine final : public CompletionEngine, public sim::EngineHost, public TokenSource {
@@ -85,7 +92,7 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
   // tests' reference runs), closed by the destructor once the engine thread
   // has ended. EINVAL for a config the context cannot honour, EIO if the
   // step log cannot be opened.
-  static base::Result<std::unique_ptr<LlamaEngine>> create(EngineConfig config, std::unique_ptr<Model> model,
+  static base::Result<std::unique_ptr<LlamaEngine>> create(EngineConfig config, std::shared_ptr<const Model> model,
                                                            std::unique_ptr<Context> ctx, tandem_client* client);
   ~LlamaEngine() override;
   LlamaEngine(const LlamaEngine&) = delete;
@@ -154,7 +161,7 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
     Time first_scheduled{};
   };
 
-  LlamaEngine(EngineConfig config, std::unique_ptr<Model> model, std::unique_ptr<Context> ctx, tandem_client* client);
+  LlamaEngine(EngineConfig config, std::shared_ptr<const Model> model, std::unique_ptr<Context> ctx, tandem_client* client);
   void run();
   void accept(std::shared_ptr<Job> job, Time now);
   void apply(const tandem_directive& d, Time now);
@@ -171,7 +178,7 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
   std::size_t block_bytes() const { return model_->kv_bytes_per_token() * preset_.block_size; }
 
   EngineConfig config_;
-  std::unique_ptr<Model> model_;
+  std::shared_ptr<const Model> model_;  // shared: a host may run several contexts on one model
   std::unique_ptr<Context> ctx_;
   tandem_client* client_;
   std::string model_name_;

@@ -60,20 +60,9 @@ class LlamaEngineTest : public ::testing::Test {
     return e ? std::move(*e) : nullptr;
   }
 
-  // A round of `session` whose context grows to `prompt` tokens (the
-  // replay's `prompt_tokens` rule: the text extends the previous prompt).
   static std::shared_ptr<Job> round(const std::string& session, std::uint32_t round, std::uint32_t prompt,
                                     std::uint32_t out) {
-    testbed::CompletionRequest r;
-    r.session_name = session;
-    r.prompt = "task";
-    for (std::uint32_t i = 0; i < round; ++i) r.prompt += " r";
-    r.prompt_tokens = prompt;
-    r.prompt_tokens_given = true;
-    r.max_tokens = out;
-    r.temperature = 0.0;
-    r.ignore_eos = true;
-    return std::make_shared<Job>(std::move(r), session + "-" + std::to_string(round), 0);
+    return synthetic_round(session, round, prompt, out);
   }
 
   // Ticks until every job is done; fails the test after `max_ticks`.
