@@ -66,7 +66,9 @@ if(TANDEM_LLAMA_CUDA OR TANDEM_LLAMA_FROM_SOURCE OR NOT EXISTS "${_prebuilt}")
   if(TANDEM_LLAMA_CUDA)
     # The CPU part for any x86-64 with AVX2, not this CPU alone: a CUDA build
     # is often made on one machine and run on the GPU host.
-    list(APPEND _args -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${TANDEM_LLAMA_CUDA_ARCHITECTURES}" -DGGML_NATIVE=OFF)
+    # One GPU: no NCCL (its library is rarely where the engine runs).
+    list(APPEND _args -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${TANDEM_LLAMA_CUDA_ARCHITECTURES}" -DGGML_NATIVE=OFF
+         -DGGML_CUDA_NCCL=OFF)
     if(EXISTS /usr/local/cuda/bin/nvcc)
       list(APPEND _args -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
     endif()
