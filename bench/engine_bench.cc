@@ -71,6 +71,7 @@ struct Options {
   std::vector<std::uint32_t> grid_prefills = {16, 64, 256, 1024, 4096};
   std::uint32_t budget = 512;
   std::string preset_out;
+  std::string preset_name;
   std::string json;
   bool verbose = false;
 };
@@ -90,6 +91,7 @@ what (default: --overhead --offload --resume)
   --preset-out FILE     with --grid: the engine's preset to calibrate (its pool, limits and measured
                         KV copy cost; the step model is what tandem-sim --calibrate fits)
   --ctx N               with --grid: the engine's KV cells (default 65536)
+  --name NAME           with --preset-out: the preset's name (default llama-<model>)
   --grid-batches LIST   with --grid: sessions decoding together (default 1,2,4,8,16,32)
   --grid-contexts LIST  with --grid: their contexts (default 128,1024,3072)
   --grid-prefills LIST  with --grid: prompt lengths prefilled alone (default 16,64,256,1024,4096)
@@ -394,7 +396,7 @@ int grid(const Options& o) {
   // sequence's KV costs to copy out and back (2,048 tokens, median of 5;
   // the simulator charges it per token both ways).
   sim::Preset p = (*e)->preset();
-  const std::string name = fmt::format("llama-{}", p.name);
+  const std::string name = o.preset_name.empty() ? fmt::format("llama-{}", p.name) : o.preset_name;
   const std::string doc = fmt::format("tandem-llama on {} ({}), fitted by tandem-sim --calibrate", o.model,
                                       std::string(build_info()));
   p.name = name;
@@ -458,6 +460,9 @@ int main(int argc, char** argv) {
     } else if (a == "--grid") {
       o.grid = value();
       if (o.grid.empty()) return usage_error("--grid needs a file");
+    } else if (a == "--name") {
+      o.preset_name = value();
+      if (o.preset_name.empty()) return usage_error("--name needs a name");
     } else if (a == "--preset-out") {
       o.preset_out = value();
       if (o.preset_out.empty()) return usage_error("--preset-out needs a file");

@@ -30,6 +30,18 @@ using testbed::Job;
 
 constexpr std::uint32_t kBlock = 16;
 
+// The tiny model (the build's, or $TANDEM_TINY_MODEL where the binary runs
+// elsewhere), and the layers to put on a GPU ($TANDEM_LLAMA_GPU_LAYERS, -1
+// all: scripts/gpu-suite runs these tests on the GPU).
+std::string tiny_model() {
+  const char* env = std::getenv("TANDEM_TINY_MODEL");
+  return env != nullptr && *env != '\0' ? env : TANDEM_TINY_MODEL;
+}
+int gpu_layers() {
+  const char* env = std::getenv("TANDEM_LLAMA_GPU_LAYERS");
+  return env != nullptr && *env != '\0' ? std::atoi(env) : 0;
+}
+
 class LlamaEngineTest : public ::testing::Test {
  public:
   static void SetUpTestSuite() { init("llama_engine_test", std::getenv("TANDEM_LLAMA_VERBOSE") != nullptr); }
@@ -37,7 +49,7 @@ class LlamaEngineTest : public ::testing::Test {
   // A fresh engine (no daemon: every round runnable, the fcfs step half).
   std::unique_ptr<LlamaEngine> engine(std::uint32_t ctx_cells = 4096, std::uint32_t max_seqs = 8,
                                       std::uint32_t budget = 256) {
-    auto model = Model::load({TANDEM_TINY_MODEL, 0});
+    auto model = Model::load({tiny_model(), gpu_layers()});
     EXPECT_TRUE(model) << model.error().context();
     if (!model) return nullptr;
     ContextOptions co;
