@@ -397,8 +397,8 @@ int grid(const Options& o) {
   // the simulator charges it per token both ways).
   sim::Preset p = (*e)->preset();
   const std::string name = o.preset_name.empty() ? fmt::format("llama-{}", p.name) : o.preset_name;
-  const std::string doc = fmt::format("tandem-llama on {} ({}), fitted by tandem-sim --calibrate", o.model,
-                                      std::string(build_info()));
+  const std::string doc =
+      fmt::format("tandem-llama on {} ({}), fitted by tandem-sim --calibrate", o.model, std::string(build_info()));
   p.name = name;
   p.doc = doc;
   e->reset();
@@ -411,7 +411,8 @@ int grid(const Options& o) {
   Batch b(512);
   for (std::uint32_t q = 0; q < kTokens; q += 512) {
     b.clear();
-    for (std::uint32_t i = q; i < q + 512; ++i) b.add(static_cast<Token>(1000 + i), static_cast<std::int32_t>(i), 0, false);
+    for (std::uint32_t i = q; i < q + 512; ++i)
+      b.add(static_cast<Token>(1000 + i), static_cast<std::int32_t>(i), 0, false);
     r->ctx->decode(b);
   }
   std::vector<std::uint8_t> state;

@@ -139,9 +139,10 @@ base::Result<std::vector<StepSample>> load_step_log(const std::string& path) {
       s.decode_seqs = j.value("decode_seqs", 0u);
       s.measured_us = j.at("step_us").get<double>();
     } catch (const json::exception& e) {
-      return std::unexpected(bad_file(path, n, fmt::format("a step needs tokens, prefill_pairs, decode_context, "
-                                                           "seqs and step_us ({})",
-                                                           e.what())));
+      return std::unexpected(bad_file(path, n,
+                                      fmt::format("a step needs tokens, prefill_pairs, decode_context, "
+                                                  "seqs and step_us ({})",
+                                                  e.what())));
     }
     if (!(s.measured_us > 0) || !std::isfinite(s.measured_us) || s.shape.seqs == 0) {
       return std::unexpected(bad_file(path, n, "step_us must be positive and seqs at least 1"));
@@ -198,8 +199,8 @@ base::Result<StepFit> fit_step_model(std::span<const StepSample> samples, double
   fit.test_steps = test.size();
   fit.train_rmse_us = std::sqrt(best_sse / static_cast<double>(train.size()));
 
-  const StepFit errors = evaluate(fit.model, test.empty() ? std::span<const StepSample>(train)
-                                                          : std::span<const StepSample>(test));
+  const StepFit errors =
+      evaluate(fit.model, test.empty() ? std::span<const StepSample>(train) : std::span<const StepSample>(test));
   fit.test_median_abs_error = errors.test_median_abs_error;
   fit.shapes = errors.shapes;
   return fit;
@@ -240,8 +241,8 @@ std::string describe(const StepFit& f) {
       m.saturating_tokens());
   s += fmt::format("fitted on {} steps (RMSE {:.1f} µs); {} held back: median |error| {:.1f} %\n", f.train_steps,
                    f.train_rmse_us, f.test_steps, 100.0 * f.test_median_abs_error);
-  s += fmt::format("{:<26} {:>6} {:>14} {:>12} {:>8}\n", "held-back steps by shape", "steps", "measured med", "model med",
-                   "error");
+  s += fmt::format("{:<26} {:>6} {:>14} {:>12} {:>8}\n", "held-back steps by shape", "steps", "measured med",
+                   "model med", "error");
   for (const ShapeError& e : f.shapes) {
     s += fmt::format("{:<26} {:>6} {:>11.0f} µs {:>9.0f} µs {:>+7.1f}%\n", e.shape, e.steps, e.measured_median_us,
                      e.model_median_us, 100.0 * e.error);

@@ -599,8 +599,8 @@ int run(const ReplayFlags& flags) {
                               flags.compress));
     }
     if (before->value("model", "") != preset->name) {
-      return fail(fmt::format("the engine serves preset '{}' but --preset is '{}'", before->value("model", ""),
-                              preset->name));
+      return fail(
+          fmt::format("the engine serves preset '{}' but --preset is '{}'", before->value("model", ""), preset->name));
     }
   }
   const std::string policy = before->value("policy", "fcfs");

@@ -39,7 +39,7 @@ class Job {
     bool done = false;                // all tokens generated
     int status = 0;                   // non-zero: failed with this HTTP status
     std::string error;
-    std::string session;                  // the session's name
+    std::string session;                   // the session's name
     std::string finish_reason = "length";  // "length", or "stop" at an end-of-generation token
   };
   // Waits until more than `seen` tokens exist, the job ends, or `deadline`.

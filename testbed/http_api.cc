@@ -74,14 +74,14 @@ void complete(const httplib::Request& req, httplib::Response& res, CompletionEng
       send_error(res, p.status, p.error, "server_error");
       return;
     }
-    res.set_content(completion_reply(job->request(), reply_info(*job, p, model), job->text(0, p.tokens),
-                                     p.finish_reason),
-                    "application/json");
+    res.set_content(
+        completion_reply(job->request(), reply_info(*job, p, model), job->text(0, p.tokens), p.finish_reason),
+        "application/json");
     return;
   }
   res.set_header("Cache-Control", "no-cache");
   struct Stream {
-    std::uint32_t sent = 0;     // tokens sent
+    std::uint32_t sent = 0;    // tokens sent
     bool finish_sent = false;  // a chunk carried finish_reason
   };
   auto st = std::make_shared<Stream>();

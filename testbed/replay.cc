@@ -320,7 +320,8 @@ std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, 
       "# tandemd for a tandem-agents run compressed {}x (tandem-agents daemon-config):\n"
       "# the policy's durations{}, and the tick, divided by {}.\n"
       "[policy]\nname = {}\ntick_ms = {}\n",
-      compress, realtime != nullptr ? " (its per-work costs are the real-time engine's preset's)" : " and per-work costs",
+      compress,
+      realtime != nullptr ? " (its per-work costs are the real-time engine's preset's)" : " and per-work costs",
       compress, toml_string(policy), c.tick_ms);
   if (!c.params.empty()) {
     t += "\n[policy.params]\n";

@@ -349,9 +349,8 @@ void LlamaEngine::release_runnable(Time now) {
     w.output_tokens = r.max_tokens;
     w.shared_prefix = s.shared;
     w.last_round = !r.tool_follows;
-    w.priority = client_ != nullptr
-                     ? static_cast<std::uint8_t>(std::clamp(tandem_session_priority(client_, id), 0, 255))
-                     : 0;
+    w.priority =
+        client_ != nullptr ? static_cast<std::uint8_t>(std::clamp(tandem_session_priority(client_, id), 0, 255)) : 0;
     w.submitted = s.submitted;
     w.content = &s.content;
     s.job->set_cached(std::min(engine_.prefix_hit(id, s.shared, s.content), s.prompt_tokens - 1));
@@ -586,14 +585,15 @@ void LlamaEngine::publish(Time now) {
   json out = {
       {"model", model_name_},
       {"engine_name", config_.name},
-      {"llama", {{"build", std::string(build_info())},
-                 {"model_file", model_->path()},
-                 {"model_desc", model_->description()},
-                 {"n_ctx", ctx_->n_ctx()},
-                 {"n_seq_max", ctx_->n_seq_max()},
-                 {"n_batch", ctx_->n_batch()},
-                 {"threads", ctx_->threads()},
-                 {"kv_bytes_per_token", model_->kv_bytes_per_token()}}},
+      {"llama",
+       {{"build", std::string(build_info())},
+        {"model_file", model_->path()},
+        {"model_desc", model_->description()},
+        {"n_ctx", ctx_->n_ctx()},
+        {"n_seq_max", ctx_->n_seq_max()},
+        {"n_batch", ctx_->n_batch()},
+        {"threads", ctx_->threads()},
+        {"kv_bytes_per_token", model_->kv_bytes_per_token()}}},
       {"policy", std::string(scheduler_.name())},
       // Steps take real time (tandem-agents: a real-time engine).
       {"realtime", true},

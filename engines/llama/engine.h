@@ -64,10 +64,10 @@ using testbed::RequestLimits;
 using testbed::SubmitStatus;
 
 struct EngineConfig {
-  std::string name;               // this engine's name, for anonymous session names
-  std::uint32_t block_size = 16;  // tokens per KV block of the ledger
-  std::uint32_t max_seqs = 64;    // sequences per step
-  std::uint32_t token_budget = 0; // tokens per step; 0: the context's batch size
+  std::string name;                // this engine's name, for anonymous session names
+  std::uint32_t block_size = 16;   // tokens per KV block of the ledger
+  std::uint32_t max_seqs = 64;     // sequences per step
+  std::uint32_t token_budget = 0;  // tokens per step; 0: the context's batch size
   // Sessions holding a sequence beyond which idle ones (no round running)
   // give theirs back, least recently used first; 0: n_seq_max − max_seqs.
   std::uint32_t idle_seq_limit = 0;
@@ -154,14 +154,15 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
     std::uint32_t round = 0;
     std::uint32_t shared = 0;
     std::unique_ptr<Sampler> sampler;
-    std::string pending_piece;  // the token sampled this step, delivered by token()
-    bool stopped = false;       // sampled an end-of-generation token
+    std::string pending_piece;           // the token sampled this step, delivered by token()
+    bool stopped = false;                // sampled an end-of-generation token
     std::vector<std::uint64_t> digests;  // EngineConfig::record_logits
     Time submitted{};
     Time first_scheduled{};
   };
 
-  LlamaEngine(EngineConfig config, std::shared_ptr<const Model> model, std::unique_ptr<Context> ctx, tandem_client* client);
+  LlamaEngine(EngineConfig config, std::shared_ptr<const Model> model, std::unique_ptr<Context> ctx,
+              tandem_client* client);
   void run();
   void accept(std::shared_ptr<Job> job, Time now);
   void apply(const tandem_directive& d, Time now);

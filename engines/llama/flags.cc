@@ -51,9 +51,9 @@ carried out on llama.cpp's cache, an OpenAI-style HTTP API.
 
 std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> args) {
   Flags f;
-  static constexpr std::string_view kKnown[] = {"--model",        "--port",   "--runtime-dir", "--name",
-                                                "--ctx",          "--block-size", "--max-seqs", "--token-budget",
-                                                "--ubatch",       "--threads", "--gpu-layers", "--step-log"};
+  static constexpr std::string_view kKnown[] = {"--model",  "--port",       "--runtime-dir", "--name",
+                                                "--ctx",    "--block-size", "--max-seqs",    "--token-budget",
+                                                "--ubatch", "--threads",    "--gpu-layers",  "--step-log"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
     if (a == "--help" || a == "-h") {
@@ -118,8 +118,8 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
     return std::unexpected(fmt::format("--block-size: {} tokens do not fit --ctx {}", f.block_size, f.ctx));
   }
   if (f.token_budget < f.block_size) {
-    return std::unexpected(fmt::format("--token-budget: {} is below one KV block ({} tokens)", f.token_budget,
-                                       f.block_size));
+    return std::unexpected(
+        fmt::format("--token-budget: {} is below one KV block ({} tokens)", f.token_budget, f.block_size));
   }
   return f;
 }

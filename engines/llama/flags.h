@@ -14,8 +14,8 @@ struct Flags {
   bool help = false;
   std::string model;  // GGUF file (required)
   std::uint16_t port = 8000;
-  std::string runtime_dir;  // empty: $TANDEM_RUNTIME_DIR, else /run/tandem
-  std::string name;         // empty: llama-<port>
+  std::string runtime_dir;           // empty: $TANDEM_RUNTIME_DIR, else /run/tandem
+  std::string name;                  // empty: llama-<port>
   std::uint32_t ctx = 16384;         // KV cells of the unified cache
   std::uint32_t block_size = 16;     // tokens per ledger block
   std::uint32_t max_seqs = 32;       // sequences per step

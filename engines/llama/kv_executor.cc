@@ -146,8 +146,8 @@ void KvExecutor::computed(SessionId session, std::uint32_t first_token, std::uin
   }
   const std::span<const Token> ids = tokens_.tokens(session);
   if (ids.size() < static_cast<std::size_t>(first_token) + tokens) {
-    violation(fmt::format("session {:016x}: the step computes tokens [{}, {}) of a context of {}", session,
-                          first_token, first_token + tokens, ids.size()));
+    violation(fmt::format("session {:016x}: the step computes tokens [{}, {}) of a context of {}", session, first_token,
+                          first_token + tokens, ids.size()));
     return;
   }
   cut(s, first_token);

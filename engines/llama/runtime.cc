@@ -119,8 +119,8 @@ base::Result<std::unique_ptr<Model>> Model::load(const ModelOptions& options) {
   llama_model* m = llama_model_load_from_file(path.c_str(), p);
   if (m == nullptr) {
     const std::string why = take_errors();
-    return base::make_error(EINVAL,
-                            fmt::format("{}: llama.cpp cannot load it: {}", path, why.empty() ? "no reason given" : why));
+    return base::make_error(
+        EINVAL, fmt::format("{}: llama.cpp cannot load it: {}", path, why.empty() ? "no reason given" : why));
   }
   // K and V per layer: head_count_kv × key/value length, f16.
   const std::string arch = meta(m, "general.architecture");
@@ -135,7 +135,10 @@ base::Result<std::unique_ptr<Model>> Model::load(const ModelOptions& options) {
 }
 
 Model::Model(llama_model* model, std::string path, std::size_t kv_bytes_per_token)
-    : model_(model), path_(std::move(path)), vocab_(llama_model_get_vocab(model)), kv_bytes_per_token_(kv_bytes_per_token) {}
+    : model_(model),
+      path_(std::move(path)),
+      vocab_(llama_model_get_vocab(model)),
+      kv_bytes_per_token_(kv_bytes_per_token) {}
 
 Model::~Model() { llama_model_free(model_); }
 
@@ -178,7 +181,8 @@ struct Batch::Raw {
   llama_batch b;
 };
 
-Batch::Batch(std::uint32_t capacity) : capacity_(capacity), raw_(new Raw{llama_batch_init(static_cast<std::int32_t>(capacity), 0, 1)}) {}
+Batch::Batch(std::uint32_t capacity)
+    : capacity_(capacity), raw_(new Raw{llama_batch_init(static_cast<std::int32_t>(capacity), 0, 1)}) {}
 
 Batch::~Batch() { llama_batch_free(raw_->b); }
 
@@ -202,8 +206,8 @@ std::uint32_t Batch::size() const { return static_cast<std::uint32_t>(raw_->b.n_
 
 base::Result<std::unique_ptr<Context>> Context::create(const Model& model, const ContextOptions& o) {
   if (o.n_seq_max == 0 || o.n_seq_max > llama_max_parallel_sequences()) {
-    return base::make_error(EINVAL, fmt::format("{} sequences: llama.cpp takes 1 to {}", o.n_seq_max,
-                                                 llama_max_parallel_sequences()));
+    return base::make_error(
+        EINVAL, fmt::format("{} sequences: llama.cpp takes 1 to {}", o.n_seq_max, llama_max_parallel_sequences()));
   }
   if (o.n_ctx == 0 || o.n_batch == 0 || o.n_ubatch == 0) {
     return base::make_error(EINVAL, "the context, batch and micro-batch sizes must be positive");
@@ -273,7 +277,8 @@ const float* Context::logits(int i) const { return llama_get_logits_ith(ctx_, i)
 
 // ---- Sampler --------------------------------------------------------------------
 
-Sampler::Sampler(double temperature, std::uint64_t seed) : chain_(llama_sampler_chain_init(llama_sampler_chain_default_params())) {
+Sampler::Sampler(double temperature, std::uint64_t seed)
+    : chain_(llama_sampler_chain_init(llama_sampler_chain_default_params())) {
   if (temperature <= 0.0) {
     llama_sampler_chain_add(chain_, llama_sampler_init_greedy());
   } else {

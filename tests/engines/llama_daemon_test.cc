@@ -49,8 +49,9 @@ class LlamaProcess {
   void start(const std::string& dir, const std::vector<std::string>& extra = {}) {
     out_ = dir + "/llama.out";
     log_ = dir + "/llama.log";
-    std::vector<std::string> argv = {LLAMA_PATH, "--model", TANDEM_TINY_MODEL, "--port",  "0", "--runtime-dir",
-                                     dir,        "--name",  "llama-0",         "--ctx", "2048", "--threads", "1"};
+    std::vector<std::string> argv = {LLAMA_PATH, "--model", TANDEM_TINY_MODEL, "--port", "0",    "--runtime-dir",
+                                     dir,        "--name",  "llama-0",         "--ctx",  "2048", "--threads",
+                                     "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc_.start(argv, out_, log_);
     const std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
@@ -166,12 +167,13 @@ TEST(LlamaDaemon, AStreamSurvivesTheDaemonKilledMidwayAndTheEngineReconnects) {
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/completions";
-    req.body = json{{"prompt", "a story"},
-                    {"max_tokens", kTokens},
-                    {"stream", true},
-                    {"session_id", "streamer"},
-                    {"ignore_eos", true}}
-                   .dump();
+    req.body = json{
+        {"prompt", "a story"},
+        {"max_tokens", kTokens},
+        {"stream", true},
+        {"session_id", "streamer"},
+        {"ignore_eos",
+         true}}.dump();
     req.set_header("Content-Type", "application/json");
     req.content_receiver = [&](const char* data, std::size_t len, std::uint64_t, std::uint64_t) {
       buffer.append(data, len);
@@ -197,8 +199,7 @@ TEST(LlamaDaemon, AStreamSurvivesTheDaemonKilledMidwayAndTheEngineReconnects) {
   EXPECT_FALSE(llama.stats().value("connected", true));
 
   daemon.start();
-  EXPECT_TRUE(eventually([&] { return llama.stats().value("connected", false); }, 15s))
-      << llama.log() << daemon.log();
+  EXPECT_TRUE(eventually([&] { return llama.stats().value("connected", false); }, 15s)) << llama.log() << daemon.log();
   EXPECT_EQ(llama.stop(), 0);
 }
 
