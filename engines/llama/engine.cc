@@ -90,7 +90,6 @@ base::Result<std::unique_ptr<LlamaEngine>> LlamaEngine::create(EngineConfig conf
                                                 "sessions' sequences",
                                                 config.max_seqs, ctx->n_seq_max()));
   }
-  if (config.idle_seq_limit == 0) config.idle_seq_limit = ctx->n_seq_max() - config.max_seqs;
   std::FILE* log = nullptr;
   if (!config.step_log.empty()) {
     log = std::fopen(config.step_log.c_str(), "we");
@@ -119,7 +118,7 @@ LlamaEngine::LlamaEngine(EngineConfig config, std::shared_ptr<const Model> model
       }()),
       limits_{config_.token_budget, config_.max_seqs, /*link_time_scale=*/0.0},
       scheduler_(client),
-      kv_(std::make_unique<KvExecutor>(*ctx_, config_.block_size, *this)),
+      kv_(std::make_unique<KvExecutor>(*ctx_, config_.block_size, *this, config_.host_kv_bytes)),
       engine_(0, preset_, limits_, scheduler_, *this, counters_) {
   preset_.name = model_name_;
   engine_.set_kv_observer(kv_.get());
@@ -253,8 +252,10 @@ LlamaEngine::Tick LlamaEngine::tick() {
   }
   release_runnable(now);
   engine_.complete_offloads(now);
+  forget_evicted_hosts();
   spare_sequences(now);
   const bool ran = step(now);
+  forget_evicted_hosts();
 
   now = clock_.now();
   if (now - last_report_ >= kReportPeriod) report_stats(now);
@@ -359,6 +360,14 @@ void LlamaEngine::release_runnable(Time now) {
     s.held = false;
     return true;
   });
+}
+
+// Host copies the executor forgot for its budget: the ledger forgets them
+// too, so no step plans a reload from them.
+void LlamaEngine::forget_evicted_hosts() {
+  for (SessionId id : kv_->take_evicted_hosts()) {
+    if (Session* s = find(id); s != nullptr) s->content.host_tokens = 0;
+  }
 }
 
 // Sequence ids are llama.cpp's scarcest resource after cells (256 at most):
@@ -630,6 +639,7 @@ void LlamaEngine::publish(Time now) {
         {"offload_s", static_cast<double>(x.offload_ns) * 1e-9},
         {"restore_s", static_cast<double>(x.restore_ns) * 1e-9},
         {"host_bytes", x.host_bytes},
+        {"host_evictions", x.host_evictions},
         {"restore_failures", x.restore_failures},
         {"recomputed_tokens", x.recomputed_tokens},
         {"cut_tokens", x.cut_tokens},

@@ -68,9 +68,9 @@ struct EngineConfig {
   std::uint32_t block_size = 16;   // tokens per KV block of the ledger
   std::uint32_t max_seqs = 64;     // sequences per step
   std::uint32_t token_budget = 0;  // tokens per step; 0: the context's batch size
-  // Sessions holding a sequence beyond which idle ones (no round running)
-  // give theirs back, least recently used first; 0: n_seq_max − max_seqs.
-  std::uint32_t idle_seq_limit = 0;
+  // Bytes of KV copies in host memory (OFFLOAD) at most; beyond, the least
+  // recently used copies are forgotten. 0: no bound.
+  std::uint64_t host_kv_bytes = 0;
   std::string step_log;  // JSONL of every step's shape and time ("": none)
   // Keep a digest (xxh64) of every logits row a token is sampled from, per
   // session: what tests compare to prove two runs bit-identical.
@@ -169,6 +169,7 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
   std::deque<std::shared_ptr<Job>> arrived_;  // tick()'s scratch
   void release_runnable(Time now);
   void spare_sequences(Time now);
+  void forget_evicted_hosts();
   bool step(Time now);  // false: nothing to run
   void end_round(Session& s);
   void report_stats(Time now);

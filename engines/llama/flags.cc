@@ -43,6 +43,8 @@ carried out on llama.cpp's cache, an OpenAI-style HTTP API.
   --ubatch N           tokens per compute graph (default 512)
   --threads N          CPU threads; 0: every CPU it may run on (default 0)
   --gpu-layers N       layers on the GPU, -1 all (a CUDA build of llama.cpp; default 0)
+  --host-kv-mb N       MiB of offloaded KV kept in host memory, least recently used dropped
+                       beyond; 0 no bound (default: a quarter of the machine's memory)
   --step-log FILE      one JSON line per step: its shape and measured time
   --verbose            llama.cpp's own log too
   --help               this text
@@ -53,7 +55,8 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
   Flags f;
   static constexpr std::string_view kKnown[] = {"--model",  "--port",       "--runtime-dir", "--name",
                                                 "--ctx",    "--block-size", "--max-seqs",    "--token-budget",
-                                                "--ubatch", "--threads",    "--gpu-layers",  "--step-log"};
+                                                "--ubatch", "--threads",    "--gpu-layers",  "--step-log",
+                                                "--host-kv-mb"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
     if (a == "--help" || a == "-h") {
@@ -107,6 +110,8 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
       set(f.threads, 0, 4096);
     } else if (flag == "--gpu-layers") {
       set(f.gpu_layers, -1, 100000);
+    } else if (flag == "--host-kv-mb") {
+      set(f.host_kv_mb, 0, std::int64_t{1} << 40);
     } else if (flag == "--step-log") {
       if (value.empty()) return std::unexpected("--step-log: empty path");
       f.step_log = value;

@@ -23,6 +23,7 @@ struct Flags {
   std::uint32_t ubatch = 512;        // tokens per compute graph
   int threads = 0;                   // 0: every CPU this process may run on
   int gpu_layers = 0;                // -1: all (a CUDA build)
+  std::int64_t host_kv_mb = -1;      // host copies of offloaded KV, MiB; -1: a quarter of the memory, 0: no bound
   std::string step_log;              // JSONL of every step
   bool verbose = false;
 };

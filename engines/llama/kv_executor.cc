@@ -19,8 +19,8 @@ constexpr std::size_t idx(KvPlace p) { return static_cast<std::size_t>(p); }
 
 }  // namespace
 
-KvExecutor::KvExecutor(Context& ctx, std::uint32_t block_size, const TokenSource& tokens)
-    : ctx_(ctx), block_size_(block_size), tokens_(tokens), batch_(ctx.n_batch()) {
+KvExecutor::KvExecutor(Context& ctx, std::uint32_t block_size, const TokenSource& tokens, std::uint64_t host_budget)
+    : ctx_(ctx), block_size_(block_size), tokens_(tokens), host_budget_(host_budget), batch_(ctx.n_batch()) {
   const auto n = static_cast<SeqId>(ctx.n_seq_max());
   free_seqs_.reserve(static_cast<std::size_t>(n));
   for (SeqId s = n - 1; s >= 0; --s) free_seqs_.push_back(s);  // id 0 first
@@ -96,6 +96,7 @@ void KvExecutor::moved(SessionId session, KvPlace from, KvPlace to, std::uint32_
       stats_.offloaded_bytes += s.host.size();
       stats_.offload_ns += ns_since(t0);
       stats_.host_bytes += s.host.size();
+      enforce_host_budget(session);
     } else {
       violation(fmt::format("session {:016x}: llama_state_seq_get_data failed on sequence {}", session, s.id));
       s.host.clear();
@@ -199,6 +200,37 @@ void KvExecutor::begin() {
 int KvExecutor::decode() {
   if (batch_.size() == 0) return 0;
   return ctx_.decode(batch_);
+}
+
+void KvExecutor::enforce_host_budget(SessionId keep) {
+  if (host_budget_ == 0) return;
+  while (stats_.host_bytes > host_budget_) {
+    // The least recently used copy, the one just made last of all.
+    SessionId victim = 0;
+    const Seq* oldest = nullptr;
+    for (const auto& [session, s] : seqs_) {
+      if (s.host.empty() || session == keep) continue;
+      if (oldest == nullptr || s.touched < oldest->touched) {
+        oldest = &s;
+        victim = session;
+      }
+    }
+    if (oldest == nullptr) victim = keep;  // the new copy alone is over the budget
+    Seq& v = seqs_.at(victim);
+    if (v.host.empty()) return;
+    stats_.host_bytes -= v.host.size();
+    std::vector<std::uint8_t>().swap(v.host);
+    v.host_tokens = v.host_valid = 0;
+    ++stats_.host_evictions;
+    evicted_hosts_.push_back(victim);
+    if (v.id < 0 && total_blocks(v) == 0) seqs_.erase(victim);
+  }
+}
+
+std::vector<SessionId> KvExecutor::take_evicted_hosts() {
+  std::vector<SessionId> out;
+  out.swap(evicted_hosts_);
+  return out;
 }
 
 void KvExecutor::trim_host(SessionId session, std::uint32_t tokens) {

@@ -53,6 +53,7 @@ struct KvExecutorStats {
   std::uint64_t offloaded_bytes = 0, restored_bytes = 0;
   std::uint64_t offload_ns = 0, restore_ns = 0;
   std::uint64_t host_bytes = 0;         // held in host copies now
+  std::uint64_t host_evictions = 0;     // copies dropped for the host budget
   std::uint64_t restore_failures = 0;   // restores that did not fit; the tokens were recomputed
   std::uint64_t recomputed_tokens = 0;  // ... how many
   std::uint64_t cut_tokens = 0;         // removed from sequences (seq_rm), in all
@@ -61,7 +62,9 @@ struct KvExecutorStats {
 
 class KvExecutor final : public sim::KvObserver {
  public:
-  KvExecutor(Context& ctx, std::uint32_t block_size, const TokenSource& tokens);
+  // `host_budget`: bytes of host copies kept at most (0: no bound); beyond
+  // it the least recently used copies go first (take_evicted_hosts()).
+  KvExecutor(Context& ctx, std::uint32_t block_size, const TokenSource& tokens, std::uint64_t host_budget = 0);
 
   // sim::KvObserver (inside sim::Engine's calls).
   void moved(SessionId session, KvPlace from, KvPlace to, std::uint32_t blocks) override;
@@ -88,6 +91,9 @@ class KvExecutor final : public sim::KvObserver {
   // The session ended: its host copy goes (its sequence stays while the
   // cache holds its blocks).
   void forget_host(SessionId session);
+  // Sessions whose host copy went for the host budget since the last call:
+  // the engine must forget them too (sim::SessionContent::host_tokens = 0).
+  std::vector<SessionId> take_evicted_hosts();
 
   std::uint32_t resident(SessionId session) const;
   std::uint64_t resident_total() const { return resident_total_; }
@@ -125,10 +131,13 @@ class KvExecutor final : public sim::KvObserver {
   void cut(Seq& s, std::uint32_t keep);  // positions >= keep removed
   void release_if_empty(SessionId session, Seq& s);
   void violation(std::string what);
+  void enforce_host_budget(SessionId keep);
 
   Context& ctx_;
   std::uint32_t block_size_;
   const TokenSource& tokens_;
+  std::uint64_t host_budget_;
+  std::vector<SessionId> evicted_hosts_;
   Batch batch_;
   std::vector<Sample> samples_;
   std::vector<SessionId> step_sessions_;

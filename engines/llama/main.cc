@@ -7,6 +7,7 @@
 // fails the rest and exits 0. Bad flags and a missing or invalid model exit
 // 2 naming the problem; another setup failure (the port, the context) exits 1.
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -85,6 +86,13 @@ int run(const llama::Flags& flags) {
   config.max_seqs = flags.max_seqs;
   config.token_budget = flags.token_budget;
   config.step_log = flags.step_log;
+  if (flags.host_kv_mb >= 0) {
+    config.host_kv_bytes = static_cast<std::uint64_t>(flags.host_kv_mb) << 20;
+  } else {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGE_SIZE);
+    config.host_kv_bytes = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * page / 4 : 0;
+  }
 
   // The handle needs the pool's size, which needs the context: open it
   // after, with the engine's own parameters.
@@ -108,6 +116,7 @@ int run(const llama::Flags& flags) {
     fmt::print(stderr, "tandem-llama: tandem_engine_open: {}\n", std::strerror(-rc));
     return 1;
   }
+  const std::uint64_t host_kv_bytes = config.host_kv_bytes;
   auto engine = llama::LlamaEngine::create(std::move(config), std::move(*model), std::move(*ctx), client);
   if (!engine) {
     tandem_close(client);
@@ -124,9 +133,11 @@ int run(const llama::Flags& flags) {
   for (const std::string& d : llama::devices()) devs += (devs.empty() ? "" : ", ") + d;
   fmt::print(stderr,
              "tandem-llama: {} ({}), llama.cpp {} on {}; {} KV cells in blocks of {} ({} bytes a token), "
-             "{} sequences a step, {} tokens a step, runtime dir {}, name {}\n",
+             "{} sequences a step, {} tokens a step, host KV copies up to {}, runtime dir {}, name {}\n",
              flags.model, desc, llama::build_info(), devs, n_ctx, flags.block_size, kv_token, flags.max_seqs,
-             flags.token_budget, runtime_dir, name);
+             flags.token_budget,
+             host_kv_bytes == 0 ? std::string("no bound") : fmt::format("{} MiB", host_kv_bytes >> 20), runtime_dir,
+             name);
   std::fflush(stdout);
   std::fflush(stderr);
 

@@ -48,7 +48,7 @@ class LlamaEngineTest : public ::testing::Test {
 
   // A fresh engine (no daemon: every round runnable, the fcfs step half).
   std::unique_ptr<LlamaEngine> engine(std::uint32_t ctx_cells = 4096, std::uint32_t max_seqs = 8,
-                                      std::uint32_t budget = 256) {
+                                      std::uint32_t budget = 256, std::uint64_t host_kv_bytes = 0) {
     auto model = Model::load({tiny_model(), gpu_layers()});
     EXPECT_TRUE(model) << model.error().context();
     if (!model) return nullptr;
@@ -67,6 +67,7 @@ class LlamaEngineTest : public ::testing::Test {
     c.max_seqs = max_seqs;
     c.token_budget = budget;
     c.record_logits = true;
+    c.host_kv_bytes = host_kv_bytes;
     auto e = LlamaEngine::create(c, std::move(*model), std::move(*ctx), nullptr);
     EXPECT_TRUE(e) << e.error().context();
     return e ? std::move(*e) : nullptr;
@@ -235,6 +236,29 @@ TEST_F(LlamaEngineTest, PinnedSessionsSurvivePressureAndIdleOnesGoLeastRecentlyU
   EXPECT_EQ(e->kv().resident(id("p1")), 192u);
   EXPECT_EQ(e->kv().resident(id("u0")), 192u - 3 * kBlock) << "the least recently used idle session loses its tail";
   EXPECT_EQ(e->kv().resident(id("u1")), 192u);
+  EXPECT_EQ(e->kv().violations(), 0u) << e->kv().first_violation();
+}
+
+TEST_F(LlamaEngineTest, HostCopiesBeyondTheBudgetGoLeastRecentlyUsedFirst) {
+  // Room for one copy of ~200 tokens (2 KiB of KV a token on tiny).
+  auto e = engine(4096, 8, 256, 600'000);
+  ASSERT_TRUE(e);
+  run(*e, {round("h0", 0, 200, 4)});
+  run(*e, {round("h1", 0, 200, 4)});
+  for (const char* s : {"h0", "h1"}) {
+    e->apply(directive(TANDEM_DIR_OFFLOAD, s));
+    e->tick();
+    e->apply(directive(TANDEM_DIR_DROP, s));  // only the host copies are left
+  }
+  const KvExecutorStats x = e->kv().stats();
+  EXPECT_EQ(x.offloads, 2u);
+  EXPECT_EQ(x.host_evictions, 1u);
+  EXPECT_LE(x.host_bytes, 600'000u);
+  // h0's copy went: its next round recomputes; h1's is restored.
+  run(*e, {round("h0", 1, 240, 4)});
+  EXPECT_EQ(e->kv().stats().restores, 0u);
+  run(*e, {round("h1", 1, 240, 4)});
+  EXPECT_EQ(e->kv().stats().restores, 1u);
   EXPECT_EQ(e->kv().violations(), 0u) << e->kv().first_violation();
 }
 
