@@ -438,6 +438,8 @@ bool LlamaEngine::step(Time now) {
   }
   const Time t2 = clock_.now();
   engine_.finish_step(t2);
+  for (SessionId id : finished_anonymous_) sessions_.erase(id);
+  finished_anonymous_.clear();
   const sim::StepShape& shape = engine_.last_shape();
   prefilled_ += shape.tokens - std::min<std::uint64_t>(shape.tokens, kv_->samples().size());
   ++steps_;
@@ -549,8 +551,10 @@ void LlamaEngine::round_done(sim::EngineId /*engine*/, const sim::RoundWork& wor
   const bool stopped = s->stopped;
   end_round(*s);
   if (s->anonymous) {
+    // One round and done: forgotten once the step has finished.
     engine_.end_session(work.session, now);
     kv_->forget_host(work.session);
+    finished_anonymous_.push_back(work.session);
   }
   publish(now);
   job->finish(stopped ? "stop" : "length");

@@ -208,6 +208,7 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
   // Engine thread only.
   std::unordered_map<sim::SessionId, Session> sessions_;
   std::vector<sim::SessionId> held_;
+  std::vector<sim::SessionId> finished_anonymous_;  // rounds without a session id, ended this step
   Time last_report_{};
   Time last_publish_{};
   std::uint64_t anon_next_ = 1;
