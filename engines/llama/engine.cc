@@ -438,7 +438,12 @@ bool LlamaEngine::step(Time now) {
   }
   const Time t2 = clock_.now();
   engine_.finish_step(t2);
-  for (SessionId id : finished_anonymous_) sessions_.erase(id);
+  // A round without a session id has no next round: its KV goes now rather
+  // than when the cache needs the room.
+  for (SessionId id : finished_anonymous_) {
+    engine_.drop(id, t2);
+    sessions_.erase(id);
+  }
   finished_anonymous_.clear();
   const sim::StepShape& shape = engine_.last_shape();
   prefilled_ += shape.tokens - std::min<std::uint64_t>(shape.tokens, kv_->samples().size());
