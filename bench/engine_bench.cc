@@ -247,6 +247,7 @@ json overhead(const Options& o) {
       return out;
     }
     std::vector<std::shared_ptr<testbed::Job>> jobs;
+    jobs.reserve(n);
     for (std::uint32_t s = 0; s < n; ++s) {
       jobs.push_back(synthetic_round(fmt::format("s{}", s), 0, kPrompt, o.steps + 3, false));
     }
@@ -378,6 +379,7 @@ int grid(const Options& o) {
       for (const std::uint32_t n : o.grid_batches) {
         if (static_cast<std::uint64_t>(n) * (ctx + 32) > static_cast<std::uint64_t>(cells) * 9 / 10) continue;
         std::vector<std::shared_ptr<testbed::Job>> jobs;
+        jobs.reserve(n);
         for (std::uint32_t s = 0; s < n; ++s) {
           jobs.push_back(synthetic_round(fmt::format("g{}", k++), 0, ctx, 24, false));
         }
@@ -439,9 +441,7 @@ int grid(const Options& o) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   Options o;
   std::vector<std::string_view> args(argv + 1, argv + argc);
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -528,4 +528,16 @@ int main(int argc, char** argv) {
     std::fclose(f);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    // bad_alloc, a JSON error writing the preset, …
+    std::fprintf(stderr, "engine_bench: %s\n", e.what());
+    return 1;
+  }
 }

@@ -168,6 +168,7 @@ base::Result<StepFit> fit_step_model(std::span<const StepSample> samples, double
   std::set<std::uint64_t> candidates = {1};
   for (const StepSample& s : train) candidates.insert(s.shape.tokens);
   std::vector<double> y;
+  y.reserve(train.size());
   for (const StepSample& s : train) y.push_back(s.measured_us);
   Row best{};
   double best_sse = 0;

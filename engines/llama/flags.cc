@@ -53,10 +53,9 @@ carried out on llama.cpp's cache, an OpenAI-style HTTP API.
 
 std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> args) {
   Flags f;
-  static constexpr std::string_view kKnown[] = {"--model",  "--port",       "--runtime-dir", "--name",
-                                                "--ctx",    "--block-size", "--max-seqs",    "--token-budget",
-                                                "--ubatch", "--threads",    "--gpu-layers",  "--step-log",
-                                                "--host-kv-mb"};
+  static constexpr std::string_view kKnown[] = {"--model",      "--port",     "--runtime-dir",  "--name",   "--ctx",
+                                                "--block-size", "--max-seqs", "--token-budget", "--ubatch", "--threads",
+                                                "--gpu-layers", "--step-log", "--host-kv-mb"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
     if (a == "--help" || a == "-h") {

@@ -156,11 +156,16 @@ base::Result<std::vector<Token>> Model::tokenize(std::string_view text) const {
   if (text.size() > static_cast<std::size_t>(INT32_MAX) / 2) return base::make_error(E2BIG, "the text is too long");
   const auto len = static_cast<std::int32_t>(text.size());
   std::vector<Token> out(text.size() + 2);
-  std::int32_t n = llama_tokenize(vocab_, text.data(), len, out.data(), static_cast<std::int32_t>(out.size()),
-                                  /*add_special=*/true, /*parse_special=*/false);
+  // llama_tokenize takes the text's length (`len`): no terminator needed.
+  const auto tokenize = [&] {
+    return llama_tokenize(vocab_, text.data(), len,  // NOLINT(bugprone-suspicious-stringview-data-usage)
+                          out.data(), static_cast<std::int32_t>(out.size()),
+                          /*add_special=*/true, /*parse_special=*/false);
+  };
+  std::int32_t n = tokenize();
   if (n < 0) {
     out.resize(static_cast<std::size_t>(-n));
-    n = llama_tokenize(vocab_, text.data(), len, out.data(), static_cast<std::int32_t>(out.size()), true, false);
+    n = tokenize();
   }
   if (n < 0) return base::make_error(EINVAL, "llama_tokenize failed");
   out.resize(static_cast<std::size_t>(n));

@@ -158,6 +158,7 @@ TEST_F(LlamaEngineTest, ConcurrentSessionsGenerateWhatEachGeneratesAlone) {
   auto together = engine();
   ASSERT_TRUE(together);
   std::vector<std::shared_ptr<Job>> jobs;
+  jobs.reserve(names.size());
   for (std::size_t i = 0; i < names.size(); ++i) {
     jobs.push_back(round(names[i], 0, 100 + 37 * static_cast<std::uint32_t>(i), 16));
   }
@@ -186,7 +187,7 @@ TEST_F(LlamaEngineTest, LedgerEqualsLlamaAfterEveryStepOfRandomDirectives) {
   const std::vector<std::string> names = {"r0", "r1", "r2", "r3", "r4", "r5"};
   std::vector<std::uint32_t> rounds(names.size(), 0), prompt(names.size(), 0);
   std::vector<std::shared_ptr<Job>> live(names.size());
-  const std::uint32_t kTypes[] = {TANDEM_DIR_PIN, TANDEM_DIR_UNPIN, TANDEM_DIR_DROP, TANDEM_DIR_OFFLOAD};
+  static constexpr std::uint32_t kTypes[] = {TANDEM_DIR_PIN, TANDEM_DIR_UNPIN, TANDEM_DIR_DROP, TANDEM_DIR_OFFLOAD};
   int steps = 0;
   for (int t = 0; t < 3000 && steps < 300; ++t) {
     for (std::size_t i = 0; i < names.size(); ++i) {
