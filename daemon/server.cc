@@ -189,7 +189,9 @@ Server::Client* Server::find_client(std::uint32_t id) {
 
 // ---- the loop ----------------------------------------------------------------
 
-base::Result<void> Server::run() {
+void Server::arm() {
+  if (armed_) return;
+  armed_ = true;
   uring_.accept(listen_.get(), Tag{Op::kAccept});
   uring_.read(signal_fd_.get(), signal_buf_, sizeof(signalfd_siginfo), Tag{Op::kSignal});
   uring_.read(timer_fd_.get(), &timer_buf_, sizeof timer_buf_, Tag{Op::kTimer});
@@ -201,6 +203,21 @@ base::Result<void> Server::run() {
     metrics_->arm(uring_);
     spdlog::info("metrics on http://{}/metrics", metrics_->address());
   }
+}
+
+base::Result<void> Server::run_once(base::Duration timeout) {
+  arm();
+  const bool busy = std::any_of(clients_.begin(), clients_.end(), [](const auto& kv) { return kv.second.pending; });
+  const auto handler = [this](Tag tag, int res) { handle(tag, res); };
+  auto n = uring_.wait(busy ? base::Duration::zero() : timeout, handler);
+  if (!n) return base::propagate(std::move(n.error()));
+  pump();
+  sweep();
+  return {};
+}
+
+base::Result<void> Server::run() {
+  arm();
   notifier_->ready();
   if (watchdog_usec_ > 0) {
     notifier_->watchdog();
@@ -215,13 +232,8 @@ base::Result<void> Server::run() {
   spdlog::info("listening on {} (policy {}, tick {} ms)", socket_path_, config_->config().policy,
                std::chrono::duration_cast<std::chrono::milliseconds>(config_->config().tick).count());
 
-  const auto handler = [this](Tag tag, int res) { handle(tag, res); };
   while (!stopping_) {
-    bool busy = std::any_of(clients_.begin(), clients_.end(), [](const auto& kv) { return kv.second.pending; });
-    auto n = uring_.wait(busy ? base::Duration::zero() : std::chrono::seconds(1), handler);
-    if (!n) return base::propagate(std::move(n.error()));
-    pump();
-    sweep();
+    if (auto r = run_once(std::chrono::seconds(1)); !r) return r;
   }
 
   notifier_->stopping();
@@ -341,6 +353,16 @@ void Server::arm_socket(Client& c) {
 
 void Server::on_accept(int fd) {
   base::UniqueFd sock(fd);
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    spdlog::warn("SO_PEERCRED on a new connection: {}", std::strerror(errno));
+    return;
+  }
+  add_connection(std::move(sock), cred);
+}
+
+void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
   const Limits& limits = config_->config().limits;
   std::size_t live = 0;
   for (const auto& [id, c] : clients_) live += c.doomed ? 0 : 1;
@@ -349,12 +371,6 @@ void Server::on_accept(int fd) {
     auto err = ipc::build_error(EAGAIN, fmt::format("too many clients: limits.max_clients = {}", limits.max_clients));
     (void)ipc::send_message(sock.get(), err);
     spdlog::warn("refused a connection: limits.max_clients = {} reached", limits.max_clients);
-    return;
-  }
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-    spdlog::warn("SO_PEERCRED on a new connection: {}", std::strerror(errno));
     return;
   }
   const Time now = clock_.now();

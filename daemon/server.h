@@ -24,6 +24,7 @@
 // sends can disturb another client.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <array>
@@ -133,6 +134,15 @@ class Server {
   // itself breaks.
   base::Result<void> run();
   void stop() { stopping_ = true; }
+  // One iteration of run()'s loop: waits up to `timeout` (not at all while
+  // a ring has records) for completions, handles them, pumps and sweeps.
+  // Tests drive an in-process daemon with it.
+  base::Result<void> run_once(base::Duration timeout);
+  // A connection whose peer has credentials `cred`: what accept does with
+  // each new socket (after SO_PEERCRED), and how in-process tests connect
+  // (a socketpair end, any credentials). A connection over a limit is
+  // answered with an Error and closed.
+  void add_connection(base::UniqueFd sock, const ucred& cred);
 
   const ServerStats& stats() const { return stats_; }
   const std::string& socket_path() const { return socket_path_; }
@@ -202,6 +212,7 @@ class Server {
   Server() = default;
 
   // Loop plumbing.
+  void arm();  // the first operations (accept, signals, timer, host events); once
   void arm_socket(Client& c);
   void handle(Tag tag, int res);
   void on_accept(int fd);
@@ -305,6 +316,7 @@ class Server {
   unsigned char signal_buf_[128] = {};  // one signalfd_siginfo
   std::uint64_t timer_buf_ = 0;
   bool stopping_ = false;
+  bool armed_ = false;       // arm() ran
   bool host_armed_ = false;  // a POLLIN on the host plane's event fd is outstanding
   // The event log `tandemctl events` reads: session lifecycle, rounds,
   // tools, KV moves, the policy's actions and operators' commands.

@@ -97,8 +97,10 @@ struct WelcomeInfo {
 std::vector<std::uint8_t> build_hello(wire::Role role, std::string_view name, std::int32_t pid,
                                       const std::optional<EngineInfo>& engine = std::nullopt);
 std::vector<std::uint8_t> build_welcome(const WelcomeInfo& info);
-// `code` is a positive errno value.
-std::vector<std::uint8_t> build_error(std::int32_t code, std::string_view message);
+// `code` is a positive errno value; `session` what it is about (0: none);
+// `fatal`: the sender closes the connection after it.
+std::vector<std::uint8_t> build_error(std::int32_t code, std::string_view message, std::uint64_t session = 0,
+                                      bool fatal = false);
 std::vector<std::uint8_t> build_session_name(std::uint64_t session, std::string_view name);
 std::vector<std::uint8_t> build_resync_request(std::string_view reason);
 
