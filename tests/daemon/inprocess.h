@@ -43,14 +43,20 @@ class InProcessClient {
   // Sends Hello and runs the daemon until it answers; true on a Welcome
   // (the channel attached for engines and runners), false on an Error
   // (error() says which).
-  bool hello(wire::Role role, std::string_view name, const std::optional<ipc::EngineInfo>& engine = std::nullopt);
-  bool send(std::span<const std::uint8_t> bytes) { return static_cast<bool>(ipc::send_message(sock_.get(), bytes)); }
+  bool hello(wire::Role role, std::string_view name, const std::optional<ipc::EngineInfo>& engine = std::nullopt,
+             std::uint64_t instance = 0);
+  // Sends one message, running the daemon while the socket is full.
+  bool send(std::span<const std::uint8_t> bytes);
   // The next message the daemon sent, if any (no waiting).
   std::optional<ipc::ReceivedMessage> poll();
   // Runs the daemon until a message arrives (nullopt: none within `steps`).
   std::optional<ipc::ReceivedMessage> next(int steps = 200);
   // A ctl request and its answer (status, body); status -1 when none came.
-  std::pair<int, std::string> ctl(const std::string& command, const std::vector<std::string>& args = {});
+  // `next_page` gets the cursor of the next page, if asked.
+  std::pair<int, std::string> ctl(const std::string& command, const std::vector<std::string>& args = {},
+                                  const std::string& cursor = "", std::string* next_page = nullptr);
+  // Directives the daemon pushed on this client's ring since the last call.
+  std::vector<ipc::Record> directives();
   // Pushes a record on the event ring (false: full).
   bool push(const ipc::Slot& slot) { return channel_ && events_.try_push(slot); }
   template <class T>
@@ -82,6 +88,7 @@ class InProcessClient {
   std::uint32_t id_ = 0;
   std::optional<ipc::Channel> channel_;
   ipc::RingProducer events_;
+  std::optional<ipc::RingConsumer> directives_;
   std::string error_;
   int error_code_ = 0;
   std::vector<ErrorSeen> errors_;
@@ -135,6 +142,18 @@ class InProcessDaemon {
   // The configuration the next reload (SIGHUP, tandemctl reload) applies.
   void set_reload(std::shared_ptr<const daemon::CompiledConfig> next) { next_ = std::move(next); }
 
+  // Makes a daemon again in the same runtime dir (a restart: what the last
+  // one left there, its ownership journal, is read again).
+  void restart() {
+    server_.reset();
+    auto server = daemon::Server::create(config_, *effects_, notifier_, [this] { return reload(); });
+    if (!server) {
+      error_ = server.error().message();
+      return;
+    }
+    server_ = std::move(*server);
+  }
+
   // A client with credentials `cred` (ours by default).
   InProcessClient connect(std::optional<ucred> cred = std::nullopt) {
     int sv[2];
@@ -187,6 +206,18 @@ inline void InProcessClient::note(const ipc::ReceivedMessage& m) {
   errors_.push_back({e->code(), e->session(), e->fatal(), error_});
 }
 
+inline bool InProcessClient::send(std::span<const std::uint8_t> bytes) {
+  for (int i = 0; i < 2000; ++i) {
+    auto r = ipc::send_message(sock_.get(), bytes);
+    if (r) return true;
+    if (r.error().code() != EAGAIN) return false;
+    while (poll()) {
+    }
+    daemon_->step();
+  }
+  return false;
+}
+
 inline std::optional<ipc::ReceivedMessage> InProcessClient::poll() {
   if (!sock_) return std::nullopt;
   auto m = ipc::recv_message(sock_.get());
@@ -204,8 +235,8 @@ inline std::optional<ipc::ReceivedMessage> InProcessClient::next(int steps) {
 }
 
 inline bool InProcessClient::hello(wire::Role role, std::string_view name,
-                                   const std::optional<ipc::EngineInfo>& engine) {
-  if (!send(ipc::build_hello(role, name, ::getpid(), engine))) return false;
+                                   const std::optional<ipc::EngineInfo>& engine, std::uint64_t instance) {
+  if (!send(ipc::build_hello(role, name, ::getpid(), engine, instance))) return false;
   for (;;) {
     auto m = next();
     if (!m) {
@@ -229,16 +260,35 @@ inline bool InProcessClient::hello(wire::Role role, std::string_view name,
 }
 
 inline std::pair<int, std::string> InProcessClient::ctl(const std::string& command,
-                                                        const std::vector<std::string>& args) {
-  if (!send(ipc::build_ctl_request(command, args, true))) return {-1, "send failed"};
+                                                        const std::vector<std::string>& args,
+                                                        const std::string& cursor, std::string* next_page) {
+  if (!send(ipc::build_ctl_request(command, args, true, cursor))) return {-1, "send failed"};
   for (;;) {
     auto m = next();
     if (!m) return {-1, "no answer"};
     const wire::Message* msg = m->message();
     if (msg->payload_type() != wire::Payload::CtlResponse) continue;
     const auto* r = msg->payload_as_CtlResponse();
+    if (next_page != nullptr) *next_page = r->next() != nullptr ? r->next()->str() : "";
     return {r->status(), r->body() != nullptr ? r->body()->str() : ""};
   }
+}
+
+inline std::vector<ipc::Record> InProcessClient::directives() {
+  std::vector<ipc::Record> out;
+  if (!channel_) return out;
+  if (!directives_) {
+    auto c = channel_->directive_consumer();
+    if (!c) return out;
+    directives_ = *c;
+  }
+  ipc::RecordDecoder decoder{ipc::Direction::kToClient};
+  ipc::Slot slot;
+  while (directives_->try_pop(slot)) {
+    ipc::Record r;
+    if (decoder.decode(slot, r) == ipc::DecodeStatus::kOk) out.push_back(r);
+  }
+  return out;
 }
 
 inline bool InProcessClient::closed() {
