@@ -230,8 +230,7 @@ std::vector<std::uint8_t> build_welcome(const WelcomeInfo& info) {
   return finish(fbb, wire::Payload::Welcome, welcome.Union());
 }
 
-std::vector<std::uint8_t> build_error(std::int32_t code, std::string_view message, std::uint64_t session,
-                                      bool fatal) {
+std::vector<std::uint8_t> build_error(std::int32_t code, std::string_view message, std::uint64_t session, bool fatal) {
   flatbuffers::FlatBufferBuilder fbb;
   auto text = make_string(fbb, message);
   auto error = wire::CreateError(fbb, code, text, session, fatal);

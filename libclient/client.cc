@@ -55,8 +55,8 @@ Client::Client(Config config, Coordinator coordinator)
   // mistaken for it; the daemon checks uid and pid itself.
   while (instance_ == 0) {
     if (::getrandom(&instance_, sizeof instance_, 0) != static_cast<ssize_t>(sizeof instance_)) {
-      instance_ = static_cast<std::uint64_t>(base::to_ns(clock_.now())) ^ (static_cast<std::uint64_t>(::getpid()) << 32) ^
-                  reinterpret_cast<std::uintptr_t>(this);
+      instance_ = static_cast<std::uint64_t>(base::to_ns(clock_.now())) ^
+                  (static_cast<std::uint64_t>(::getpid()) << 32) ^ reinterpret_cast<std::uintptr_t>(this);
     }
   }
 }

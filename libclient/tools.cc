@@ -73,8 +73,9 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
   if (s->refused != 0) {
     return fail(s->refused, fmt::format("tandem_tool_spawn: tandemd refused the session: {}", daemon_error_));
   }
-  const std::size_t tools_limit =
-      daemon_tools_ != 0 && connected() ? std::min<std::size_t>(kMaxToolsPerSession, daemon_tools_) : kMaxToolsPerSession;
+  const std::size_t tools_limit = daemon_tools_ != 0 && connected()
+                                      ? std::min<std::size_t>(kMaxToolsPerSession, daemon_tools_)
+                                      : kMaxToolsPerSession;
   if (s->tools.size() >= tools_limit) {
     return fail(ENOSPC, fmt::format("tandem_tool_spawn: {} tool calls running already", tools_limit));
   }
@@ -218,7 +219,7 @@ int Client::tool_wait(std::int32_t pid, int timeout_ms, tandem_tool_result& out)
     const int code = status.error().code();
     return fail(code, fmt::format("tandem_tool_wait: {}", status.error().message()));
   }
-  drive(true);  // a ToolKilled may be waiting on the socket
+  drive(true);            // a ToolKilled may be waiting on the socket
   it = procs_.find(pid);  // the wait drove the connection; the entry is still ours
   if (it == procs_.end()) return fail(ECHILD, fmt::format("tandem_tool_wait: {} is not a tool of this handle", pid));
 

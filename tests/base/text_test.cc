@@ -30,8 +30,8 @@ TEST(Text, NamesMustBeShortValidAndPrintable) {
   EXPECT_NE(name_problem("agent-\xff\xfe"), nullptr);
   EXPECT_NE(name_problem("a\nb"), nullptr);
   EXPECT_NE(name_problem("a\x7f"), nullptr);
-  EXPECT_NE(name_problem("a\xC2\x85"), nullptr);          // NEL (C1)
-  EXPECT_NE(name_problem("a\xE2\x80\xA8"), nullptr);      // U+2028
+  EXPECT_NE(name_problem("a\xC2\x85"), nullptr);                // NEL (C1)
+  EXPECT_NE(name_problem("a\xE2\x80\xA8"), nullptr);            // U+2028
   EXPECT_NE(name_problem("evil\xE2\x80\xAEgnp.exe"), nullptr);  // U+202E: right-to-left override
   EXPECT_NE(name_problem(std::string("a\0b", 3)), nullptr);
 
@@ -76,7 +76,9 @@ TEST(Text, OneLineEscapesOnlyWhatBreaksALine) {
 }
 
 TEST(Text, Utf8PrefixNeverSplitsACharacter) {
-  const std::string s = "ab\xE2\x82\xAC" "cd";  // ab€cd
+  const std::string s =
+      "ab\xE2\x82\xAC"
+      "cd";  // ab€cd
   EXPECT_EQ(utf8_prefix(s, 100), s);
   EXPECT_EQ(utf8_prefix(s, 2), "ab");
   EXPECT_EQ(utf8_prefix(s, 3), "ab");
@@ -87,7 +89,10 @@ TEST(Text, Utf8PrefixNeverSplitsACharacter) {
 
 TEST(Text, ToValidUtf8ReplacesBadBytes) {
   EXPECT_EQ(to_valid_utf8("ok"), "ok");
-  EXPECT_EQ(to_valid_utf8("a\xff" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(to_valid_utf8("a\xff"
+                          "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_TRUE(valid_utf8(to_valid_utf8("agent-\xff\xfe\xC0\xAF\xED\xA0\x80")));
 }
 

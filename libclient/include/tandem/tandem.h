@@ -202,10 +202,10 @@ enum tandem_tool_option_flags {
 
 /* How a tool runs (tandem_tool_info.flags, tandem_tool_result.flags). */
 enum tandem_tool_flags {
-  TANDEM_TOOL_UNPLACED = 1,     /* started without a cgroup (TANDEM_TOOL_ALLOW_UNPLACED) */
-  TANDEM_TOOL_CGROUP_NS = 2,    /* in a cgroup namespace of its own: its cgroup is its root */
-  TANDEM_TOOL_UID_CHANGED = 4,  /* runs as tandem_tool_options.uid/gid */
-  TANDEM_TOOL_DAEMON_LOST = 8   /* tandemd went away while it ran (the result may lack its reason) */
+  TANDEM_TOOL_UNPLACED = 1,    /* started without a cgroup (TANDEM_TOOL_ALLOW_UNPLACED) */
+  TANDEM_TOOL_CGROUP_NS = 2,   /* in a cgroup namespace of its own: its cgroup is its root */
+  TANDEM_TOOL_UID_CHANGED = 4, /* runs as tandem_tool_options.uid/gid */
+  TANDEM_TOOL_DAEMON_LOST = 8  /* tandemd went away while it ran (the result may lack its reason) */
 };
 
 /* Why a tool call ended (tandem_tool_result.reason). */
