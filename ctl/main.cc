@@ -315,7 +315,8 @@ std::variant<std::string, Failure> ask(const Options& o) {
   // one on the same connection and put them together.
   std::string next = response->next() != nullptr ? response->next()->str() : std::string();
   for (int pages = 1; !next.empty(); ++pages) {
-    if (pages > kMaxPages) return Failure{kExitFailed, fmt::format("{} answered more than {} pages", clean(path), kMaxPages)};
+    if (pages > kMaxPages)
+      return Failure{kExitFailed, fmt::format("{} answered more than {} pages", clean(path), kMaxPages)};
     if (auto sent = ipc::send_message(sock, ipc::build_ctl_request(o.command, o.args, o.json, next)); !sent) {
       return Failure{kExitFailed, fmt::format("asking for the next page: {}", sent.error().message())};
     }

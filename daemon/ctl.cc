@@ -122,9 +122,9 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
     } else if (command == "reload") {
       if (auto applied = reload(); applied) {
         out = text(json{{"reloaded", true},
-                   {"source", config_->config().source},
-                   {"policy", config_->config().policy},
-                   {"epoch", policy_epoch_}});
+                        {"source", config_->config().source},
+                        {"policy", config_->config().policy},
+                        {"epoch", policy_epoch_}});
       } else {
         code = applied.error().code() != 0 ? applied.error().code() : EINVAL;
         out = applied.error().context();
@@ -136,8 +136,8 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
       if (on != draining_) log_event(now, on ? LogKind::kDrain : LogKind::kUndrain, 0);
       draining_ = on;
       out = text(json{{"draining", draining_},
-                 {"waiting", model_.sessions().count(sched::SessionState::kWaiting)},
-                 {"live", model_.sessions().size()}});
+                      {"waiting", model_.sessions().count(sched::SessionState::kWaiting)},
+                      {"live", model_.sessions().size()}});
     }
     send_message(c, ipc::build_ctl_response(code, out));
   } else {
@@ -299,6 +299,16 @@ std::string Server::ctl_status(base::Time now) const {
       {"clients_refused", stats_.clients_refused},
       {"clients_dropped", stats_.clients_dropped},
       {"tools", {{"prepared", stats_.tools_prepared}, {"refused", stats_.tools_refused}}},
+      {"internal_errors", stats_.internal_errors},
+      {"names_refused", stats_.names_refused},
+      {"clients_refused_limits", stats_.clients_refused_limits},
+      {"ctl_idle_closed", stats_.ctl_idle_closed},
+      {"accept_errors", stats_.accept_errors},
+      {"resync_refused", stats_.resync_refused},
+      {"sessions_detached", stats_.sessions_detached},
+      {"sessions_reattached", stats_.sessions_reattached},
+      {"sessions_restored", stats_.sessions_restored},
+      {"unplaced_tools", stats_.unplaced_tools},
       {"effects",
        {{"cpu_weight", stats_.effects_cpu_weight},
         {"cpu_quota", stats_.effects_cpu_quota},
@@ -314,6 +324,14 @@ std::string Server::ctl_status(base::Time now) const {
     j["admission_window"] = nullptr;  // the policy admits every session
   }
   j["draining"] = draining_;
+  const Footprint f = footprint();
+  j["tables"] = {{"clients", f.clients},
+                 {"sessions", f.sessions},
+                 {"session_meta", f.session_meta},
+                 {"pending_names", f.pending_names},
+                 {"owners", f.owners},
+                 {"held_owners", f.detached},
+                 {"tombstones", f.tombstones}};
   j["nvml"] = gpu_status(gpu_telemetry_->snapshot());
   j["metrics"] = {{"listen", metrics_                 ? metrics_->address()
                              : metrics_error_.empty() ? std::string("off")
@@ -422,11 +440,11 @@ std::string Server::ctl_policy() const {
     specs.push_back({{"name", p.name}, {"default", p.default_value}, {"min", p.min}, {"max", p.max}, {"doc", p.doc}});
   }
   return text(json{{"name", cfg.policy},
-              {"epoch", policy_epoch_},
-              {"tick_ms", std::chrono::duration_cast<std::chrono::milliseconds>(cfg.tick).count()},
-              {"source", cfg.source},
-              {"params", params},
-              {"specs", specs}});
+                   {"epoch", policy_epoch_},
+                   {"tick_ms", std::chrono::duration_cast<std::chrono::milliseconds>(cfg.tick).count()},
+                   {"source", cfg.source},
+                   {"params", params},
+                   {"specs", specs}});
 }
 
 int Server::ctl_policy_set(std::string_view key, std::string_view value, std::string& out) {
@@ -636,6 +654,14 @@ std::string Server::metrics_text(base::Time now) const {
             static_cast<double>(stats_.clients_refused));
   p.counter("tandem_clients_dropped_total", "clients dropped for misbehaving",
             static_cast<double>(stats_.clients_dropped));
+  p.counter("tandem_internal_errors_total", "exceptions caught in a handler (bugs), answered as errors",
+            static_cast<double>(stats_.internal_errors));
+  p.counter("tandem_clients_refused_limits_total",
+            "connections refused by clients_per_uid, reserved_clients or the ctl cap",
+            static_cast<double>(stats_.clients_refused_limits));
+  p.counter("tandem_resync_refused_total", "resync entries refused", static_cast<double>(stats_.resync_refused));
+  p.counter("tandem_accept_errors_total", "accept() failures (out of fds or memory)",
+            static_cast<double>(stats_.accept_errors));
   return p.text();
 }
 

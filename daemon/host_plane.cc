@@ -283,7 +283,8 @@ void HostPlane::kill_lineage(sched::SessionId session) {
     pollfd p{fd.get(), POLLIN, 0};
     (void)::poll(&p, 1, kKillWaitMs);
   }
-  if (!killed.empty()) spdlog::info("host: session {:016x}: killed {} processes that had left its cgroups", session, killed.size());
+  if (!killed.empty())
+    spdlog::info("host: session {:016x}: killed {} processes that had left its cgroups", session, killed.size());
 }
 
 std::vector<std::int32_t> HostPlane::survivors(sched::SessionId session) const {

@@ -61,9 +61,9 @@ JournalState parse_journal(std::span<const std::uint8_t> bytes) {
     const std::uint8_t op = r[4];
     const std::uint8_t reason = r[5];
     const std::uint64_t session = get<std::uint64_t>(r + 8);
-    const bool good_op = (op == kOpOwned && reason == 0) ||
-                         (op == kOpClosed && reason >= static_cast<std::uint8_t>(Closed::kByOwner) &&
-                          reason <= static_cast<std::uint8_t>(Closed::kOwnerGone));
+    const bool good_op =
+        (op == kOpOwned && reason == 0) || (op == kOpClosed && reason >= static_cast<std::uint8_t>(Closed::kByOwner) &&
+                                            reason <= static_cast<std::uint8_t>(Closed::kOwnerGone));
     if (get<std::uint32_t>(r) != kMagic || !good_op || session == 0 || get<std::uint64_t>(r + 40) != checksum(r)) {
       ++st.skipped;
       continue;
@@ -173,8 +173,8 @@ void OwnerJournal::append(std::uint64_t session, const OwnerKey& key, std::uint8
   } while (n < 0 && errno == EINTR);
   if (n != static_cast<ssize_t>(r.size())) {
     failed_ = true;
-    spdlog::error("{}: write failed ({}): session ownership will not survive a restart",
-                  name_, n < 0 ? std::strerror(errno) : "short write");
+    spdlog::error("{}: write failed ({}): session ownership will not survive a restart", name_,
+                  n < 0 ? std::strerror(errno) : "short write");
     return;
   }
   ++records_;

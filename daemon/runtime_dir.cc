@@ -19,7 +19,8 @@ namespace tandem::daemon {
 const char* dir_problem(uid_t owner, mode_t mode, uid_t euid, bool last) {
   if (last) {
     if (owner != euid) return "is not owned by tandemd's own user: another user controls it";
-    if ((mode & (S_IWGRP | S_IWOTH)) != 0) return "is writable by group or others: another user could plant files in it";
+    if ((mode & (S_IWGRP | S_IWOTH)) != 0)
+      return "is writable by group or others: another user could plant files in it";
     return nullptr;
   }
   if (owner != 0 && owner != euid) return "is owned by another user, who could replace what lies beneath it";

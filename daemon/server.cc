@@ -53,7 +53,7 @@ constexpr base::Duration kAcceptBackoffMax = std::chrono::seconds(1);
 // counted, not sent: a client over a limit would otherwise flood its socket).
 constexpr std::uint32_t kErrorsPerSecond = 64;
 // Sessions that ended remembered as tombstones.
-constexpr std::size_t kTombstones = 65536;
+constexpr std::size_t kTombstones = 16384;
 
 base::Result<base::UniqueFd> make_timer(base::Duration tick) {
   base::UniqueFd fd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
@@ -120,16 +120,16 @@ base::Result<std::unique_ptr<Server>> Server::create(std::shared_ptr<const Compi
   s->lock_ = base::UniqueFd(::openat(dfd, "tandemd.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!s->lock_) {
     if (errno == ELOOP) {
-      return base::make_error(ELOOP, fmt::format("{} is a symbolic link: tandemd does not follow it; remove it",
-                                                 base::escape(lock_path)));
+      return base::make_error(
+          ELOOP, fmt::format("{} is a symbolic link: tandemd does not follow it; remove it", base::escape(lock_path)));
     }
     return base::errno_error(fmt::format("open {}", base::escape(lock_path)));
   }
   struct stat lock_st {};
   if (::fstat(s->lock_.get(), &lock_st) != 0 || !S_ISREG(lock_st.st_mode) || lock_st.st_uid != ::geteuid() ||
       lock_st.st_nlink != 1) {
-    return base::make_error(EPERM, fmt::format("{} is not a regular file of tandemd's own (one link): remove it",
-                                               base::escape(lock_path)));
+    return base::make_error(
+        EPERM, fmt::format("{} is not a regular file of tandemd's own (one link): remove it", base::escape(lock_path)));
   }
   if (::flock(s->lock_.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) {
@@ -487,10 +487,12 @@ void Server::quietly(Quiet& q, Time now, const std::string& text) {
   q.since = 0;
 }
 
-std::size_t Server::uid_load(uid_t uid) const {
+std::size_t Server::uid_load(uid_t uid, pid_t pid) const {
   std::size_t n = 0;
   for (const auto& [id, c] : clients_) n += !c.doomed && c.uid == uid ? 1 : 0;
-  for (const auto& [id, o] : owners_) n += o.client == 0 && o.key.uid == uid ? 1 : 0;
+  // Held handles count, except the connecting process's own: it may be
+  // coming back for them.
+  for (const auto& [id, o] : owners_) n += o.client == 0 && o.key.uid == uid && o.key.pid != pid ? 1 : 0;
   return n;
 }
 
@@ -511,12 +513,13 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
   if (live >= limits.max_clients) {
     refusal = fmt::format("too many clients: limits.max_clients = {}", limits.max_clients);
   } else if (!serves && live >= limits.max_clients - limits.reserved()) {
-    refusal = fmt::format("too many clients: the last {} of limits.max_clients = {} are reserved for engines and "
-                          "runners (limits.reserved_clients), and uid {} is neither",
-                          limits.reserved(), limits.max_clients, cred.uid);
-  } else if (!trusted && uid_load(cred.uid) >= limits.clients_per_uid) {
+    refusal = fmt::format(
+        "too many clients: the last {} of limits.max_clients = {} are reserved for engines and "
+        "runners (limits.reserved_clients), and uid {} is neither",
+        limits.reserved(), limits.max_clients, cred.uid);
+  } else if (!trusted && uid_load(cred.uid, cred.pid) >= limits.clients_per_uid) {
     refusal = fmt::format("uid {} has {} connections already: limits.clients_per_uid = {}", cred.uid,
-                          uid_load(cred.uid), limits.clients_per_uid);
+                          uid_load(cred.uid, cred.pid), limits.clients_per_uid);
   }
   if (!refusal.empty()) {
     ++stats_.clients_refused;
@@ -569,7 +572,8 @@ void Server::on_client_socket(Client& c) {
         // A client that closes cleanly (tandem_close) leaves its last
         // records — its sessions' closes — in the ring: take them first.
         if (c.has_channel && c.phase == Phase::kActive) {
-          const std::uint32_t rounds = c.channel.event_slots() / std::max<std::uint32_t>(1, config_->config().limits.pump_batch) + 2;
+          const std::uint32_t rounds =
+              c.channel.event_slots() / std::max<std::uint32_t>(1, config_->config().limits.pump_batch) + 2;
           c.pending = true;
           for (std::uint32_t r = 0; r < rounds && !c.doomed && pump_client(c, now); ++r) {
           }
@@ -600,7 +604,7 @@ void Server::on_client_socket(Client& c) {
         send_message(c, ipc::build_ctl_response(EIO, "internal error in tandemd (logged); nothing was changed"));
       } else {
         send_message(c, ipc::build_error(EIO, fmt::format("internal error in tandemd handling {} (logged)",
-                                                         wire::EnumNamePayload(msg->payload_type()))));
+                                                          wire::EnumNamePayload(msg->payload_type()))));
       }
     }
   }
@@ -801,6 +805,10 @@ std::vector<Server::UnplacedTool> Server::kill_unplaced(sched::SessionId session
 }
 
 void Server::tell(Client& c, int code, std::string_view message, sched::SessionId session) {
+  // A client that sent no Hello.instance predates non-fatal Errors (an
+  // older libtandem drops its connection on any Error, then resyncs into the
+  // same refusal): it is not told, only counted where it was refused.
+  if (c.instance == 0) return;
   const Time now = clock_.now();
   if (now - c.errors_since >= std::chrono::seconds(1)) {
     c.errors_since = now;
@@ -970,15 +978,29 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
   c.phase = Phase::kActive;
   c.record_budget = TokenBucket(cfg.limits.records_per_s, now);
   c.pending = c.has_channel;
-  spdlog::info("client {} connected: {} \"{}\" (pid {}, uid {})", c.id, to_string(c.role), base::escape(c.name),
-               c.pid, c.uid);
+  spdlog::info("client {} connected: {} \"{}\" (pid {}, uid {})", c.id, to_string(c.role), base::escape(c.name), c.pid,
+               c.uid);
   if (c.role == Role::kRunner) {
     // The handle that owns the sessions this connection opens: the same
     // handle (uid, pid, process start, instance) reconnecting gets back what
-    // it held; a connection that names no instance is a handle of its own.
+    // it held. A client that names no instance (an older libtandem, a raw
+    // client) is taken as its process's one handle while no other
+    // connection of the process holds that, and as a handle of its own
+    // otherwise.
     OwnerKey key{c.uid, c.pid, 0, c.instance};
     if (c.pid > 0) key.start = process_start_time(kProcRoot, c.pid).value_or(0);
-    if (key.instance == 0) key.instance = (std::uint64_t{1} << 63) | c.id;
+    if (key.instance == 0) {
+      auto k = owner_ids_.find(key);
+      Client* holder = k == owner_ids_.end() ? nullptr : find_client(owners_.at(k->second).client);
+      // A holder whose peer already closed (its EOF not yet read) is the
+      // connection this one replaces.
+      char byte = 0;
+      if (holder != nullptr && ::recv(holder->sock.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+        doom(*holder, "closed the connection", false);
+        holder = nullptr;
+      }
+      if (c.pid <= 0 || holder != nullptr) key.instance = (std::uint64_t{1} << 63) | c.id;
+    }
     Owner& o = owner_for(key);
     if (o.client != 0 && o.client != c.id) {
       if (Client* old = find_client(o.client)) doom(*old, "replaced by a new connection of the same handle", false);
@@ -1058,8 +1080,11 @@ void Server::on_session_name(Client& c, const wire::SessionName& sn) {
 void Server::set_name(Client& c, sched::SessionId id, std::string_view name) {
   auto it = meta_.find(id);
   if (it == meta_.end()) {
-    // The name may come before the record that opens the session.
-    if (c.pending_names.size() < config_->config().limits.sessions_per_client) c.pending_names[id] = std::string(name);
+    // The name may come before the record that opens the session — but not
+    // after the session ended (a runner's name trailing its close).
+    if (!tombstone(id) && c.pending_names.size() < config_->config().limits.sessions_per_client) {
+      c.pending_names[id] = std::string(name);
+    }
     return;
   }
   // A session's name is its owner's to give (ids are hashes, and a name
@@ -1119,8 +1144,9 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
     for (sched::SessionId id : o->second.sessions) held += effects_->tool_cgroups(id);
   }
   if (held >= limits.tools_per_client) {
-    answer_error(ENOSPC, fmt::format("this runner's sessions have {} tool cgroups already: limits.tools_per_client = {}",
-                                     held, limits.tools_per_client));
+    answer_error(ENOSPC,
+                 fmt::format("this runner's sessions have {} tool cgroups already: limits.tools_per_client = {}", held,
+                             limits.tools_per_client));
     return;
   }
   ToolRequest req;
@@ -1194,8 +1220,8 @@ void Server::on_resync(Client& c, const wire::Resync& resync) {
   if (resync.more()) return;
   if (c.role == Role::kRunner) finish_resync(c);
   if (c.resync_refused > 0) {
-    spdlog::info("client {} ({}): resync: {} entries refused (first: {})", c.id, base::escape(c.name),
-                 c.resync_refused, c.resync_problem);
+    spdlog::info("client {} ({}): resync: {} entries refused (first: {})", c.id, base::escape(c.name), c.resync_refused,
+                 c.resync_problem);
   }
   c.resync_open = false;
   c.resync_listed.clear();
@@ -1326,9 +1352,8 @@ void Server::finish_resync(Client& c) {
     if (c.resync_listed.contains(id)) continue;
     auto m = meta_.find(id);
     if (m == meta_.end()) continue;
-    const bool judged = m->second.attached_conn != c.id ||
-                        (c.resync_position != 0 && m->second.attached_at != 0 &&
-                         m->second.attached_at <= c.resync_position);
+    const bool judged = m->second.attached_conn != c.id || (c.resync_position != 0 && m->second.attached_at != 0 &&
+                                                            m->second.attached_at <= c.resync_position);
     if (judged) gone.push_back(id);
   }
   const Time now = clock_.now();
@@ -1347,8 +1372,8 @@ bool Server::admit_session(Client& c, sched::SessionId id) {
   }
   if (held < limit) return true;
   if (!c.limit_warned) {
-    spdlog::warn("client {} ({}): at limits.sessions_per_client = {}; its new sessions are refused (each is told)", c.id,
-                 base::escape(c.name), limit);
+    spdlog::warn("client {} ({}): at limits.sessions_per_client = {}; its new sessions are refused (each is told)",
+                 c.id, base::escape(c.name), limit);
     c.limit_warned = true;
   }
   // Each refusal is answered: the client keeps its connection and knows

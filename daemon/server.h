@@ -218,10 +218,10 @@ class Server {
     sched::EngineParams engine;  // engines
     std::int32_t gpu_index = -1;
     std::uint32_t saturating_tokens = 0;
-    std::uint32_t sessions = 0;  // engines: sessions opened by submitting, no runner took (sessions_per_client)
-    std::uint64_t instance = 0;  // Hello.instance
-    std::uint32_t owner = 0;     // runners: its Owner (owners_), which holds its sessions
-    base::Time last_request{};   // ctl: when it last sent something (ctl_idle_timeout_s)
+    std::uint32_t sessions = 0;       // engines: sessions opened by submitting, no runner took (sessions_per_client)
+    std::uint64_t instance = 0;       // Hello.instance
+    std::uint32_t owner = 0;          // runners: its Owner (owners_), which holds its sessions
+    base::Time last_request{};        // ctl: when it last sent something (ctl_idle_timeout_s)
     std::uint64_t records_taken = 0;  // event-ring slots taken (Resync.ring_position's counterpart)
     // A Resync sequence being received (messages with `more`, then the last).
     bool resync_open = false;
@@ -300,8 +300,9 @@ class Server {
   // Closes a live session: its tools killed with `reason`, the close fed
   // to the model, the journal told why (nullopt: not a tombstone).
   void close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, base::Time now);
-  // Connections of uid `uid` now, counting detached runner handles.
-  std::size_t uid_load(uid_t uid) const;
+  // Connections of uid `uid` now, counting detached runner handles but
+  // those of process `pid` (the one connecting).
+  std::size_t uid_load(uid_t uid, pid_t pid) const;
   // A per-request Error, at most kErrorsPerSecond a second per client.
   void tell(Client& c, int code, std::string_view message, sched::SessionId session = 0);
   // Sessions the ownership journal says were owned when tandemd last ran:
@@ -497,7 +498,7 @@ class Server {
   void track_unplaced(Client& c, sched::SessionId session, std::uint32_t call, std::int32_t pid);
   // Kills the session's unplaced tools; returns their pidfds, to check.
   std::vector<UnplacedTool> kill_unplaced(sched::SessionId session);
-  std::map<std::uint32_t, Owner> owners_;       // by id: runner handles owning sessions
+  std::map<std::uint32_t, Owner> owners_;        // by id: runner handles owning sessions
   std::map<OwnerKey, std::uint32_t> owner_ids_;  // by key
   std::uint32_t next_owner_ = 1;
   // Sessions that ended (by their runner, an operator, their runner's

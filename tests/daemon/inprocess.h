@@ -42,9 +42,10 @@ class InProcessClient {
 
   // Sends Hello and runs the daemon until it answers; true on a Welcome
   // (the channel attached for engines and runners), false on an Error
-  // (error() says which).
+  // (error() says which). `instance` is Hello.instance: a fresh one by
+  // default, as libtandem sends; 0 for a client that predates it.
   bool hello(wire::Role role, std::string_view name, const std::optional<ipc::EngineInfo>& engine = std::nullopt,
-             std::uint64_t instance = 0);
+             std::optional<std::uint64_t> instance = std::nullopt);
   // Sends one message, running the daemon while the socket is full.
   bool send(std::span<const std::uint8_t> bytes);
   // The next message the daemon sent, if any (no waiting).
@@ -68,6 +69,8 @@ class InProcessClient {
 
   std::uint32_t id() const { return id_; }
   int fd() const { return sock_.get(); }
+  // The daemon closed the connection (seen by poll() or next()).
+  bool eof() const { return eof_; }
   const std::string& error() const { return error_; }
   int error_code() const { return error_code_; }
   // Errors received since the last call (code, session, fatal).
@@ -92,6 +95,7 @@ class InProcessClient {
   std::string error_;
   int error_code_ = 0;
   std::vector<ErrorSeen> errors_;
+  bool eof_ = false;
 };
 
 class InProcessDaemon {
@@ -99,8 +103,7 @@ class InProcessDaemon {
   // `config` is TOML added to a test default (no NVML, no metrics port, a
   // 10 ms tick); `effects` defaults to a RecordingEffects of its own. An
   // empty `dir` makes a temporary runtime dir (removed at destruction).
-  explicit InProcessDaemon(const std::string& config = "", daemon::HostEffects* effects = nullptr,
-                           std::string dir = "")
+  explicit InProcessDaemon(const std::string& config = "", daemon::HostEffects* effects = nullptr, std::string dir = "")
       : owned_dir_(dir.empty()), dir_(dir.empty() ? make_dir() : std::move(dir)) {
     std::string text = "[nvml]\nenabled = \"off\"\n[metrics]\nlisten = \"\"\n" + config;
     if (text.find("[policy]") == std::string::npos) text += "\n[policy]\ntick_ms = 10\n";
@@ -221,7 +224,10 @@ inline bool InProcessClient::send(std::span<const std::uint8_t> bytes) {
 inline std::optional<ipc::ReceivedMessage> InProcessClient::poll() {
   if (!sock_) return std::nullopt;
   auto m = ipc::recv_message(sock_.get());
-  if (!m) return std::nullopt;
+  if (!m) {
+    if (m.error().code() == ECONNRESET) eof_ = true;
+    return std::nullopt;
+  }
   note(*m);
   return std::move(*m);
 }
@@ -234,9 +240,10 @@ inline std::optional<ipc::ReceivedMessage> InProcessClient::next(int steps) {
   return poll();
 }
 
-inline bool InProcessClient::hello(wire::Role role, std::string_view name,
-                                   const std::optional<ipc::EngineInfo>& engine, std::uint64_t instance) {
-  if (!send(ipc::build_hello(role, name, ::getpid(), engine, instance))) return false;
+inline bool InProcessClient::hello(wire::Role role, std::string_view name, const std::optional<ipc::EngineInfo>& engine,
+                                   std::optional<std::uint64_t> instance) {
+  static std::uint64_t next_instance = 0x7e57000000000000ull;
+  if (!send(ipc::build_hello(role, name, ::getpid(), engine, instance.value_or(++next_instance)))) return false;
   for (;;) {
     auto m = next();
     if (!m) {
@@ -260,8 +267,8 @@ inline bool InProcessClient::hello(wire::Role role, std::string_view name,
 }
 
 inline std::pair<int, std::string> InProcessClient::ctl(const std::string& command,
-                                                        const std::vector<std::string>& args,
-                                                        const std::string& cursor, std::string* next_page) {
+                                                        const std::vector<std::string>& args, const std::string& cursor,
+                                                        std::string* next_page) {
   if (!send(ipc::build_ctl_request(command, args, true, cursor))) return {-1, "send failed"};
   for (;;) {
     auto m = next();

@@ -167,8 +167,7 @@ class CountingEffects final : public daemon::HostEffects {
 
 TEST(ServerLimits, ToolPreparesAreBoundedPerSessionAndPerClient) {
   CountingEffects effects;
-  InProcessDaemon d("[limits]\ntools_per_session = 50\ntools_per_client = 120\nmessages_per_s = 1000000\n",
-                    &effects);
+  InProcessDaemon d("[limits]\ntools_per_session = 50\ntools_per_client = 120\nmessages_per_s = 1000000\n", &effects);
   ASSERT_TRUE(d.ok()) << d.error();
   auto runner = d.connect();
   ASSERT_TRUE(runner.hello(wire::Role::Runner, "runner"));

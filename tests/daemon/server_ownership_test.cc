@@ -274,6 +274,39 @@ TEST(Ownership, AnEngineActsOnARunnersSessionOnlyThroughItsRounds) {
   EXPECT_TRUE(entry["round_in_flight"].get<bool>()) << entry.dump();
 }
 
+// A client that sends no Hello.instance (an older libtandem, a raw client)
+// is its process's one handle: reconnecting, it gets back what it held; a
+// second one beside it is a handle of its own. It is never sent a non-fatal
+// Error (an older libtandem would drop its connection on it).
+TEST(Ownership, AClientWithoutAnInstanceIsItsProcesssHandle) {
+  Sleeper proc;
+  InProcessDaemon d;
+  ASSERT_TRUE(d.ok()) << d.error();
+  const std::uint64_t s = base::session_id("old-client");
+  {
+    auto old = d.connect(proc.cred());
+    ASSERT_TRUE(old.hello(wire::Role::Runner, "old", std::nullopt, 0));
+    ASSERT_TRUE(old.push(ipc::SessionOpen{}, s));
+    ASSERT_NE(find(sessions(d), s), nullptr);
+  }
+  auto again = d.connect(proc.cred());
+  ASSERT_TRUE(again.hello(wire::Role::Runner, "old", std::nullopt, 0));
+  const auto one = snap(s);
+  ASSERT_TRUE(again.send(ipc::build_resync(std::span(&one, 1), false)));
+  json list = sessions(d);
+  ASSERT_NE(find(list, s), nullptr);
+  EXPECT_EQ((*find(list, s))["owner"], again.id());
+  auto beside = d.connect(proc.cred());
+  ASSERT_TRUE(beside.hello(wire::Role::Runner, "old-2", std::nullopt, 0));
+  ASSERT_TRUE(beside.send(ipc::build_resync(std::span(&one, 1), false)));
+  ASSERT_TRUE(beside.push(ipc::SessionClose{}, s));
+  list = sessions(d);
+  ASSERT_NE(find(list, s), nullptr);
+  EXPECT_EQ((*find(list, s))["owner"], again.id());
+  EXPECT_TRUE(beside.take_errors().empty());
+  EXPECT_FALSE(beside.closed());
+}
+
 TEST(OwnerJournal, ParsesWhatItWroteAndSkipsWhatItDidNot) {
   const daemon::OwnerKey a{1000, 42, 7, 9};
   std::vector<std::uint8_t> bytes;

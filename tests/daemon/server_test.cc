@@ -13,9 +13,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "base/ids.h"
 #include "base/text.h"
@@ -144,8 +144,8 @@ class BadStringEffects final : public daemon::HostEffects {
   void session_gone(sched::SessionId) override {}
   void status(json& out) const override { out = {{"cgroups", kBadName}, {"telemetry_mode", kBadName}}; }
   void tools(json& out) const override {
-    out = json::array({{{"session", "00000000000000ff"}, {"orphan", false}, {"calls", json::array()},
-                        {"note", kBadName}}});
+    out = json::array(
+        {{{"session", "00000000000000ff"}, {"orphan", false}, {"calls", json::array()}, {"note", kBadName}}});
   }
 };
 

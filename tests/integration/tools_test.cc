@@ -441,7 +441,8 @@ TEST_F(Tools, ToolWaitSurvivesADaemonRestartAndReportsTheRealExit) {
   const auto s = open_session("tools-wait-restart");
   const char* argv[] = {"/bin/sh", "-c", "sleep 3; exit 7", nullptr};
   std::int32_t pid = 0;
-  ASSERT_EQ(tandem_tool_spawn(runner_, s, "sh", argv, nullptr, nullptr, nullptr, &pid), 0) << tandem_last_error(runner_);
+  ASSERT_EQ(tandem_tool_spawn(runner_, s, "sh", argv, nullptr, nullptr, nullptr, &pid), 0)
+      << tandem_last_error(runner_);
   daemon_->kill9();
   daemon_->start();
   tandem_tool_result res{};
@@ -510,12 +511,13 @@ TEST_F(Tools, SessionEndKillsProcessesThatLeftTheirCgroup) {
   const std::string escape = subtree + "/escape";
   ASSERT_EQ(::mkdir(escape.c_str(), 0755), 0) << escape << ": " << std::strerror(errno);
   const std::string pidfile = dir_.path() + "/escaped.pid";
-  const std::string script = "sh -c 'echo $$ > " + escape + "/cgroup.procs && echo $$ > " + pidfile +
-                             ".tmp && mv " + pidfile + ".tmp " + pidfile + " && exec sleep 1000' & exec sleep 1000";
+  const std::string script = "sh -c 'echo $$ > " + escape + "/cgroup.procs && echo $$ > " + pidfile + ".tmp && mv " +
+                             pidfile + ".tmp " + pidfile + " && exec sleep 1000' & exec sleep 1000";
   const char* argv[] = {"/bin/sh", "-c", script.c_str(), nullptr};
   const auto s = open_session("tools-escape");
   std::int32_t pid = 0;
-  ASSERT_EQ(tandem_tool_spawn(runner_, s, "sh", argv, nullptr, nullptr, nullptr, &pid), 0) << tandem_last_error(runner_);
+  ASSERT_EQ(tandem_tool_spawn(runner_, s, "sh", argv, nullptr, nullptr, nullptr, &pid), 0)
+      << tandem_last_error(runner_);
   pid_t escaped = 0;
   ASSERT_TRUE(eventually([&] {
     std::ifstream in(pidfile);
