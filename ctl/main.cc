@@ -223,6 +223,17 @@ std::variant<base::UniqueFd, Failure> connect_daemon(const Options& o, const std
     return Failure{kExitFailed,
                    fmt::format("cannot connect to {}: {} (is tandemd running?)", clean(path), std::strerror(errno))};
   }
+  // Only root (tandemd) or this user (a test daemon) may answer: a socket
+  // another user serves could say anything.
+  ucred peer{};
+  socklen_t len = sizeof peer;
+  if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+    return Failure{kExitFailed, fmt::format("SO_PEERCRED on {}: {}", clean(path), std::strerror(errno))};
+  }
+  if (peer.uid != 0 && peer.uid != ::geteuid()) {
+    return Failure{kExitFailed, fmt::format("{} is served by uid {} (pid {}), not by root or this user: not asking it",
+                                            clean(path), peer.uid, peer.pid)};
+  }
   return sock;
 }
 
