@@ -17,6 +17,13 @@
  *     it exits or migrates out. `procs` (tgid → cgroup) remembers where each
  *     was counted so every +1 has exactly one −1. User space seeds the
  *     processes already present when it tracks a cgroup.
+ *   - lineage: every process forked in a tracked cgroup, and every process
+ *     forked by one of those, wherever it went since (another cgroup, a
+ *     double fork, a new session), maps tgid → group until it exits. A
+ *     session's end kills its lineage as well as its cgroups' members, so a
+ *     tool that left its cgroup dies with its session too. The fork hook
+ *     looks the parent up for every fork on the node (one hash lookup); the
+ *     exit hook deletes (one hash delete).
  *
  * Per-task state (last sum_exec_runtime, enqueue time) lives in TASK_STORAGE,
  * created only for tasks seen in tracked cgroups and dropped when such a task
@@ -72,6 +79,13 @@ struct {
   __type(key, __u32); /* tgid */
   __type(value, struct TandemBpfProc);
 } procs SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 65536);
+  __type(key, __u32);   /* tgid */
+  __type(value, __u64); /* group */
+} lineage SEC(".maps");
 
 struct TaskState {
   __u64 last_runtime; /* se.sum_exec_runtime when last charged */
@@ -242,6 +256,20 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child) {
    * and the cgroup is final by the time this tracepoint fires. */
   __u64 cgid = task_cgroup_id(child);
   __u64 *group = bpf_map_lookup_elem(&tracked, &cgid);
+  if (child->pid == child->tgid) {
+    /* A process: of a group's lineage if born in its cgroup or to one. */
+    __u32 tgid = child->tgid;
+    if (group) {
+      bpf_map_update_elem(&lineage, &tgid, group, BPF_ANY);
+    } else {
+      __u32 ptgid = parent->tgid;
+      __u64 *pg = bpf_map_lookup_elem(&lineage, &ptgid);
+      if (pg) {
+        __u64 inherited = *pg;
+        bpf_map_update_elem(&lineage, &tgid, &inherited, BPF_ANY);
+      }
+    }
+  }
   if (!group) return 0;
   __u64 g = *group;
   start_charging(child); /* sum_exec_runtime is 0: charged from birth */
@@ -272,6 +300,8 @@ int BPF_PROG(on_exit, struct task_struct *task) {
   /* Fires per thread; the process ends with its last thread, the one that
    * brought signal->live to 0 (do_exit decrements it before this point). */
   if (task->signal->live.counter != 0) return 0;
+  __u32 exiting = task->tgid;
+  bpf_map_delete_elem(&lineage, &exiting); /* wherever it ended, it leaves its lineage */
   /* Processes are counted live only in tracked cgroups (untrack() drops the
    * entries of its cgroup's processes), so an untracked one ends here. */
   __u64 cgid = task_cgroup_id(task);
@@ -298,6 +328,7 @@ int BPF_PROG(on_attach, struct cgroup *dst, const char *path, struct task_struct
   if (group) start_charging(task); /* the other threads: at their first switch-out */
   if (task->pid != task->tgid) return 0;
   __u32 tgid = task->tgid;
+  if (group) bpf_map_update_elem(&lineage, &tgid, group, BPF_ANY); /* joined after the fork */
   struct TandemBpfProc *proc = bpf_map_lookup_elem(&procs, &tgid);
   if (proc && proc->cgroup_id == cgid) return 0;
   uncount_live(tgid);

@@ -200,6 +200,7 @@ class EbpfTelemetry final : public Telemetry {
     };
     for (const Size& s : {Size{skel->maps.tracked, options.max_cgroups}, Size{skel->maps.live, options.max_cgroups},
                           Size{skel->maps.counters, options.max_groups}, Size{skel->maps.procs, options.max_processes},
+                          Size{skel->maps.lineage, options.max_processes},
                           Size{skel->maps.events, ringbuf_size(options.ringbuf_bytes)}}) {
       if (s.entries == 0 || s.entries > UINT32_MAX) {
         return base::make_error(EINVAL, fmt::format("map {}: size {} out of range", bpf_map__name(s.map), s.entries));
@@ -334,6 +335,27 @@ class EbpfTelemetry final : public Telemetry {
       }
     }
     cgroups_.erase(it);
+  }
+
+  std::vector<std::int32_t> lineage(std::uint64_t group) override {
+    std::vector<std::int32_t> out;
+    const int map = fd(skel_->maps.lineage);
+    std::uint32_t key = 0;
+    std::uint32_t next = 0;
+    const std::uint32_t* prev = nullptr;
+    while (bpf_map_get_next_key(map, prev, &next) == 0) {
+      std::uint64_t g = 0;
+      if (bpf_map_lookup_elem(map, &next, &g) == 0 && g == group) out.push_back(static_cast<std::int32_t>(next));
+      key = next;
+      prev = &key;
+    }
+    return out;
+  }
+
+  bool in_lineage(std::int32_t pid, std::uint64_t group) override {
+    const auto tgid = static_cast<std::uint32_t>(pid);
+    std::uint64_t g = 0;
+    return bpf_map_lookup_elem(fd(skel_->maps.lineage), &tgid, &g) == 0 && g == group;
   }
 
   void forget_group(std::uint64_t group) override {

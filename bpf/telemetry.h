@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/result.h"
@@ -113,6 +114,14 @@ class Telemetry {
   virtual void untrack(std::uint64_t cgroup_id) = 0;
   // Drops the group's stats, untracking any of its cgroups still tracked.
   virtual void forget_group(std::uint64_t group) = 0;
+  // The group's lineage: every live process born in one of its tracked
+  // cgroups or to such a process, wherever it is now (eBPF follows each
+  // fork; a process that moved to another cgroup or double-forked stays in
+  // it until it exits). The sampler does not follow forks: empty.
+  virtual std::vector<std::int32_t> lineage(std::uint64_t /*group*/) { return {}; }
+  // Whether `pid` is in the group's lineage now (so a pidfd opened on it
+  // after lineage() is of that process, not of one that reused its pid).
+  virtual bool in_lineage(std::int32_t /*pid*/, std::uint64_t /*group*/) { return false; }
   // Readable when events wait (the ring buffer's epoll fd; see
   // Options::wakeup_interval for when exactly); -1 for sampling.
   virtual int event_fd() const = 0;

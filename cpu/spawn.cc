@@ -9,8 +9,11 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/capability.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -64,7 +67,7 @@ struct KernelRusage {
 constexpr std::size_t kKernelSigsetBytes = (NSIG - 1) / 8;
 
 // The step of the child that failed, sent back with its errno.
-enum class Step : std::int32_t { kSetsid, kJoinV2, kJoinV1, kChdir, kStdio, kKeepFd, kExec };
+enum class Step : std::int32_t { kSetsid, kJoinV2, kJoinV1, kChdir, kStdio, kKeepFd, kExec, kCgroupNs, kIds };
 struct ChildReport {
   Step step;
   std::int32_t index;  // which v1 dir, stdio stream, keep fd or exec candidate (-1: none in particular)
@@ -85,6 +88,9 @@ struct ChildPlan {
   bool close_other_fds = false;
   std::span<const int> keep_fds;
   int report_fd = -1;
+  bool new_cgroup_ns = false;
+  long uid = -1;  // -1: unchanged
+  long gid = -1;
 };
 
 std::int64_t monotonic_ns() {
@@ -142,6 +148,10 @@ void reset_signals() {
   for (std::size_t i = 0; i < plan.v1_dirs.size(); ++i) {
     if (int e = join_cgroup(plan.v1_dirs[i]); e != 0) child_fail(report, Step::kJoinV1, static_cast<int>(i), e);
   }
+  // The namespace's root is the cgroup the child is in now: its own.
+  if (plan.new_cgroup_ns && ::syscall(SYS_unshare, CLONE_NEWCGROUP) != 0) {
+    child_fail(report, Step::kCgroupNs, -1, errno);
+  }
   if (plan.cwd != nullptr && ::chdir(plan.cwd) < 0) child_fail(report, Step::kChdir, -1, errno);
 
   // stdio: first move every source in 0..2 that is not its own target out of
@@ -167,6 +177,18 @@ void reset_signals() {
   if (plan.close_other_fds) ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
   for (std::size_t i = 0; i < plan.keep_fds.size(); ++i) {
     if (::fcntl(plan.keep_fds[i], F_SETFD, 0) < 0) child_fail(report, Step::kKeepFd, static_cast<int>(i), errno);
+  }
+
+  // The ids last: everything above may need the runner's privilege.
+  if (plan.gid >= 0 || plan.uid >= 0) {
+    if (::syscall(SYS_setgroups, 0, nullptr) != 0) child_fail(report, Step::kIds, 0, errno);
+    if (plan.gid >= 0 && ::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) {
+      child_fail(report, Step::kIds, 1, errno);
+    }
+    if (plan.uid >= 0 && ::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) {
+      child_fail(report, Step::kIds, 2, errno);
+    }
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) child_fail(report, Step::kIds, 3, errno);
   }
 
   // execvpe's rules: a candidate that does not exist (or whose directory is
@@ -297,6 +319,17 @@ std::unexpected<base::Error> report_error(const ChildReport& r, const SpawnSpec&
       return base::make_error(r.error, fmt::format("chdir {}", spec.cwd));
     case Step::kStdio:
       return base::make_error(r.error, fmt::format("set up fd {} (stdio)", r.index));
+    case Step::kCgroupNs:
+      return base::make_error(r.error, fmt::format("enter a cgroup namespace of its own{}",
+                                                   r.error == EPERM ? " (needs CAP_SYS_ADMIN)" : ""));
+    case Step::kIds: {
+      static constexpr const char* kWhat[] = {"drop supplementary groups", "set gid", "set uid", "set no_new_privs"};
+      const bool known = r.index >= 0 && r.index < 4;
+      return base::make_error(r.error, fmt::format("{} to {}:{}{}", known ? kWhat[r.index] : "change ids",
+                                                   spec.uid ? static_cast<long>(*spec.uid) : -1L,
+                                                   spec.gid ? static_cast<long>(*spec.gid) : -1L,
+                                                   r.error == EPERM ? " (needs CAP_SETUID and CAP_SETGID)" : ""));
+    }
     case Step::kKeepFd: {
       bool known = r.index >= 0 && static_cast<std::size_t>(r.index) < spec.keep_fds.size();
       return base::make_error(r.error, fmt::format("keep fd {}", known ? spec.keep_fds[r.index] : -1));
@@ -368,6 +401,9 @@ base::Result<Spawned> spawn(const SpawnSpec& spec, const Placement& placement) {
   plan.close_other_fds = spec.close_other_fds;
   plan.keep_fds = spec.keep_fds;
   plan.report_fd = report_wr.get();
+  plan.new_cgroup_ns = spec.new_cgroup_ns;
+  plan.uid = spec.uid ? static_cast<long>(*spec.uid) : -1;
+  plan.gid = spec.gid ? static_cast<long>(*spec.gid) : (spec.uid ? static_cast<long>(*spec.uid) : -1);
 
   SpawnMethod method = spec.method;
   if (placement.v2_dir < 0 && method == SpawnMethod::kClone3IntoCgroup) method = SpawnMethod::kClone3;
@@ -505,6 +541,13 @@ base::Result<ExitStatus> wait_exit(int pidfd, int timeout_ms) {
       return base::make_error(ETIMEDOUT, "wait_exit: the process has not exited");
     }
   }
+}
+
+bool may_create_cgroup_namespace() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  std::array<__user_cap_data_struct, 2> data{};
+  if (::syscall(SYS_capget, &header, data.data()) != 0) return false;
+  return (data[CAP_SYS_ADMIN / 32].effective & (1u << (CAP_SYS_ADMIN % 32))) != 0;
 }
 
 base::Result<void> send_signal(int pidfd, int sig) {

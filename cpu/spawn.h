@@ -28,7 +28,9 @@
 // process, so it only makes async-signal-safe system calls on data prepared
 // before the clone (argv/envp arrays, the PATH candidates, the cwd): it resets
 // signal dispositions and the mask, calls setsid(), joins the cgroups,
-// chdir()s, arranges stdio and fds, and execs. A failure in any step is sent
+// enters a cgroup namespace of its own if asked, chdir()s, arranges stdio
+// and fds, drops to the asked uid/gid (raw system calls: glibc's setxid
+// would try to reach threads that do not exist in the child), and execs. A failure in any step is sent
 // back over a CLOEXEC pipe (step + errno), so spawn() reports it synchronously
 // and reaps the child; success is the pipe closing at exec.
 //
@@ -40,6 +42,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,7 +94,23 @@ struct SpawnSpec {
   bool close_other_fds = true;
   std::vector<int> keep_fds;
   SpawnMethod method = SpawnMethod::kClone3IntoCgroup;  // the preferred method
+  // After joining its cgroups the child enters a cgroup namespace of its
+  // own (unshare(CLONE_NEWCGROUP)): its cgroup is then its root in
+  // /proc/self/cgroup and in any cgroup2 mount it makes, and it cannot move
+  // to a cgroup outside it. Needs CAP_SYS_ADMIN (may_create_cgroup_namespace).
+  bool new_cgroup_ns = false;
+  // Run as these ids: after everything that needs privilege (cgroup joins,
+  // the namespace, chdir, stdio), the child drops its supplementary groups
+  // and sets real, effective and saved gid, then uid; with either set, it
+  // also sets no_new_privs (no setuid binary gives privilege back). Needs
+  // CAP_SETGID / CAP_SETUID. A gid without a uid changes only the group.
+  std::optional<uid_t> uid;
+  std::optional<gid_t> gid;
 };
+
+// Whether this process may give a child a cgroup namespace of its own
+// (CAP_SYS_ADMIN in its user namespace's effective set).
+bool may_create_cgroup_namespace();
 
 struct Spawned {
   pid_t pid = -1;

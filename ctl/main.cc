@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "base/parse.h"
 #include "base/unique_fd.h"
@@ -222,6 +223,17 @@ std::variant<base::UniqueFd, Failure> connect_daemon(const Options& o, const std
     return Failure{kExitFailed,
                    fmt::format("cannot connect to {}: {} (is tandemd running?)", clean(path), std::strerror(errno))};
   }
+  // Only root (tandemd) or this user (a test daemon) may answer: a socket
+  // another user serves could say anything.
+  ucred peer{};
+  socklen_t len = sizeof peer;
+  if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+    return Failure{kExitFailed, fmt::format("SO_PEERCRED on {}: {}", clean(path), std::strerror(errno))};
+  }
+  if (peer.uid != 0 && peer.uid != ::geteuid()) {
+    return Failure{kExitFailed, fmt::format("{} is served by uid {} (pid {}), not by root or this user: not asking it",
+                                            clean(path), peer.uid, peer.pid)};
+  }
   return sock;
 }
 
@@ -244,6 +256,27 @@ std::variant<ipc::ReceivedMessage, Failure> receive(int sock, const Options& o, 
 std::string error_text(const wire::Error* e) {
   if (e->message() != nullptr && e->message()->size() > 0) return clean(e->message()->string_view());
   return std::strerror(e->code() > 0 ? e->code() : EPROTO);
+}
+
+// Pages of one answer, at most (a daemon that keeps paging is broken).
+constexpr int kMaxPages = 100000;
+
+// Adds a later page to an answer: JSON lists are joined (and the answer is
+// no longer truncated), text is appended.
+void merge_page(std::string& body, std::string_view page) {
+  auto whole = nlohmann::json::parse(body, nullptr, false);
+  auto part = nlohmann::json::parse(page, nullptr, false);
+  if (whole.is_discarded() || part.is_discarded() || !whole.is_object() || !part.is_object()) {
+    body.append(page);
+    return;
+  }
+  for (auto& [key, value] : part.items()) {
+    if (value.is_array() && whole.contains(key) && whole[key].is_array()) {
+      for (auto& v : value) whole[key].push_back(std::move(v));
+    }
+  }
+  whole["truncated"] = part.value("truncated", false);
+  body = whole.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Asks the daemon and returns the CtlResponse body (status 0).
@@ -288,6 +321,24 @@ std::variant<std::string, Failure> ask(const Options& o) {
                      : response->status() == ENOENT ? kExitNotFound
                                                     : kExitFailed;
     return Failure{code, clean(body)};
+  }
+  // An answer larger than one datagram comes in pages: ask for each next
+  // one on the same connection and put them together.
+  std::string next = response->next() != nullptr ? response->next()->str() : std::string();
+  for (int pages = 1; !next.empty(); ++pages) {
+    if (pages > kMaxPages)
+      return Failure{kExitFailed, fmt::format("{} answered more than {} pages", clean(path), kMaxPages)};
+    if (auto sent = ipc::send_message(sock, ipc::build_ctl_request(o.command, o.args, o.json, next)); !sent) {
+      return Failure{kExitFailed, fmt::format("asking for the next page: {}", sent.error().message())};
+    }
+    auto more = receive(sock, o, path, "next page");
+    if (auto* f = std::get_if<Failure>(&more)) return std::move(*f);
+    const auto* r = std::get<ipc::ReceivedMessage>(more).message()->payload_as_CtlResponse();
+    if (r == nullptr || r->status() != 0) {
+      return Failure{kExitFailed, fmt::format("{} failed a later page of the answer", clean(path))};
+    }
+    merge_page(body, r->body() != nullptr ? r->body()->string_view() : std::string_view());
+    next = r->next() != nullptr ? r->next()->str() : std::string();
   }
   return body;
 }

@@ -60,6 +60,11 @@ constexpr UintKey<Limits> kLimitKeys[] = {
     {"records_per_s", &Limits::records_per_s, 1, 100'000'000, false},
     {"messages_per_s", &Limits::messages_per_s, 1, 1'000'000, false},
     {"pump_batch", &Limits::pump_batch, 1, 65536, false},
+    {"clients_per_uid", &Limits::clients_per_uid, 1, 65536, false},
+    {"reserved_clients", &Limits::reserved_clients, 0, 65535, false},
+    {"ctl_idle_timeout_s", &Limits::ctl_idle_timeout_s, 1, 86400, false},
+    {"tools_per_session", &Limits::tools_per_session, 1, 65536, false},
+    {"tools_per_client", &Limits::tools_per_client, 1, 1 << 20, false},
 };
 
 constexpr UintKey<Config> kIpcKeys[] = {
@@ -672,6 +677,7 @@ base::Result<void> validate(const Config& c) {
     std::uint32_t v = c.limits.*(k.field);
     if (v < k.min || v > k.max) return fail(dotted("limits", k.name), range_problem(k.min, k.max, v));
   }
+
   const HostConfig& h = c.host;
   if (h.root.empty()) {
     if (h.subtree.empty() || h.subtree.front() == '/' || h.subtree.find("..") != std::string::npos) {
@@ -779,9 +785,12 @@ std::string describe(const Config& c) {
   }
   out += fmt::format("ipc          event_slots {}, directive_slots {}\n", c.event_slots, c.directive_slots);
   out += fmt::format(
-      "limits       max_clients {}, sessions_per_client {}, records_per_s {}, messages_per_s {}, pump_batch {}\n",
-      c.limits.max_clients, c.limits.sessions_per_client, c.limits.records_per_s, c.limits.messages_per_s,
-      c.limits.pump_batch);
+      "limits       max_clients {} ({} reserved for engines and runners, {} per uid), sessions_per_client {}, "
+      "records_per_s {}, messages_per_s {}, pump_batch {}, ctl_idle_timeout_s {}, tools_per_session {}, "
+      "tools_per_client {}\n",
+      c.limits.max_clients, c.limits.reserved(), c.limits.clients_per_uid, c.limits.sessions_per_client,
+      c.limits.records_per_s, c.limits.messages_per_s, c.limits.pump_batch, c.limits.ctl_idle_timeout_s,
+      c.limits.tools_per_session, c.limits.tools_per_client);
   const HostConfig& h = c.host;
   out += fmt::format("cgroups      {}, {}, on restart {} (grace {} s)\n", h.cgroups,
                      h.root.empty() ? fmt::format("subtree {}", h.subtree) : fmt::format("root {}", h.root),

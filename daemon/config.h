@@ -16,6 +16,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -54,6 +55,20 @@ struct Limits {
   std::uint32_t records_per_s = 200000;      // per client, token bucket, 1..1e8
   std::uint32_t messages_per_s = 500;        // socket messages per client per second, 1..1e6
   std::uint32_t pump_batch = 256;            // records drained per client per pump round, 1..65536
+  // Connections (and runner handles holding sessions while disconnected)
+  // of one uid at once, 1..65536; root and tandemd's own uid are exempt.
+  std::uint32_t clients_per_uid = 64;
+  // Of max_clients, the slots only peers granted engine or runner may take:
+  // ctl clients and connections of other uids stop short of them. 0..65535;
+  // at most a quarter of max_clients is reserved (reserved()).
+  std::uint32_t reserved_clients = 64;
+  std::uint32_t ctl_idle_timeout_s = 60;  // a ctl connection with no request this long is closed, 1..86400
+  std::uint32_t tools_per_session = 256;  // tool cgroups of one session at once, 1..65536
+  std::uint32_t tools_per_client = 1024;  // tool cgroups of the sessions one runner owns, 1..1<<20
+
+  // The slots reserved for engines and runners: reserved_clients, at most a
+  // quarter of max_clients (so readers always have three quarters).
+  std::uint32_t reserved() const { return std::min(reserved_clients, max_clients / 4); }
 };
 
 // The host plane (issue 6, docs/host.md): cgroups, tool limits, memory

@@ -1,15 +1,20 @@
 // The ctl server: tandemctl's requests, answered with JSON (docs/tandemctl.md
 // shows the shapes; tandemctl renders the tables).
+#include <poll.h>
+
 #include <bit>
 #include <cctype>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "base/ids.h"
 #include "base/parse.h"
+#include "base/text.h"
 
 #include "daemon/metrics.h"
 #include "daemon/server.h"
@@ -21,6 +26,13 @@ using nlohmann::json;
 
 json optional_int(std::int64_t v) { return v < 0 ? json(nullptr) : json(v); }
 
+// Every JSON answer goes through here: a string that is not valid UTF-8 (a
+// name a client chose, a path) is written with U+FFFD in place of its bad
+// bytes instead of throwing (nlohmann's strict dump() throws type_error.316,
+// which once took the daemon down). Names are validated where they come in;
+// this is what keeps an answer total whatever reaches it.
+std::string text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 // "reasoning" for REASONING: ctl's JSON keys and values are lower case.
 template <class E>
 std::string lower(E value) {
@@ -30,6 +42,10 @@ std::string lower(E value) {
 }
 
 constexpr std::string_view kVersion = "0.1.0";
+// How long session kill waits for a killed unplaced tool to be gone.
+constexpr int kKillCheckMs = 200;
+// What `policy set` appends to the configuration's source.
+constexpr std::string_view kPolicySetSuffix = " + tandemctl policy set ";
 // A ctl reply is one datagram (ipc::kMaxMessageSize): a session list stops
 // growing past this many bytes and says it was truncated.
 constexpr std::size_t kCtlListBudget = ipc::kMaxMessageSize - 4096;
@@ -42,6 +58,8 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
     return;
   }
   const std::string_view command = req.command()->string_view();
+  const std::string_view cursor = req.cursor() != nullptr ? req.cursor()->string_view() : std::string_view();
+  const auto page = [&](const Page& p) { send_message(c, ipc::build_ctl_response(0, p.body, p.next)); };
   // Records below a ring's wake-up watermark wait for the tick: take them
   // now, so an answer is never a tick stale.
   for (auto& [id, other] : clients_) other.pending = other.has_channel && !other.doomed;
@@ -50,15 +68,15 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
   if (command == "status") {
     send_message(c, ipc::build_ctl_response(0, ctl_status(now)));
   } else if (command == "engines") {
-    send_message(c, ipc::build_ctl_response(0, ctl_engines()));
+    page(ctl_engines(cursor));
   } else if (command == "sessions") {
-    send_message(c, ipc::build_ctl_response(0, ctl_sessions(now)));
+    page(ctl_sessions(now, cursor));
   } else if (command == "tools") {
-    send_message(c, ipc::build_ctl_response(0, ctl_tools()));
+    page(ctl_tools(cursor));
   } else if (command == "gpu") {
     send_message(c, ipc::build_ctl_response(0, ctl_gpu(now)));
   } else if (command == "metrics") {
-    send_message(c, ipc::build_ctl_response(0, metrics_text(now)));
+    page(ctl_metrics(now, cursor));
   } else if (command == "events") {
     const std::string_view since =
         req.args() != nullptr && req.args()->size() == 1 ? req.args()->Get(0)->string_view() : std::string_view("0");
@@ -103,11 +121,10 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
       code = ctl_session_evict(req.args()->Get(0)->string_view(), now, out);
     } else if (command == "reload") {
       if (auto applied = reload(); applied) {
-        out = json{{"reloaded", true},
-                   {"source", config_->config().source},
-                   {"policy", config_->config().policy},
-                   {"epoch", policy_epoch_}}
-                  .dump();
+        out = text(json{{"reloaded", true},
+                        {"source", config_->config().source},
+                        {"policy", config_->config().policy},
+                        {"epoch", policy_epoch_}});
       } else {
         code = applied.error().code() != 0 ? applied.error().code() : EINVAL;
         out = applied.error().context();
@@ -118,10 +135,9 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
         spdlog::info("ctl: {} by an operator", on ? "draining: no new session is admitted" : "admitting again");
       if (on != draining_) log_event(now, on ? LogKind::kDrain : LogKind::kUndrain, 0);
       draining_ = on;
-      out = json{{"draining", draining_},
-                 {"waiting", model_.sessions().count(sched::SessionState::kWaiting)},
-                 {"live", model_.sessions().size()}}
-                .dump();
+      out = text(json{{"draining", draining_},
+                      {"waiting", model_.sessions().count(sched::SessionState::kWaiting)},
+                      {"live", model_.sessions().size()}});
     }
     send_message(c, ipc::build_ctl_response(code, out));
   } else {
@@ -129,7 +145,7 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
         c, ipc::build_ctl_response(
                EINVAL, fmt::format("unknown command \"{}\" (known: status, engines, sessions, tools, gpu, metrics, "
                                    "events, policy, drain, undrain, reload, session-evict, session-kill)",
-                                   command.substr(0, 64))));
+                                   base::escape(command, 64))));
   }
 }
 
@@ -145,39 +161,46 @@ PidAttribution Server::gpu_attribution() const {
 std::string Server::ctl_gpu(base::Time now) const {
   json j = gpu_json(gpu_telemetry_->snapshot(), now, gpu_attribution());
   j["truncated"] = false;
-  std::string out = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out = text(j);
   if (out.size() > kCtlListBudget) {
     // The reply must fit one datagram: the devices stay, their process lists go.
     for (auto& d : j["devices"]) d["processes"] = nullptr;
     j["truncated"] = true;
-    out = j.dump(-1, ' ', false, json::error_handler_t::replace);
+    out = text(j);
   }
   return out;
 }
 
-std::string Server::ctl_tools() const {
+Server::Page Server::ctl_tools(std::string_view cursor) const {
   json list;
   effects_->tools(list);
-  if (list.is_null()) list = json::array();
-  // Names, where known.
-  for (auto& entry : list) {
-    const auto id = std::stoull(entry.value("session", std::string("0")), nullptr, 16);
-    auto m = meta_.find(id);
-    entry["name"] = m == meta_.end() ? "" : m->second.name;
+  if (!list.is_array()) list = json::array();
+  // Pages in session order: the cursor is the last session (16 hex digits) shown.
+  std::vector<std::pair<std::string, const json*>> order;
+  for (const auto& entry : list) {
+    const json* session = entry.is_object() && entry.contains("session") ? &entry["session"] : nullptr;
+    const std::string key = session != nullptr && session->is_string() ? session->get<std::string>() : std::string();
+    if (key > cursor || cursor.empty()) order.emplace_back(key, &entry);
   }
-  json out = {{"sessions", list}};
-  std::string text = out.dump();
-  if (text.size() > kCtlListBudget) {
-    json cut = json::array();
-    std::size_t size = 0;
-    for (const auto& e : list) {
-      size += e.dump().size();
-      if (size > kCtlListBudget) break;
-      cut.push_back(e);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  json out = json::array();
+  std::size_t bytes = 0;
+  std::string next;
+  for (const auto& [key, entry] : order) {
+    json e = *entry;
+    std::uint64_t sid = 0;
+    if (key.size() == 16) sid = std::strtoull(key.c_str(), nullptr, 16);
+    auto m = meta_.find(sid);
+    e["name"] = m == meta_.end() ? "" : m->second.name;
+    const std::size_t size = text(e).size() + 1;
+    if (bytes + size > kCtlListBudget && !out.empty()) {
+      next = order[out.size() - 1].first;
+      break;
     }
-    text = json{{"sessions", cut}, {"total", list.size()}, {"truncated", true}}.dump();
+    bytes += size;
+    out.push_back(std::move(e));
   }
-  return text;
+  return {text(json{{"sessions", out}, {"total", order.size()}, {"truncated", !next.empty()}}), next};
 }
 
 sched::SessionId Server::find_live_session(std::string_view who, std::string& out) const {
@@ -194,7 +217,7 @@ sched::SessionId Server::find_live_session(std::string_view who, std::string& ou
     s = model_.sessions().find(id);
   }
   if (s == nullptr || s->state == sched::SessionState::kDone) {
-    out = fmt::format("no live session \"{}\"", who.substr(0, 128));
+    out = fmt::format("no live session \"{}\"", base::escape(who, 128));
     return 0;
   }
   return id;
@@ -214,7 +237,7 @@ int Server::ctl_session_evict(std::string_view who, base::Time now, std::string&
   log_event(now, LogKind::kEvict, id);
   apply({sched::ActionKind::kUnpin, id}, now);
   apply({sched::ActionKind::kDrop, id}, now);
-  out = json{{"session", fmt::format("{:016x}", id)}, {"evicted", true}, {"engine", s->engine}}.dump();
+  out = text(json{{"session", fmt::format("{:016x}", id)}, {"evicted", true}, {"engine", s->engine}});
   return 0;
 }
 
@@ -223,12 +246,26 @@ int Server::ctl_session_kill(std::string_view who, base::Time now, std::string& 
   if (id == 0) return ENOENT;
   spdlog::info("ctl: session {:#018x} killed by an operator", id);
   log_event(now, LogKind::kKill, id);
-  effects_->kill_tools(id, ipc::ToolExitReason::kKilledSession);
-  ++stats_.effects_kill_tools;
-  (void)feed(sched::SessionClosed{id}, now);
+  // Its tools outside any cgroup (started unplaced) are killed by pid; kept
+  // here to see them gone.
+  std::vector<UnplacedTool> unplaced = kill_unplaced(id);
+  close_session(id, ipc::ToolExitReason::kKilledSession, Closed::kKilled, now);
   session_done(id);
   model_.sessions().reap_done();
-  out = json{{"session", fmt::format("{:016x}", id)}, {"killed", true}}.dump();
+  // Dead is checked, never assumed: what is still alive — in its cgroups,
+  // of its lineage, or unplaced — is reported, and the answer is an error.
+  std::vector<std::int32_t> alive = effects_->survivors(id);
+  for (const UnplacedTool& t : unplaced) {
+    pollfd p{t.pidfd.get(), POLLIN, 0};
+    if (::poll(&p, 1, kKillCheckMs) == 0) alive.push_back(t.pid);
+  }
+  if (!alive.empty()) {
+    out = fmt::format("session {:016x} is closed, but {} of its processes are still alive: {}", id, alive.size(),
+                      fmt::join(alive, ", "));
+    spdlog::warn("ctl: {}", out);
+    return EBUSY;
+  }
+  out = text(json{{"session", fmt::format("{:016x}", id)}, {"killed", true}});
   return 0;
 }
 
@@ -262,6 +299,16 @@ std::string Server::ctl_status(base::Time now) const {
       {"clients_refused", stats_.clients_refused},
       {"clients_dropped", stats_.clients_dropped},
       {"tools", {{"prepared", stats_.tools_prepared}, {"refused", stats_.tools_refused}}},
+      {"internal_errors", stats_.internal_errors},
+      {"names_refused", stats_.names_refused},
+      {"clients_refused_limits", stats_.clients_refused_limits},
+      {"ctl_idle_closed", stats_.ctl_idle_closed},
+      {"accept_errors", stats_.accept_errors},
+      {"resync_refused", stats_.resync_refused},
+      {"sessions_detached", stats_.sessions_detached},
+      {"sessions_reattached", stats_.sessions_reattached},
+      {"sessions_restored", stats_.sessions_restored},
+      {"unplaced_tools", stats_.unplaced_tools},
       {"effects",
        {{"cpu_weight", stats_.effects_cpu_weight},
         {"cpu_quota", stats_.effects_cpu_quota},
@@ -277,12 +324,20 @@ std::string Server::ctl_status(base::Time now) const {
     j["admission_window"] = nullptr;  // the policy admits every session
   }
   j["draining"] = draining_;
+  const Footprint f = footprint();
+  j["tables"] = {{"clients", f.clients},
+                 {"sessions", f.sessions},
+                 {"session_meta", f.session_meta},
+                 {"pending_names", f.pending_names},
+                 {"owners", f.owners},
+                 {"held_owners", f.detached},
+                 {"tombstones", f.tombstones}};
   j["nvml"] = gpu_status(gpu_telemetry_->snapshot());
   j["metrics"] = {{"listen", metrics_                 ? metrics_->address()
                              : metrics_error_.empty() ? std::string("off")
                                                       : "off: " + metrics_error_},
                   {"scrapes", metrics_ ? metrics_->scrapes() : 0}};
-  return j.dump();
+  return text(j);
 }
 
 // An event log entry's kind and its text (ctl events).
@@ -366,14 +421,14 @@ std::string Server::ctl_events(std::string_view since_text) const {
       if (auto n = names.find(e.session); n != names.end()) j["name"] = n->second;
     }
     if (!detail.empty()) j["detail"] = std::move(detail);
-    bytes += j.dump().size() + 1;
+    bytes += text(j).size() + 1;
     if (bytes > kCtlListBudget) break;  // the rest comes with the next request
     next = e.seq;
     list.push_back(std::move(j));
   }
   // Events older than the log's window were lost to a slow follower.
   const std::uint64_t oldest = events_.empty() ? next_event_ : events_.front().seq;
-  return json{{"events", list}, {"next", next}, {"lost", since + 1 < oldest ? oldest - since - 1 : 0}}.dump();
+  return text(json{{"events", list}, {"next", next}, {"lost", since + 1 < oldest ? oldest - since - 1 : 0}});
 }
 
 std::string Server::ctl_policy() const {
@@ -384,18 +439,23 @@ std::string Server::ctl_policy() const {
   for (const sched::ParamSpec& p : config_->policy().params) {
     specs.push_back({{"name", p.name}, {"default", p.default_value}, {"min", p.min}, {"max", p.max}, {"doc", p.doc}});
   }
-  return json{{"name", cfg.policy},
-              {"epoch", policy_epoch_},
-              {"tick_ms", std::chrono::duration_cast<std::chrono::milliseconds>(cfg.tick).count()},
-              {"source", cfg.source},
-              {"params", params},
-              {"specs", specs}}
-      .dump();
+  return text(json{{"name", cfg.policy},
+                   {"epoch", policy_epoch_},
+                   {"tick_ms", std::chrono::duration_cast<std::chrono::milliseconds>(cfg.tick).count()},
+                   {"source", cfg.source},
+                   {"params", params},
+                   {"specs", specs}});
 }
 
 int Server::ctl_policy_set(std::string_view key, std::string_view value, std::string& out) {
   // The running configuration with one key changed, validated and compiled
   // like a file: a bad value changes nothing and says why.
+  for (const std::string_view arg : {key, value}) {
+    if (auto ok = base::check_name(arg, "policy set's argument"); !ok) {
+      out = ok.error().context();
+      return ok.error().code();
+    }
+  }
   Config next = config_->config();
   if (key == "name") {
     if (value != next.policy) next.policy_params.clear();  // the old policy's parameters mean nothing to another
@@ -403,7 +463,7 @@ int Server::ctl_policy_set(std::string_view key, std::string_view value, std::st
   } else if (key == "tick_ms") {
     auto ms = base::parse_int<std::int64_t>(value);
     if (!ms) {
-      out = fmt::format("tick_ms: '{}' is not an integer", value.substr(0, 64));
+      out = fmt::format("tick_ms: '{}' is not an integer", base::escape(value, 64));
       return EINVAL;
     }
     next.tick = std::chrono::milliseconds(*ms);
@@ -414,13 +474,19 @@ int Server::ctl_policy_set(std::string_view key, std::string_view value, std::st
     } else if (auto d = base::parse_double(value)) {
       v = *d;
     } else {
-      out = fmt::format("{}: '{}' is not a number", key.substr(0, 64), value.substr(0, 64));
+      out = fmt::format("{}: '{}' is not a number", base::escape(key, 64), base::escape(value, 64));
       return EINVAL;
     }
     next.policy_params[std::string(key)] = v;
   }
-  next.source =
-      fmt::format("{} + tandemctl policy set {} {}", config_->config().source, key.substr(0, 64), value.substr(0, 64));
+  // The source names the file and the keys set since it was read, each
+  // once: however many `policy set`s follow, it stays as short as the
+  // policy's parameter list.
+  std::set<std::string> keys = policy_set_keys_;
+  keys.insert(std::string(key));
+  const std::string& source = config_->config().source;
+  const auto suffix = source.find(kPolicySetSuffix);
+  next.source = fmt::format("{}{}{}", source.substr(0, suffix), kPolicySetSuffix, fmt::join(keys, ", "));
   auto compiled = CompiledConfig::compile(std::move(next));
   if (!compiled) {
     out = compiled.error().context();
@@ -430,6 +496,7 @@ int Server::ctl_policy_set(std::string_view key, std::string_view value, std::st
     out = applied.error().context();
     return EINVAL;
   }
+  policy_set_keys_ = std::move(keys);
   out = ctl_policy();
   return 0;
 }
@@ -587,18 +654,36 @@ std::string Server::metrics_text(base::Time now) const {
             static_cast<double>(stats_.clients_refused));
   p.counter("tandem_clients_dropped_total", "clients dropped for misbehaving",
             static_cast<double>(stats_.clients_dropped));
+  p.counter("tandem_internal_errors_total", "exceptions caught in a handler (bugs), answered as errors",
+            static_cast<double>(stats_.internal_errors));
+  p.counter("tandem_clients_refused_limits_total",
+            "connections refused by clients_per_uid, reserved_clients or the ctl cap",
+            static_cast<double>(stats_.clients_refused_limits));
+  p.counter("tandem_resync_refused_total", "resync entries refused", static_cast<double>(stats_.resync_refused));
+  p.counter("tandem_accept_errors_total", "accept() failures (out of fds or memory)",
+            static_cast<double>(stats_.accept_errors));
   return p.text();
 }
 
-std::string Server::ctl_engines() const {
+Server::Page Server::ctl_engines(std::string_view cursor) const {
+  const std::uint32_t after = base::parse_int<std::uint32_t>(cursor).value_or(0);
   std::map<sched::EngineId, std::uint32_t> sessions;
   for (const auto& [id, s] : model_.sessions().sessions()) {
     if (s.state != sched::SessionState::kDone && s.engine != sched::kNoEngine) ++sessions[s.engine];
   }
   const auto projected = GpuPlane::projected_blocks(model_.sessions());
   json list = json::array();
+  std::size_t bytes = 0;
+  std::size_t total = 0;
+  std::string next;
   for (const auto& [id, c] : clients_) {
     if (c.doomed || c.phase != Phase::kActive || c.role != Role::kEngine) continue;
+    ++total;
+    if (id <= after || !next.empty()) continue;
+    if (bytes > kCtlListBudget) {
+      next = std::to_string(list.back()["id"].get<std::uint32_t>());
+      continue;
+    }
     const sched::EngineView* v = model_.engine(id);
     const sched::KvPoolStats kv = v != nullptr ? v->kv : sched::KvPoolStats{};
     const std::uint32_t pool = v != nullptr && v->has_stats ? kv.blocks_total : c.engine.total_blocks;
@@ -646,27 +731,52 @@ std::string Server::ctl_engines() const {
         {"records_accepted", c.accepted},
         {"records_rejected", c.rejected},
     });
+    bytes += text(list.back()).size() + 1;
   }
-  return json{{"engines", list}}.dump();
+  return {text(json{{"engines", list}, {"total", total}, {"truncated", !next.empty()}}), next};
 }
 
-std::string Server::ctl_sessions(base::Time now) const {
-  json list = json::array();
-  std::size_t total = 0;
-  std::size_t bytes = 0;
+Server::Page Server::ctl_metrics(base::Time now, std::string_view cursor) const {
+  // Text, a page at a time, each ending at a line's end: the cursor is the
+  // offset where the next page starts.
+  const std::string all = metrics_text(now);
+  const std::size_t from = std::min<std::size_t>(base::parse_int<std::size_t>(cursor).value_or(0), all.size());
+  if (all.size() - from <= kCtlListBudget) return {all.substr(from), ""};
+  std::size_t end = all.rfind('\n', from + kCtlListBudget);
+  end = end == std::string::npos || end < from ? from + kCtlListBudget : end + 1;
+  return {all.substr(from, end - from), std::to_string(end)};
+}
+
+Server::Page Server::ctl_sessions(base::Time now, std::string_view cursor) const {
+  // In id order, a page at a time: the cursor is the last id shown.
+  const std::uint64_t after = cursor.empty() ? 0 : std::strtoull(std::string(cursor).c_str(), nullptr, 16);
+  std::vector<sched::SessionId> ids;
   for (const auto& [id, s] : model_.sessions().sessions()) {
-    if (s.state == sched::SessionState::kDone) continue;
-    ++total;
-    if (bytes > kCtlListBudget) continue;  // counted, not listed: the reply must fit one datagram
+    if (s.state != sched::SessionState::kDone) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  json list = json::array();
+  std::size_t bytes = 0;
+  std::string next;
+  for (sched::SessionId id : ids) {
+    if (id <= after) continue;
+    const sched::Session& s = *model_.sessions().find(id);
+    if (bytes > kCtlListBudget) {
+      next = fmt::format("{:016x}", list.empty() ? id : std::stoull(list.back()["id"].get<std::string>(), nullptr, 16));
+      break;
+    }
     auto m = meta_.find(id);
     const SessionMeta meta = m != meta_.end() ? m->second : SessionMeta{};
+    const auto o = owners_.find(meta.owner);
+    const std::uint32_t owner_client = o == owners_.end() ? 0 : o->second.client;
     list.push_back({
         {"id", fmt::format("{:#018x}", id)},
         {"name", meta.name},
         {"state", lower(s.state)},
         {"residency", lower(s.residency)},
         {"engine", s.engine == sched::kNoEngine ? json(nullptr) : json(s.engine)},
-        {"owner", meta.owner == 0 ? json(nullptr) : json(meta.owner)},
+        {"owner", owner_client == 0 ? json(nullptr) : json(owner_client)},
+        {"held", meta.owner != 0 && owner_client == 0},
         {"round", s.round},
         {"rounds_done", s.rounds_done},
         {"round_in_flight", s.round_in_flight},
@@ -679,9 +789,9 @@ std::string Server::ctl_sessions(base::Time now) const {
         {"cpu_weight", optional_int(meta.cpu_weight)},
         {"cpu_quota_us", optional_int(meta.cpu_quota)},
     });
-    bytes += list.back().dump().size() + 1;
+    bytes += text(list.back()).size() + 1;
   }
-  return json{{"sessions", list}, {"total", total}, {"truncated", list.size() < total}}.dump();
+  return {text(json{{"sessions", list}, {"total", ids.size()}, {"truncated", !next.empty()}}), next};
 }
 
 }  // namespace tandem::daemon

@@ -63,6 +63,10 @@ class HostEffects {
   virtual void set_sm_partition(sched::EngineId engine, std::uint32_t index) = 0;
   // The session ended: every process of it dies and what was set for it goes.
   virtual void session_gone(sched::SessionId session) = 0;
+  // After session_gone(): the processes of the session still alive — in
+  // its cgroups, or (eBPF) of its lineage wherever they went. Empty when it
+  // is all dead; tandemctl session kill reports them instead of success.
+  virtual std::vector<std::int32_t> survivors(sched::SessionId /*session*/) const { return {}; }
 
   // ---- tool calls (runners) ----
   // ENOTSUP: no host plane (the runner then starts the tool unplaced).
@@ -71,6 +75,9 @@ class HostEffects {
   }
   virtual void tool_started(sched::SessionId /*session*/, std::uint32_t /*call*/, std::int32_t /*pid*/) {}
   virtual void tool_ended(sched::SessionId /*session*/, std::uint32_t /*call*/) {}
+  // Tool cgroups the session has now (running calls, and ended ones whose
+  // processes linger): what limits.tools_per_session bounds.
+  virtual std::size_t tool_cgroups(sched::SessionId /*session*/) const { return 0; }
 
   // ---- the control tick ----
   // Samples telemetry and pressure, applies the memory-pressure rules, reaps

@@ -84,6 +84,7 @@ std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId 
     case RecordType::kDrop:
     case RecordType::kOffload:
     case RecordType::kPrefetch:
+    case RecordType::kClose:
       return std::nullopt;
   }
   return std::nullopt;

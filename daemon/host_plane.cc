@@ -1,8 +1,12 @@
 #include "daemon/host_plane.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/file.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <bit>
@@ -12,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/parse.h"
+#include "cpu/spawn.h"
 
 namespace tandem::daemon {
 namespace {
@@ -261,10 +266,50 @@ void HostPlane::kill_tools(sched::SessionId session, ipc::ToolExitReason reason)
   }
 }
 
+void HostPlane::kill_lineage(sched::SessionId session) {
+  if (!telemetry_) return;
+  std::vector<base::UniqueFd> killed;
+  for (std::int32_t pid : telemetry_->lineage(session)) {
+    base::UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    // Still of the lineage after the pidfd was opened: the pidfd is that
+    // process's, not one that took over its pid.
+    if (!fd || !telemetry_->in_lineage(pid, session)) continue;
+    if (cpu::send_signal(fd.get(), SIGKILL)) {
+      ++lineage_killed_;
+      killed.push_back(std::move(fd));
+    }
+  }
+  for (const base::UniqueFd& fd : killed) {
+    pollfd p{fd.get(), POLLIN, 0};
+    (void)::poll(&p, 1, kKillWaitMs);
+  }
+  if (!killed.empty())
+    spdlog::info("host: session {:016x}: killed {} processes that had left its cgroups", session, killed.size());
+}
+
+std::vector<std::int32_t> HostPlane::survivors(sched::SessionId session) const {
+  std::vector<std::int32_t> out;
+  const std::string rel = session_dir(session);
+  for (const cpu::Node& n : doomed_) {
+    if (n.rel != rel) continue;
+    for (int pid : cgroups_->processes(n).value_or(std::vector<int>{})) out.push_back(pid);
+  }
+  if (auto it = sessions_.find(session); it != sessions_.end()) {
+    for (int pid : cgroups_->processes(it->second.node).value_or(std::vector<int>{})) out.push_back(pid);
+  }
+  if (telemetry_) {
+    for (std::int32_t pid : telemetry_->lineage(session)) out.push_back(pid);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 void HostPlane::session_gone(sched::SessionId session) {
   pending_.erase(session);
   auto it = sessions_.find(session);
-  if (it == sessions_.end()) return;
+  if (it == sessions_.end()) return;  // it never had a tool cgroup, so no lineage either
+  kill_lineage(session);
   SessionCg& s = it->second;
   for (auto& [call, c] : s.calls) {
     if (telemetry_) telemetry_->untrack(c.node.id);
@@ -393,6 +438,11 @@ void HostPlane::tool_ended(sched::SessionId session, std::uint32_t call) {
     if (telemetry_) telemetry_->untrack(it->second.node.id);
     s->calls.erase(it);
   }
+}
+
+std::size_t HostPlane::tool_cgroups(sched::SessionId session) const {
+  auto it = sessions_.find(session);
+  return it == sessions_.end() ? 0 : it->second.calls.size();
 }
 
 void HostPlane::account_cpu(Call& c, const cpu::Usage& u) {
@@ -621,6 +671,7 @@ void HostPlane::status(nlohmann::json& out) const {
       {"freezes", freezes_},
       {"execs_seen", execs_},
       {"exits_seen", exits_},
+      {"lineage_killed", lineage_killed_},
   };
 }
 

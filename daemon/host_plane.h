@@ -70,10 +70,12 @@ class HostPlane final : public HostEffects {
   void kill_tools(sched::SessionId session, ipc::ToolExitReason reason) override;
   void set_sm_partition(sched::EngineId /*engine*/, std::uint32_t /*index*/) override {}
   void session_gone(sched::SessionId session) override;
+  std::vector<std::int32_t> survivors(sched::SessionId session) const override;
 
   base::Result<ToolGrant> prepare_tool(const ToolRequest& request) override;
   void tool_started(sched::SessionId session, std::uint32_t call, std::int32_t pid) override;
   void tool_ended(sched::SessionId session, std::uint32_t call) override;
+  std::size_t tool_cgroups(sched::SessionId session) const override;
 
   std::optional<sched::CpuView> host_tick(base::Time now, const sched::NodeModel& model) override;
   int event_fd() const override { return telemetry_ ? telemetry_->event_fd() : -1; }
@@ -120,6 +122,8 @@ class HostPlane final : public HostEffects {
   SessionCg* session_cg(sched::SessionId session, bool create);
   // Kills and removes `node`; on failure it is retried every tick.
   void bury(cpu::Node node);
+  // Kills the session's lineage (eBPF): its processes that left its cgroups.
+  void kill_lineage(sched::SessionId session);
   void retry_burials();
   void memory_rules(base::Time now, const sched::NodeModel& model);
   void kill_call(sched::SessionId session, std::uint32_t call, Call& c, ipc::ToolExitReason reason,
@@ -157,6 +161,7 @@ class HostPlane final : public HostEffects {
   std::uint64_t proc_events_ = 0;
   std::uint64_t execs_ = 0;
   std::uint64_t exits_ = 0;
+  std::uint64_t lineage_killed_ = 0;  // processes killed at a session's end that had left its cgroups
 };
 
 }  // namespace tandem::daemon

@@ -19,13 +19,13 @@
 #include <string_view>
 
 #include <fmt/format.h>
-#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/config.h"
 #include "daemon/effects.h"
 #include "daemon/host_plane.h"
+#include "daemon/log.h"
 #include "daemon/server.h"
 
 namespace {
@@ -49,44 +49,9 @@ Signals: SIGHUP reloads the configuration (all or nothing), SIGTERM and SIGINT
 stop the daemon. See tandemd(8), docs/config.md and docs/daemon.md.
 )";
 
-// "<6>" for info and so on: sd-daemon(3) priority prefixes.
-class PriorityFlag final : public spdlog::custom_flag_formatter {
- public:
-  void format(const spdlog::details::log_msg& msg, const std::tm& /*tm*/, spdlog::memory_buf_t& dest) override {
-    const char* p = "<6>";
-    switch (msg.level) {
-      case spdlog::level::trace:
-      case spdlog::level::debug:
-        p = "<7>";
-        break;
-      case spdlog::level::info:
-        p = "<6>";
-        break;
-      case spdlog::level::warn:
-        p = "<4>";
-        break;
-      case spdlog::level::err:
-        p = "<3>";
-        break;
-      case spdlog::level::critical:
-        p = "<2>";
-        break;
-      default:
-        break;
-    }
-    dest.append(p, p + 3);
-  }
-  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PriorityFlag>(); }
-};
-
 void setup_logging(std::string_view level) {
-  auto logger = spdlog::stderr_logger_st("tandemd");
-  auto formatter = std::make_unique<spdlog::pattern_formatter>();
-  formatter->add_flag<PriorityFlag>('N').set_pattern("%N%v");
-  logger->set_formatter(std::move(formatter));
-  logger->set_level(spdlog::level::from_str(std::string(level)));
-  logger->flush_on(spdlog::level::trace);
-  spdlog::set_default_logger(logger);
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_st>();
+  spdlog::set_default_logger(daemon::make_logger(std::move(sink), level));
 }
 
 class SystemdNotifier final : public daemon::Notifier {

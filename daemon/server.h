@@ -24,6 +24,8 @@
 // sends can disturb another client.
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <array>
@@ -33,8 +35,10 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/clock.h"
@@ -45,6 +49,7 @@
 #include "daemon/gpu_plane.h"
 #include "daemon/gpu_telemetry.h"
 #include "daemon/metrics.h"
+#include "daemon/owners.h"
 #include "daemon/uring.h"
 #include "ipc/channel.h"
 #include "ipc/messages.h"
@@ -107,6 +112,22 @@ struct ServerStats {
   std::uint64_t resyncs = 0;               // Resync messages taken
   std::uint64_t tools_prepared = 0;        // ToolPrepare answered with a cgroup
   std::uint64_t tools_refused = 0;         // ToolPrepare answered with an error
+  // An exception escaped a handler (a bug): answered as an error, counted,
+  // logged, and the loop went on.
+  std::uint64_t internal_errors = 0;
+  std::uint64_t names_refused = 0;  // client or session names that failed base::name_problem()
+  // Refused at accept or Hello by the per-uid cap, the reserved slots, or the ctl cap.
+  std::uint64_t clients_refused_limits = 0;
+  std::uint64_t ctl_idle_closed = 0;  // ctl connections closed for idling
+  std::uint64_t accept_errors = 0;    // accept() failures (EMFILE, ENFILE, ...): backed off
+  // Resync entries refused: another runner's session, a closed one, a bad
+  // state, over the client's limit.
+  std::uint64_t resync_refused = 0;
+  std::uint64_t sessions_detached = 0;    // held for a runner handle whose connection ended
+  std::uint64_t sessions_reattached = 0;  // given back to it by its resync
+  std::uint64_t sessions_restored = 0;    // recreated at start from the ownership journal
+  std::uint64_t unplaced_tools = 0;       // unplaced tools tracked by pid
+  std::uint64_t unplaced_unverified = 0;  // ... not, their pid not a child of the runner
   // KV_EVENT records by ipc::KvEventKind − 1 (evicted, restored, offloaded,
   // dropped) and the blocks they moved.
   std::array<std::uint64_t, 4> kv_events{};
@@ -133,8 +154,29 @@ class Server {
   // itself breaks.
   base::Result<void> run();
   void stop() { stopping_ = true; }
+  // One iteration of run()'s loop: waits up to `timeout` (not at all while
+  // a ring has records) for completions, handles them, pumps and sweeps.
+  // Tests drive an in-process daemon with it.
+  base::Result<void> run_once(base::Duration timeout);
+  // A connection whose peer has credentials `cred`: what accept does with
+  // each new socket (after SO_PEERCRED), and how in-process tests connect
+  // (a socketpair end, any credentials). A connection over a limit is
+  // answered with an Error and closed.
+  void add_connection(base::UniqueFd sock, const ucred& cred);
 
   const ServerStats& stats() const { return stats_; }
+  // How much the daemon holds on clients' behalf (bounded by the limits;
+  // tandemctl status shows it as "tables").
+  struct Footprint {
+    std::size_t clients = 0;
+    std::size_t sessions = 0;       // in the session table
+    std::size_t session_meta = 0;   // names and owners of sessions
+    std::size_t pending_names = 0;  // names waiting for their session, all clients
+    std::size_t owners = 0;         // runner handles holding sessions
+    std::size_t detached = 0;       // ... of which no connection is attached
+    std::size_t tombstones = 0;
+  };
+  Footprint footprint() const;
   const std::string& socket_path() const { return socket_path_; }
 
  private:
@@ -168,6 +210,7 @@ class Server {
     bool bell_due = false;          // directives pushed since its doorbell was last rung
     bool doomed = false;            // to be removed by sweep()
     bool misbehaved = false;        // removed for breaking the protocol or the limits
+    bool process_gone = false;      // its pidfd fired: the process exited
     std::string doom_reason;
     std::unordered_map<sched::SessionId, std::string> pending_names;  // names before their session
     TokenBucket record_budget;
@@ -175,7 +218,19 @@ class Server {
     sched::EngineParams engine;  // engines
     std::int32_t gpu_index = -1;
     std::uint32_t saturating_tokens = 0;
-    std::uint32_t sessions = 0;  // sessions it owns (runner) or opened by submitting (engine)
+    std::uint32_t sessions = 0;       // engines: sessions opened by submitting, no runner took (sessions_per_client)
+    std::uint64_t instance = 0;       // Hello.instance
+    std::uint32_t owner = 0;          // runners: its Owner (owners_), which holds its sessions
+    base::Time last_request{};        // ctl: when it last sent something (ctl_idle_timeout_s)
+    std::uint64_t records_taken = 0;  // event-ring slots taken (Resync.ring_position's counterpart)
+    // A Resync sequence being received (messages with `more`, then the last).
+    bool resync_open = false;
+    std::uint64_t resync_position = 0;
+    std::unordered_set<sched::SessionId> resync_listed;
+    std::uint32_t resync_refused = 0;
+    std::string resync_problem;     // the first refusal's reason
+    std::uint32_t errors_sent = 0;  // per-request Errors in this second (at most kErrorsPerSecond)
+    base::Time errors_since{};
     std::uint64_t accepted = 0;
     std::uint64_t rejected = 0;
     std::uint64_t rejected_this_round = 0;
@@ -191,17 +246,40 @@ class Server {
 
   struct SessionMeta {
     std::string name;
-    std::uint32_t owner = 0;    // runner client id that opened it (0: none)
-    std::uint32_t creator = 0;  // client charged for it against sessions_per_client
+    std::uint32_t owner = 0;    // the runner handle (Owner id) it belongs to (0: none, an engine opened it)
+    std::uint32_t creator = 0;  // engine client charged for it while no runner owns it (0: none)
+    // The connection that attached it and at which of its records (its
+    // records_taken then; 0: by a resync): a later snapshot of that
+    // connection taken after that record judges it (Resync.ring_position).
+    std::uint32_t attached_conn = 0;
+    std::uint64_t attached_at = 0;
+    bool named_by_owner = false;  // its name came from its runner (or no runner owns it)
     std::int64_t cpu_weight = -1;
     std::int64_t cpu_quota = -1;
     std::uint8_t priority = 0;
     sched::EngineId told = sched::kNoEngine;  // engine last sent ADMIT or RESTORE for it
   };
 
+  // A runner handle that owns sessions (daemon/owners.h): its key, the
+  // connection it is attached to (0: detached, its sessions held for it),
+  // and a pidfd of its process, whose exit ends them.
+  struct Owner {
+    std::uint32_t id = 0;
+    OwnerKey key;
+    base::UniqueFd pidfd;
+    bool pidfd_armed = false;
+    std::uint32_t client = 0;
+    std::unordered_set<sched::SessionId> sessions;  // charged against sessions_per_client
+  };
+
   Server() = default;
 
   // Loop plumbing.
+  void arm();  // the first operations (accept, signals, timer, host events); once
+  // Runs `f`; an exception escaping it is counted and logged (never out of
+  // the loop). Returns false if one did; `what` names the handler.
+  template <class F>
+  bool guarded(std::string_view what, F&& f);
   void arm_socket(Client& c);
   void handle(Tag tag, int res);
   void on_accept(int fd);
@@ -214,6 +292,22 @@ class Server {
   void doom(Client& c, std::string why, bool misbehaved);
   void sweep();
   void release_sessions(Client& c, base::Time now);
+  // Ends every session `owner` holds (its process exited, or it cannot be
+  // held for it): tools killed, sessions closed, the owner forgotten.
+  void end_owner(std::uint32_t owner, Closed why, base::Time now);
+  // The Owner for a runner connection with key `key`, made if new.
+  Owner& owner_for(const OwnerKey& key);
+  // Closes a live session: its tools killed with `reason`, the close fed
+  // to the model, the journal told why (nullopt: not a tombstone).
+  void close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, base::Time now);
+  // Connections of uid `uid` now, counting detached runner handles but
+  // those of process `pid` (the one connecting).
+  std::size_t uid_load(uid_t uid, pid_t pid) const;
+  // A per-request Error, at most kErrorsPerSecond a second per client.
+  void tell(Client& c, int code, std::string_view message, sched::SessionId session = 0);
+  // Sessions the ownership journal says were owned when tandemd last ran:
+  // recreated, held for their owners, when the process still lives.
+  void restore_owners(const JournalState& loaded, base::Time now);
   // Sends an Error and removes the client.
   void refuse(Client& c, int code, const std::string& message);
 
@@ -221,14 +315,26 @@ class Server {
   void on_hello(Client& c, const wire::Hello& hello);
   void on_message(Client& c, const wire::Message& msg);
   void on_resync(Client& c, const wire::Resync& resync);
+  // One entry of a Resync; false (with `why`) when it is refused.
+  bool resync_runner(Client& c, const wire::SessionSnapshot& snap, const char** why, int* code);
+  bool resync_engine(Client& c, const wire::SessionSnapshot& snap, const char** why, int* code);
+  // The end of a runner's Resync sequence: its sessions missing from it close.
+  void finish_resync(Client& c);
+  void take_name(Client& c, sched::SessionId id, const flatbuffers::String* name);
+  // A valid name for session `id` from `c`, taken if `c` may name it.
+  void set_name(Client& c, sched::SessionId id, std::string_view name);
   void on_session_name(Client& c, const wire::SessionName& sn);
   void on_tool_prepare(Client& c, const wire::ToolPrepare& tp);
   void send_tool_notice(const ToolNotice& n);
   void on_ctl(Client& c, const wire::CtlRequest& req);
-  // Whether `c` may open one more session (sessions_per_client); tells it if not.
+  // Whether `c` may open one more session (sessions_per_client: its
+  // handle's for a runner); tells it if not.
   bool admit_session(Client& c, sched::SessionId id);
-  // The session's meta, created (and charged to `c`) on first use.
+  // The session's meta, created (and charged to `c`: to its handle for a
+  // runner) on first use.
   SessionMeta& meta_for(Client& c, sched::SessionId id);
+  // Makes runner `c`'s handle the owner of session `id` (charged to it).
+  void set_owner(Client& c, sched::SessionId id, SessionMeta& m);
   void send_policy_config(Client& c);
   void send_message(Client& c, const std::vector<std::uint8_t>& bytes);
 
@@ -248,6 +354,8 @@ class Server {
   void tick(base::Time now);
   void apply(const sched::Action& a, base::Time now);
   void send_directive(sched::EngineId engine, const ipc::Slot& record);
+  // Pushes a directive to any client with a directive ring (CLOSE to a runner).
+  void push_directive(Client& c, const ipc::Slot& record);
   void flush_backlog(Client& c);
   // Rings each engine's directive doorbell once for the directives pushed
   // since the last call (after a pump and after a tick).
@@ -270,9 +378,16 @@ class Server {
 
   // ctl (daemon/ctl.cc).
   std::string ctl_status(base::Time now) const;
-  std::string ctl_engines() const;
-  std::string ctl_sessions(base::Time now) const;
-  std::string ctl_tools() const;
+  // A page of a list answer: the body (JSON) and the cursor of the next
+  // page ("" when this was the last). Every page fits one datagram.
+  struct Page {
+    std::string body;
+    std::string next;
+  };
+  Page ctl_engines(std::string_view cursor) const;
+  Page ctl_sessions(base::Time now, std::string_view cursor) const;
+  Page ctl_tools(std::string_view cursor) const;
+  Page ctl_metrics(base::Time now, std::string_view cursor) const;
   // tandemctl gpu: NVML's latest sample, processes attributed to clients (daemon/gpu_telemetry.h).
   std::string ctl_gpu(base::Time now) const;
   PidAttribution gpu_attribution() const;
@@ -282,6 +397,8 @@ class Server {
   // The live session `who` names (an id or a name), or 0 with `out` saying so.
   sched::SessionId find_live_session(std::string_view who, std::string& out) const;
   std::string ctl_policy() const;
+  // Keys `tandemctl policy set` changed since the file was last read.
+  std::set<std::string> policy_set_keys_;
   int ctl_policy_set(std::string_view key, std::string_view value, std::string& out);
   // Prometheus text of everything below (docs/metrics.md).
   std::string metrics_text(base::Time now) const;
@@ -305,6 +422,7 @@ class Server {
   unsigned char signal_buf_[128] = {};  // one signalfd_siginfo
   std::uint64_t timer_buf_ = 0;
   bool stopping_ = false;
+  bool armed_ = false;       // arm() ran
   bool host_armed_ = false;  // a POLLIN on the host plane's event fd is outstanding
   // The event log `tandemctl events` reads: session lifecycle, rounds,
   // tools, KV moves, the policy's actions and operators' commands.
@@ -367,6 +485,48 @@ class Server {
   std::vector<GpuChange> gpu_changes_;  // tick scratch
   sched::Actions actions_;
   std::unordered_map<sched::SessionId, SessionMeta> meta_;
+  // Tools a runner started without a cgroup (TANDEM_TOOL_ALLOW_UNPLACED):
+  // known by a pidfd taken when their TOOL_START (or the resync listing
+  // them) came, checked to be a child of the runner; killed with their
+  // session, and checked dead by tandemctl session kill.
+  struct UnplacedTool {
+    std::uint32_t call = 0;
+    std::int32_t pid = 0;
+    base::UniqueFd pidfd;
+  };
+  std::unordered_map<sched::SessionId, std::vector<UnplacedTool>> unplaced_;
+  void track_unplaced(Client& c, sched::SessionId session, std::uint32_t call, std::int32_t pid);
+  // Kills the session's unplaced tools; returns their pidfds, to check.
+  std::vector<UnplacedTool> kill_unplaced(sched::SessionId session);
+  std::map<std::uint32_t, Owner> owners_;        // by id: runner handles owning sessions
+  std::map<OwnerKey, std::uint32_t> owner_ids_;  // by key
+  std::uint32_t next_owner_ = 1;
+  // Sessions that ended (by their runner, an operator, their runner's
+  // exit), newest last, at most kTombstones: an engine's snapshot cannot
+  // bring them back, nor a runner's one an operator's kill.
+  std::unordered_map<sched::SessionId, std::pair<Closed, std::uint64_t>> closed_;  // why, sequence
+  std::deque<std::pair<sched::SessionId, std::uint64_t>> closed_order_;
+  std::uint64_t closed_seq_ = 0;
+  // Remembers that `id` ended (tombstone and journal).
+  void remember_closed(sched::SessionId id, Closed why);
+  std::optional<Closed> tombstone(sched::SessionId id) const;
+  OwnerJournal journal_;
+  base::UniqueFd dir_fd_;  // the runtime dir (daemon/runtime_dir.h)
+  dev_t socket_dev_ = 0;   // the socket file we bound, to remove only ours
+  ino_t socket_ino_ = 0;
+  // accept(): paused after EMFILE/ENFILE until this time, backing off.
+  bool accept_armed_ = false;
+  base::Time accept_resume_{};
+  base::Duration accept_backoff_{};
+  // Logged-at-most-once-an-interval warnings: when last logged, how many since.
+  struct Quiet {
+    base::Time last{};
+    std::uint64_t since = 0;
+  };
+  Quiet quiet_refused_;
+  Quiet quiet_accept_;
+  // Logs `text` through `q` at most once every 10 s, saying how many were held back.
+  void quietly(Quiet& q, base::Time now, const std::string& text);
   ServerStats stats_;
   std::vector<ipc::Slot> batch_;  // pump scratch
 };

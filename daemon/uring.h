@@ -31,6 +31,7 @@ enum class Op : std::uint8_t {
   kHostEvents,     // POLLIN on the host plane's event fd (the eBPF ring buffer)
   kMetricsAccept,  // accept on the metrics endpoint's TCP socket
   kMetricsConn,    // POLLIN on a metrics connection (client = its connection id)
+  kOwnerPidfd,     // POLLIN on a runner handle's pidfd (client = its Owner id): the process exited
 };
 
 // op (8 bits) | client id (32 bits). Client ids are never reused, so a late

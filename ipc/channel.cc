@@ -88,6 +88,7 @@ bool EventSender::send(const Slot& record) {
   // the overflow queue.
   flush();
   if (overflow_.empty() && ring_.try_push(record)) {
+    ++pushed_;
     bell_.notify_if([this] { return ring_.in_flight(); });
     return true;
   }
@@ -105,6 +106,7 @@ void EventSender::flush() {
   bool pushed = false;
   while (!overflow_.empty() && ring_.try_push(overflow_.front())) {
     overflow_.pop_front();
+    ++pushed_;
     pushed = true;
   }
   if (pushed) bell_.notify_if([this] { return ring_.in_flight(); });

@@ -112,6 +112,9 @@ class EventSender {
 
   std::size_t overflowed() const { return overflow_.size(); }
   std::uint64_t dropped() const { return dropped_; }
+  // Records put on the ring so far, plus those queued for it: the ring
+  // position of everything sent until now (Resync.ring_position).
+  std::uint64_t position() const { return pushed_ + overflow_.size(); }
 
  private:
   RingProducer ring_;
@@ -120,6 +123,7 @@ class EventSender {
   std::size_t overflow_capacity_;
   std::deque<Slot> overflow_;
   std::uint64_t dropped_ = 0;
+  std::uint64_t pushed_ = 0;
 };
 
 }  // namespace tandem::ipc

@@ -209,7 +209,7 @@ base::Result<ReceivedMessage> recv_message(int sock) {
 }
 
 std::vector<std::uint8_t> build_hello(wire::Role role, std::string_view name, std::int32_t pid,
-                                      const std::optional<EngineInfo>& engine) {
+                                      const std::optional<EngineInfo>& engine, std::uint64_t instance) {
   flatbuffers::FlatBufferBuilder fbb;
   auto name_offset = make_string(fbb, name);
   flatbuffers::Offset<wire::EngineParams> engine_offset;
@@ -218,21 +218,22 @@ std::vector<std::uint8_t> build_hello(wire::Role role, std::string_view name, st
         wire::CreateEngineParams(fbb, engine->gpu_index, engine->block_size, engine->total_blocks, engine->max_seqs,
                                  engine->token_budget, engine->saturating_tokens, engine->max_model_len);
   }
-  auto hello = wire::CreateHello(fbb, kProtocolVersion, role, name_offset, pid, engine_offset);
+  auto hello = wire::CreateHello(fbb, kProtocolVersion, role, name_offset, pid, engine_offset, instance);
   return finish(fbb, wire::Payload::Hello, hello.Union());
 }
 
 std::vector<std::uint8_t> build_welcome(const WelcomeInfo& info) {
   flatbuffers::FlatBufferBuilder fbb;
-  auto welcome = wire::CreateWelcome(fbb, kProtocolVersion, info.client_id, info.segment_size, info.event_slots,
-                                     info.directive_slots);
+  auto welcome =
+      wire::CreateWelcome(fbb, kProtocolVersion, info.client_id, info.segment_size, info.event_slots,
+                          info.directive_slots, info.max_name, info.sessions_per_client, info.tools_per_session);
   return finish(fbb, wire::Payload::Welcome, welcome.Union());
 }
 
-std::vector<std::uint8_t> build_error(std::int32_t code, std::string_view message) {
+std::vector<std::uint8_t> build_error(std::int32_t code, std::string_view message, std::uint64_t session, bool fatal) {
   flatbuffers::FlatBufferBuilder fbb;
   auto text = make_string(fbb, message);
-  auto error = wire::CreateError(fbb, code, text);
+  auto error = wire::CreateError(fbb, code, text, session, fatal);
   return finish(fbb, wire::Payload::Error, error.Union());
 }
 
@@ -250,17 +251,27 @@ std::vector<std::uint8_t> build_resync_request(std::string_view reason) {
   return finish(fbb, wire::Payload::ResyncRequest, request.Union());
 }
 
-std::vector<std::uint8_t> build_resync(std::span<const SessionSnapshotInfo> sessions, bool more) {
+std::vector<std::uint8_t> build_resync(std::span<const SessionSnapshotInfo> sessions, bool more,
+                                       std::uint64_t ring_position) {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<flatbuffers::Offset<wire::SessionSnapshot>> items;
   items.reserve(sessions.size());
   for (const SessionSnapshotInfo& s : sessions) {
     auto name = make_string(fbb, s.name);
+    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::ToolSnapshot>>> tools;
+    if (!s.tools.empty()) {
+      std::vector<flatbuffers::Offset<wire::ToolSnapshot>> t;
+      t.reserve(s.tools.size());
+      for (const ToolSnapshotInfo& tool : s.tools) {
+        t.push_back(wire::CreateToolSnapshot(fbb, tool.call, tool.pid, tool.cgroup_id));
+      }
+      tools = fbb.CreateVector(t);
+    }
     items.push_back(wire::CreateSessionSnapshot(fbb, s.session, name, s.state, s.residency, s.round, s.blocks_held,
-                                                s.in_tool, s.tool_kind));
+                                                s.in_tool, s.tool_kind, tools));
   }
   auto vec = fbb.CreateVector(items);
-  auto resync = wire::CreateResync(fbb, vec, more);
+  auto resync = wire::CreateResync(fbb, vec, more, ring_position);
   return finish(fbb, wire::Payload::Resync, resync.Union());
 }
 
@@ -277,21 +288,24 @@ std::vector<std::uint8_t> build_policy_config(std::uint64_t epoch, std::string_v
   return finish(fbb, wire::Payload::PolicyConfig, config.Union());
 }
 
-std::vector<std::uint8_t> build_ctl_request(std::string_view command, std::span<const std::string> args, bool json) {
+std::vector<std::uint8_t> build_ctl_request(std::string_view command, std::span<const std::string> args, bool json,
+                                            std::string_view cursor) {
   flatbuffers::FlatBufferBuilder fbb;
   auto command_offset = make_string(fbb, command);
   std::vector<flatbuffers::Offset<flatbuffers::String>> arg_offsets;
   arg_offsets.reserve(args.size());
   for (const std::string& arg : args) arg_offsets.push_back(make_string(fbb, arg));
   auto args_offset = fbb.CreateVector(arg_offsets);
-  auto request = wire::CreateCtlRequest(fbb, command_offset, args_offset, json);
+  auto cursor_offset = cursor.empty() ? flatbuffers::Offset<flatbuffers::String>() : make_string(fbb, cursor);
+  auto request = wire::CreateCtlRequest(fbb, command_offset, args_offset, json, cursor_offset);
   return finish(fbb, wire::Payload::CtlRequest, request.Union());
 }
 
-std::vector<std::uint8_t> build_ctl_response(std::int32_t status, std::string_view body) {
+std::vector<std::uint8_t> build_ctl_response(std::int32_t status, std::string_view body, std::string_view next) {
   flatbuffers::FlatBufferBuilder fbb;
   auto text = make_string(fbb, body);
-  auto response = wire::CreateCtlResponse(fbb, status, text);
+  auto next_offset = next.empty() ? flatbuffers::Offset<flatbuffers::String>() : make_string(fbb, next);
+  auto response = wire::CreateCtlResponse(fbb, status, text, next_offset);
   return finish(fbb, wire::Payload::CtlResponse, response.Union());
 }
 

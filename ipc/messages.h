@@ -91,16 +91,31 @@ struct WelcomeInfo {
   std::uint64_t segment_size = 0;
   std::uint32_t event_slots = 0;
   std::uint32_t directive_slots = 0;
+  // The daemon's limits the client should apply itself (0: not told).
+  std::uint32_t max_name = 0;
+  std::uint32_t sessions_per_client = 0;
+  std::uint32_t tools_per_session = 0;
 };
 
 // Hello carries kProtocolVersion. `engine` should be set iff role == Engine.
+// `instance` names the handle within its process (Hello.instance).
 std::vector<std::uint8_t> build_hello(wire::Role role, std::string_view name, std::int32_t pid,
-                                      const std::optional<EngineInfo>& engine = std::nullopt);
+                                      const std::optional<EngineInfo>& engine = std::nullopt,
+                                      std::uint64_t instance = 0);
 std::vector<std::uint8_t> build_welcome(const WelcomeInfo& info);
-// `code` is a positive errno value.
-std::vector<std::uint8_t> build_error(std::int32_t code, std::string_view message);
+// `code` is a positive errno value; `session` what it is about (0: none);
+// `fatal`: the sender closes the connection after it.
+std::vector<std::uint8_t> build_error(std::int32_t code, std::string_view message, std::uint64_t session = 0,
+                                      bool fatal = false);
 std::vector<std::uint8_t> build_session_name(std::uint64_t session, std::string_view name);
 std::vector<std::uint8_t> build_resync_request(std::string_view reason);
+
+// A running tool call in a SessionSnapshot; mirrors wire::ToolSnapshot.
+struct ToolSnapshotInfo {
+  std::uint32_t call = 0;
+  std::int32_t pid = 0;
+  std::uint64_t cgroup_id = 0;
+};
 
 // One live session of a client, as it sends it in Resync; mirrors
 // wire::SessionSnapshot. `state` and `residency` are sched::SessionState and
@@ -114,17 +129,23 @@ struct SessionSnapshotInfo {
   std::uint32_t blocks_held = 0;
   bool in_tool = false;
   std::uint64_t tool_kind = 0;
+  std::vector<ToolSnapshotInfo> tools;
 };
 // Sessions that fit in one datagram with their names (the caller splits a
 // larger snapshot and sets `more` on all but the last message).
 inline constexpr std::size_t kResyncBatch = 256;
-std::vector<std::uint8_t> build_resync(std::span<const SessionSnapshotInfo> sessions, bool more);
+// `ring_position`: Resync.ring_position.
+std::vector<std::uint8_t> build_resync(std::span<const SessionSnapshotInfo> sessions, bool more,
+                                       std::uint64_t ring_position = 0);
 // `keys` and `values` are parallel.
 std::vector<std::uint8_t> build_policy_config(std::uint64_t epoch, std::string_view name,
                                               std::span<const std::string> keys, std::span<const double> values);
-std::vector<std::uint8_t> build_ctl_request(std::string_view command, std::span<const std::string> args, bool json);
-// `status` is 0 or a positive errno value.
-std::vector<std::uint8_t> build_ctl_response(std::int32_t status, std::string_view body);
+// `cursor`: the previous page's `next` ("" for the first page).
+std::vector<std::uint8_t> build_ctl_request(std::string_view command, std::span<const std::string> args, bool json,
+                                            std::string_view cursor = {});
+// `status` is 0 or a positive errno value; `next`: the cursor of the next
+// page ("" when this is the last).
+std::vector<std::uint8_t> build_ctl_response(std::int32_t status, std::string_view body, std::string_view next = {});
 
 // Why a tool call ended (ToolKilled.reason; tandem.h's tandem_tool_exit_reason).
 enum class ToolExitReason : std::uint8_t {

@@ -219,6 +219,8 @@ Verdict validate_any(const Slot& raw, Direction dir) {
       return validate<Offload>(raw, kDown, dir, 0, true);
     case RecordType::kPrefetch:
       return validate<Prefetch>(raw, kDown, dir, 0, true);
+    case RecordType::kClose:
+      return validate<Close>(raw, kDown, dir, 0, true);
   }
   return {DecodeStatus::kUnknownType, "unknown record type"};
 }
@@ -269,6 +271,8 @@ std::string_view record_type_name(RecordType t) {
       return "OFFLOAD";
     case RecordType::kPrefetch:
       return "PREFETCH";
+    case RecordType::kClose:
+      return "CLOSE";
   }
   return "UNKNOWN";
 }

@@ -54,6 +54,7 @@ enum class RecordType : std::uint16_t {
   kDrop = 38,
   kOffload = 39,
   kPrefetch = 40,
+  kClose = 41,  // the session is over (its runner closed it, an operator killed it): forget it
 };
 
 enum class Direction : std::uint8_t { kToDaemon, kToClient };
@@ -239,7 +240,7 @@ struct ToolEnd {
 // ---- daemon → client -------------------------------------------------------
 
 template <RecordType T>
-struct Directive {  // ADMIT, PAUSE, UNPIN, DROP, OFFLOAD, PREFETCH: no payload
+struct Directive {  // ADMIT, PAUSE, UNPIN, DROP, OFFLOAD, PREFETCH, CLOSE: no payload
   static constexpr RecordType kType = T;
   RecordHeader header = make_header(kType);
   std::uint64_t reserved[5] = {};
@@ -250,6 +251,7 @@ using Unpin = Directive<RecordType::kUnpin>;
 using Drop = Directive<RecordType::kDrop>;
 using Offload = Directive<RecordType::kOffload>;
 using Prefetch = Directive<RecordType::kPrefetch>;
+using Close = Directive<RecordType::kClose>;
 
 struct Restore {
   static constexpr RecordType kType = RecordType::kRestore;

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "base/ids.h"
+#include "base/text.h"
 #include "ipc/records.h"
 #include "libclient/c_abi.h"
 #include "libclient/client.h"
@@ -30,7 +31,7 @@ using tandem::client::Role;
 
 namespace {
 
-constexpr std::size_t kMaxClientName = 255;
+constexpr std::size_t kMaxClientName = tandem::base::kMaxNameBytes;
 
 static_assert(static_cast<int>(tandem::sched::KeepDecision::kRelease) == TANDEM_KEEP_RELEASE);
 static_assert(static_cast<int>(tandem::sched::KeepDecision::kPin) == TANDEM_KEEP_PIN);
@@ -38,6 +39,7 @@ static_assert(static_cast<int>(tandem::sched::KeepDecision::kOffload) == TANDEM_
 static_assert(static_cast<int>(tandem::sched::KeepDecision::kDrop) == TANDEM_KEEP_DROP);
 static_assert(static_cast<int>(tandem::ipc::RecordType::kAdmit) == TANDEM_DIR_ADMIT);
 static_assert(static_cast<int>(tandem::ipc::RecordType::kPrefetch) == TANDEM_DIR_PREFETCH);
+static_assert(static_cast<int>(tandem::ipc::RecordType::kClose) == TANDEM_DIR_CLOSE);
 static_assert(static_cast<int>(tandem::ipc::KvEventKind::kEvicted) == TANDEM_KV_EVICTED);
 static_assert(static_cast<int>(tandem::ipc::KvEventKind::kDropped) == TANDEM_KV_DROPPED);
 static_assert(static_cast<int>(tandem::ipc::CloseReason::kCancelled) == TANDEM_CLOSE_CANCELLED);
@@ -82,6 +84,20 @@ bool valid_name(const char* name, std::size_t limit) {
   return n > 0 && n <= limit;
 }
 
+// A session or client name by the daemon's rule (base::name_problem): 0, or
+// -ENAMETOOLONG / -EINVAL with the reason recorded on the handle.
+int check_session_name(Client& c, const char* function, const char* field, const char* name) {
+  if (name == nullptr) return invalid(c, function, fmt::format("{} is NULL", field));
+  const std::size_t n = ::strnlen(name, tandem::base::kMaxNameBytes + 1);
+  auto ok = tandem::base::check_name(std::string_view(name, n), field);
+  if (ok) return 0;
+  if (ok.error().code() == ENAMETOOLONG) {
+    return c.fail(ENAMETOOLONG,
+                  fmt::format("{}: {} is longer than {} bytes", function, field, tandem::base::kMaxNameBytes));
+  }
+  return c.fail(EINVAL, fmt::format("{}: {}", function, ok.error().context()));
+}
+
 int open_client(Role role, const tandem_options* options, const tandem_engine_params* params,
                 tandem_client** ret_client) {
   if (ret_client == nullptr) return -EINVAL;
@@ -104,7 +120,7 @@ int open_client(Role role, const tandem_options* options, const tandem_engine_pa
   if (config.socket_path.size() >= sizeof(sockaddr_un::sun_path)) return -EINVAL;  // NAME_MAX-ish: too long to bind
 
   if (o.name != nullptr) {
-    if (!valid_name(o.name, kMaxClientName)) return -EINVAL;
+    if (!valid_name(o.name, kMaxClientName) || tandem::base::name_problem(o.name) != nullptr) return -EINVAL;
     config.name = o.name;
   } else {
     config.name = fmt::format("{}-{}", role == Role::kEngine ? "engine" : "runner", ::getpid());
@@ -204,9 +220,9 @@ uint64_t tandem_tool_kind(const char* name) noexcept { return name == nullptr ? 
 int tandem_session_name(tandem_client* client, uint64_t session, const char* name) noexcept {
   return guarded(client, "tandem_session_name", [&](Client& c) {
     if (session == 0) return invalid(c, "tandem_session_name", "session is 0");
-    if (!valid_name(name, tandem::client::kMaxNameLength)) {
-      return invalid(c, "tandem_session_name",
-                     fmt::format("name is NULL, empty or over {} bytes", tandem::client::kMaxNameLength));
+    if (int r = check_session_name(c, "tandem_session_name", "name", name)) return r;
+    if (tandem::base::session_id(name) != session) {
+      return invalid(c, "tandem_session_name", "name is not the name of session (tandem_session_id(name) differs)");
     }
     return c.session_name(session, name);
   });
@@ -219,9 +235,7 @@ int tandem_session_open(tandem_client* client, const char* name, const tandem_se
   return guarded(client, "tandem_session_open", [&](Client& c) {
     const char* fn = "tandem_session_open";
     if (int r = need_role(c, Role::kRunner, fn)) return r;
-    if (!valid_name(name, tandem::client::kMaxNameLength)) {
-      return invalid(c, fn, fmt::format("name is NULL, empty or over {} bytes", tandem::client::kMaxNameLength));
-    }
+    if (int r = check_session_name(c, fn, "name", name)) return r;
     if (ret_session == nullptr) return invalid(c, fn, "ret_session is NULL");
     tandem_session_hints h{};
     if (hints != nullptr) {
@@ -255,7 +269,7 @@ int tandem_tool_begin(tandem_client* client, uint64_t session, const char* tool_
     const char* fn = "tandem_tool_begin";
     if (int r = need_role(c, Role::kRunner, fn)) return r;
     if (session == 0) return invalid(c, fn, "session is 0");
-    if (!valid_name(tool_name, tandem::client::kMaxNameLength)) return invalid(c, fn, "tool_name is NULL or empty");
+    if (!valid_name(tool_name, tandem::client::kMaxToolNameLength)) return invalid(c, fn, "tool_name is NULL or empty");
     if (pid < 0 || pid > 0x3fffffff) return invalid(c, fn, fmt::format("pid {} is out of range", pid));
     return c.tool_begin(session, tool_name, call, pid);
   });
@@ -267,7 +281,7 @@ int tandem_tool_end(tandem_client* client, uint64_t session, const char* tool_na
     const char* fn = "tandem_tool_end";
     if (int r = need_role(c, Role::kRunner, fn)) return r;
     if (session == 0) return invalid(c, fn, "session is 0");
-    if (!valid_name(tool_name, tandem::client::kMaxNameLength)) return invalid(c, fn, "tool_name is NULL or empty");
+    if (!valid_name(tool_name, tandem::client::kMaxToolNameLength)) return invalid(c, fn, "tool_name is NULL or empty");
     if (exit_code < -64 || exit_code > 255) {
       return invalid(c, fn, fmt::format("exit_code {} is neither a status nor a signal", exit_code));
     }
@@ -286,7 +300,7 @@ int tandem_tool_spawn(tandem_client* client, uint64_t session, const char* tool_
     const char* fn = "tandem_tool_spawn";
     if (int r = need_role(c, Role::kRunner, fn)) return r;
     if (session == 0) return invalid(c, fn, "session is 0");
-    if (!valid_name(tool_name, tandem::client::kMaxNameLength)) return invalid(c, fn, "tool_name is NULL or empty");
+    if (!valid_name(tool_name, tandem::client::kMaxToolNameLength)) return invalid(c, fn, "tool_name is NULL or empty");
     if (ret_pid == nullptr) return invalid(c, fn, "ret_pid is NULL");
     if (argv == nullptr || argv[0] == nullptr || argv[0][0] == '\0') return invalid(c, fn, "argv is NULL or empty");
     tandem::client::ToolSpec spec;
@@ -312,7 +326,16 @@ int tandem_tool_spawn(tandem_client* client, uint64_t session, const char* tool_
         return invalid(c, fn, "options->memory_high exceeds memory_max");
       }
       if (o.stdin_fd < 0 || o.stdout_fd < 0 || o.stderr_fd < 0) return invalid(c, fn, "a stdio fd is negative");
+      if ((o.flags & ~static_cast<std::uint32_t>(TANDEM_TOOL_ALLOW_UNPLACED)) != 0) {
+        return invalid(c, fn, fmt::format("options->flags {:#x} has unknown bits", o.flags));
+      }
+      if (o.uid == static_cast<std::uint32_t>(-1) || o.gid == static_cast<std::uint32_t>(-1)) {
+        return invalid(c, fn, "options->uid or gid is -1");
+      }
     }
+    spec.allow_unplaced = (o.flags & TANDEM_TOOL_ALLOW_UNPLACED) != 0;
+    if (o.uid != 0) spec.process.uid = o.uid;
+    if (o.gid != 0) spec.process.gid = o.gid;
     spec.limits = tandem::ipc::ToolLimitsInfo{o.cpu_quota_us, o.cpu_period_us, o.memory_high,
                                               o.memory_max,   o.pids_max,      o.low_priority != 0};
     spec.process.stdin_fd = o.stdin_fd != 0 ? o.stdin_fd : -1;
@@ -338,6 +361,20 @@ int tandem_tool_wait(tandem_client* client, int32_t pid, int timeout_ms, tandem_
       out.sz = ret_result->sz;
       std::memcpy(ret_result, &out, sz);
     }
+    return r;
+  });
+}
+
+int tandem_tool_info_get(tandem_client* client, int32_t pid, tandem_tool_info* ret_info) noexcept {
+  return guarded(client, "tandem_tool_info_get", [&](Client& c) {
+    const char* fn = "tandem_tool_info_get";
+    if (int r = need_role(c, Role::kRunner, fn)) return r;
+    if (ret_info == nullptr) return invalid(c, fn, "ret_info is NULL");
+    if (ret_info->sz < sizeof(std::size_t)) return invalid(c, fn, "ret_info->sz is too small");
+    tandem_tool_info out{};
+    out.sz = sizeof out;
+    int r = c.tool_info(pid, out);
+    if (r == 0) tandem::client::write_sized(ret_info, out);
     return r;
   });
 }

@@ -2,6 +2,7 @@
 #include "libclient/client.h"
 
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -24,6 +25,8 @@ using sched::SessionState;
 // Room one SessionSnapshot takes in a Resync besides its name (table,
 // vtable share, string header and padding, vector slot), rounded up.
 constexpr std::size_t kSnapshotOverhead = 96;
+// ... and per running tool call it lists (table, vtable share, fields).
+constexpr std::size_t kToolSnapshotBytes = 40;
 // Bytes of snapshots per Resync datagram, leaving headroom under the limit.
 constexpr std::size_t kResyncBytes = ipc::kMaxMessageSize - 4096;
 // Socket messages read per drive, so a chatty peer cannot starve the caller.
@@ -47,6 +50,15 @@ base::Result<std::unique_ptr<Client>> Client::create(Config config) {
 Client::Client(Config config, Coordinator coordinator)
     : config_(std::move(config)), coordinator_(std::move(coordinator)), backoff_(config_.reconnect_min) {
   stats_.sz = sizeof stats_;
+  // This handle's name to the daemon across reconnects (Hello.instance):
+  // random, so that no other handle, in this process or another, can be
+  // mistaken for it; the daemon checks uid and pid itself.
+  while (instance_ == 0) {
+    if (::getrandom(&instance_, sizeof instance_, 0) != static_cast<ssize_t>(sizeof instance_)) {
+      instance_ = static_cast<std::uint64_t>(base::to_ns(clock_.now())) ^
+                  (static_cast<std::uint64_t>(::getpid()) << 32) ^ reinterpret_cast<std::uintptr_t>(this);
+    }
+  }
 }
 
 Client::~Client() {
@@ -58,6 +70,16 @@ void Client::start() { drive(false); }
 
 void Client::shutdown() {
   if (state_ == ConnState::kConnected) {
+    // A runner's sessions end with its handle: say so, or the daemon would
+    // hold them for a reconnect until the process exits.
+    if (config_.role == Role::kRunner) {
+      for (const auto& [id, s] : sessions_) {
+        if (!s.open) continue;
+        ipc::SessionClose r;
+        r.reason = static_cast<std::uint8_t>(ipc::CloseReason::kNormal);
+        send_record(r, id);
+      }
+    }
     sender_->flush();
     try {
       flush_outbox();
@@ -127,8 +149,12 @@ void Client::try_connect(base::Time now) {
     connection_error_ = fmt::format("connect {}: {}", config_.socket_path, std::strerror(errno));
     return;
   }
+  if (std::string why; !trusted_daemon(fd.get(), why)) {
+    connection_error_ = why;
+    return;
+  }
   auto hello = ipc::build_hello(config_.role == Role::kEngine ? wire::Role::Engine : wire::Role::Runner, config_.name,
-                                static_cast<std::int32_t>(::getpid()), config_.engine);
+                                static_cast<std::int32_t>(::getpid()), config_.engine, instance_);
   auto sent = ipc::send_message(fd.get(), hello);
   if (!sent) {
     connection_error_ = sent.error().message();
@@ -165,7 +191,12 @@ bool Client::handle_message(ipc::ReceivedMessage& received) {
       return on_welcome(*message->payload_as_Welcome(), received.fds);
     case wire::Payload::Error: {
       const wire::Error* error = message->payload_as_Error();
-      lose(fmt::format("daemon: {} (error {})", error->message() != nullptr ? error->message()->string_view() : "",
+      if (state_ == ConnState::kConnected && !error->fatal()) {
+        on_daemon_error(*error);  // one request refused: the connection stays
+        return true;
+      }
+      lose(fmt::format("daemon: {} (error {})",
+                       base::escape(error->message() != nullptr ? error->message()->string_view() : ""),
                        error->code()));
       return false;
     }
@@ -251,6 +282,8 @@ bool Client::on_welcome(const wire::Welcome& welcome, std::vector<base::UniqueFd
   status_.emplace(*status);
   directive_bell_ = channel_->directive_doorbell();
   client_id_ = welcome.client_id();
+  daemon_sessions_ = welcome.sessions_per_client();
+  daemon_tools_ = welcome.tools_per_session();
   state_ = ConnState::kConnected;
   backoff_ = config_.reconnect_min;
   connection_error_.clear();
@@ -268,6 +301,34 @@ bool Client::on_welcome(const wire::Welcome& welcome, std::vector<base::UniqueFd
   slots_used_ = 0;
   queue_resync();
   return state_ == ConnState::kConnected;
+}
+
+bool Client::trusted_daemon(int fd, std::string& why) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    why = fmt::format("SO_PEERCRED: {}", std::strerror(errno));
+    return false;
+  }
+  // Whoever listens on the socket learns our sessions and starts our tools'
+  // cgroups: only root (tandemd) or our own user (a test daemon) may.
+  if (cred.uid == 0 || cred.uid == ::geteuid()) return true;
+  why = fmt::format("the socket is served by uid {} (pid {}), not by root or this user: not talking to it", cred.uid,
+                    cred.pid);
+  return false;
+}
+
+void Client::on_daemon_error(const wire::Error& error) {
+  ++stats_.daemon_errors;
+  daemon_error_ = base::escape(error.message() != nullptr ? error.message()->string_view() : "", 512);
+  if (error.session() == 0) return;
+  if (Session* s = find(error.session())) {
+    if (s->refused == 0) ++stats_.sessions_refused;
+    s->refused = error.code() > 0 ? error.code() : EIO;
+    // An engine's refused session runs fail-open (under the local cap);
+    // it queues for a slot like one submitted while disconnected.
+    if (s->in_flight && !s->admitted && !s->has_slot) waiting_.insert({s->submit_seq, error.session()});
+  }
 }
 
 void Client::on_policy_config(const wire::PolicyConfig& config) {
@@ -289,6 +350,7 @@ void Client::on_policy_config(const wire::PolicyConfig& config) {
 
 void Client::lose(std::string reason) {
   if (state_ == ConnState::kConnected) ++stats_.disconnects;
+  for (auto& [pid, t] : procs_) t.daemon_lost = true;  // its ToolKilled, if any, may never come
   connection_error_ = std::move(reason);
   drop_connection();
   next_attempt_ = clock_.now() + backoff_;
@@ -345,6 +407,9 @@ std::optional<ipc::SessionSnapshotInfo> Client::snapshot(std::uint64_t id, const
     info.residency = static_cast<std::uint8_t>(Residency::kNone);
     info.in_tool = !s.tools.empty();
     info.tool_kind = s.tools.empty() ? 0 : s.tools.back().kind;
+    for (const auto& [pid, t] : procs_) {
+      if (t.session == id) info.tools.push_back(ipc::ToolSnapshotInfo{t.call, pid, t.cgroup_id});
+    }
   }
   return info;
 }
@@ -352,8 +417,11 @@ std::optional<ipc::SessionSnapshotInfo> Client::snapshot(std::uint64_t id, const
 void Client::queue_resync() {
   std::vector<ipc::SessionSnapshotInfo> batch;
   std::size_t bytes = 0;
+  // What the daemon takes from the ring after this many records is newer
+  // than the snapshot (it judges only sessions the snapshot knew of).
+  const std::uint64_t position = sender_ ? sender_->position() : 0;
   auto emit = [&](bool more) {
-    queue_message(ipc::build_resync(batch, more));
+    queue_message(ipc::build_resync(batch, more, position));
     batch.clear();
     bytes = 0;
   };
@@ -366,7 +434,7 @@ void Client::queue_resync() {
       if (!s.name.empty()) names.emplace_back(id, &s.name);
       continue;
     }
-    const std::size_t size = snap->name.size() + kSnapshotOverhead;
+    const std::size_t size = snap->name.size() + kSnapshotOverhead + snap->tools.size() * kToolSnapshotBytes;
     if (!batch.empty() && (batch.size() == ipc::kResyncBatch || bytes + size > kResyncBytes)) emit(true);
     bytes += size;
     batch.push_back(std::move(*snap));
@@ -457,6 +525,19 @@ void Client::apply(const ipc::Record& record) {
       break;
     case ipc::RecordType::kPrefetch:
       if (Session* s = find(id)) s->residency = Residency::kResident;
+      break;
+    case ipc::RecordType::kClose:
+      // The session is over: forget it (an engine after the round it runs).
+      if (Session* s = find(id)) {
+        if (s->in_flight) {
+          s->closed = true;
+          s->tool_follows = false;
+        } else {
+          waiting_.erase({s->submit_seq, id});
+          release_slot(id, *s);
+          sessions_.erase(id);
+        }
+      }
       break;
     default:
       return;  // the decoder passes directives only
@@ -562,7 +643,8 @@ void Client::grant_slots() {
 
 void Client::maybe_forget(std::uint64_t id) {
   Session* s = find(id);
-  if (s == nullptr || s->in_flight || s->blocks_held > 0 || s->tool_follows || s->has_slot) return;
+  if (s == nullptr || s->in_flight || s->has_slot) return;
+  if (!s->closed && (s->blocks_held > 0 || s->tool_follows)) return;
   waiting_.erase({s->submit_seq, id});
   sessions_.erase(id);
 }
@@ -571,7 +653,7 @@ int Client::runnable(std::uint64_t session) {
   drive(false);
   Session* s = find(session);
   if (s == nullptr || !s->submitted) return 1;
-  if (state_ == ConnState::kConnected) return s->admitted ? 1 : 0;
+  if (state_ == ConnState::kConnected && s->refused == 0) return s->admitted ? 1 : 0;
   if (s->admitted || s->has_slot) return 1;
   if (!s->in_flight) return 0;
   grant_slots();
@@ -603,9 +685,20 @@ int Client::session_open(std::string_view name, std::uint8_t priority_class, std
   const std::uint64_t id = base::session_id(name);
   Session* s = find(id);
   if (s != nullptr && s->open) return fail(EEXIST, fmt::format("tandem_session_open: '{}' is already open", name));
+  if (daemon_sessions_ != 0 && state_ == ConnState::kConnected) {
+    // The daemon would refuse it: say so now, and keep the connection.
+    std::size_t open = 0;
+    for (const auto& [sid, other] : sessions_) open += other.open ? 1 : 0;
+    if (open >= daemon_sessions_) {
+      return fail(ENOSPC, fmt::format("tandem_session_open: {} sessions are open on this handle: tandemd's "
+                                      "limits.sessions_per_client",
+                                      open));
+    }
+  }
   if (s == nullptr) s = entry(id);
   if (s == nullptr) return fail(ENOSPC, fmt::format("tandem_session_open: {} sessions open already", kMaxSessions));
   s->open = true;
+  s->refused = 0;
   s->name = std::string(name);
   ipc::SessionOpen r;
   r.priority_class = priority_class;
@@ -689,6 +782,8 @@ int Client::round_submit(std::uint64_t session, const tandem_round& round) {
   s->submitted = true;
   s->in_flight = true;
   s->tool_follows = false;
+  s->refused = 0;  // asked again: the daemon says again if it still refuses
+  s->closed = false;
   s->round = round.round;
   s->submit_seq = ++submit_seq_;
   if (!s->admitted) waiting_.insert({s->submit_seq, session});

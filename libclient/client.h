@@ -8,8 +8,14 @@
 //
 //   kDisconnected ──(backoff expired: socket, connect, send Hello)──▶ kAwaitingWelcome
 //   kAwaitingWelcome ──(Welcome + 3 fds: attach channel, resync)──▶ kConnected
-//   any ──(Error, EOF/ECONNRESET, a bad message, no Welcome within 1 s,
-//          a send failure)──▶ kDisconnected, next attempt after the backoff
+//   kAwaitingWelcome ──(Error: the handshake refused)──▶ kDisconnected
+//   any ──(EOF/ECONNRESET, a fatal Error, a bad message, no Welcome within
+//          1 s, a send failure)──▶ kDisconnected, next attempt after the backoff
+//
+// An Error that answers one request (a session over the daemon's limit, a
+// name it will not take) is not a disconnect: it is counted, the session it
+// names is marked refused, and the connection stays. The daemon's limits
+// come in its Welcome, and calls that would break them fail at once.
 //
 // The backoff starts at reconnect_min and doubles to reconnect_max; a
 // Welcome resets it. In kDisconnected every call first checks the backoff
@@ -41,6 +47,7 @@
 
 #include "base/clock.h"
 #include "base/result.h"
+#include "base/text.h"
 #include "base/unique_fd.h"
 #include "cpu/spawn.h"
 #include "ipc/channel.h"
@@ -66,10 +73,14 @@ struct Config {
 
 enum class ConnState : std::uint8_t { kDisconnected, kAwaitingWelcome, kConnected };
 
-// Limits of one handle.
+// Limits of one handle (while connected, the daemon's, from its Welcome,
+// where they are smaller).
 inline constexpr std::size_t kMaxSessions = std::size_t{1} << 20;
 inline constexpr std::size_t kMaxToolsPerSession = 1024;
-inline constexpr std::size_t kMaxNameLength = 1024;
+// Session and client names: the daemon's rule (base::name_problem).
+inline constexpr std::size_t kMaxNameLength = base::kMaxNameBytes;
+// Tool names only feed tandem_tool_kind() and never leave the library.
+inline constexpr std::size_t kMaxToolNameLength = 1024;
 // Directives kept for the caller between polls (all already applied).
 inline constexpr std::size_t kMaxQueuedDirectives = std::size_t{1} << 16;
 // Socket messages waiting for room in the socket buffer; more means the
@@ -90,6 +101,7 @@ inline constexpr std::uint32_t kFirstSpawnCall = 0x80000000u;
 struct ToolSpec {
   cpu::SpawnSpec process;
   ipc::ToolLimitsInfo limits;
+  bool allow_unplaced = false;  // TANDEM_TOOL_ALLOW_UNPLACED
 };
 // Thread-safety: one thread at a time.
 class Client {
@@ -132,6 +144,7 @@ class Client {
   int tool_spawn(std::uint64_t session, std::string_view tool, const ToolSpec& spec, std::int32_t& ret_pid);
   int tool_wait(std::int32_t pid, int timeout_ms, tandem_tool_result& out);
   int tool_kill(std::int32_t pid);
+  int tool_info(std::int32_t pid, tandem_tool_info& out) const;
   std::size_t live_tools() const { return procs_.size(); }
 
   // ---- engine ----
@@ -189,6 +202,10 @@ class Client {
     // runner
     bool open = false;
     std::vector<ToolCall> tools;  // running tool calls, oldest first
+    // The daemon refused it (Error naming it): the errno, else 0. Runner
+    // calls on it return -refused; an engine runs it fail-open.
+    int refused = 0;
+    bool closed = false;  // CLOSE came while a round was in flight: forget it at the round's end
   };
 
   // A process started by tool_spawn, until tool_wait reaps it.
@@ -204,6 +221,10 @@ class Client {
     int cpu = -1;
     std::uint64_t cgroup_id = 0;
     std::int64_t started_ns = 0;
+    std::uint32_t flags = 0;  // tandem_tool_flags
+    std::uint32_t uid = 0;
+    std::uint32_t gid = 0;
+    bool daemon_lost = false;  // the connection was lost while it ran
   };
   // A ToolPlacement that arrived.
   struct Placement {
@@ -219,7 +240,7 @@ class Client {
   explicit Client(Config config, Coordinator coordinator);
   // Sends ToolPrepare and waits for its answer (nullopt: none in time, or not connected).
   std::optional<Placement> request_placement(std::uint64_t session, std::uint32_t call, std::uint64_t kind,
-                                             const ipc::ToolLimitsInfo& limits, std::string& why);
+                                             const ipc::ToolLimitsInfo& limits, std::string& why, int& why_code);
   // Kills and reaps every tool of `session` (0: all), without records.
   void reap_tools(std::uint64_t session);
 
@@ -232,6 +253,11 @@ class Client {
   bool pump_socket();
   bool handle_message(ipc::ReceivedMessage& received);
   bool on_welcome(const wire::Welcome& welcome, std::vector<base::UniqueFd>& fds);
+  // An Error from the daemon after the Welcome: one request refused.
+  void on_daemon_error(const wire::Error& error);
+  // Whether the process at the other end of `fd` may be tandemd (root, or
+  // our own user); `why` says who it is if not.
+  static bool trusted_daemon(int fd, std::string& why);
   void on_policy_config(const wire::PolicyConfig& config);
   // Drops the connection and schedules the next attempt.
   void lose(std::string reason);
@@ -267,6 +293,11 @@ class Client {
   void maybe_forget(std::uint64_t id);
 
   Config config_;
+  std::uint64_t instance_ = 0;  // Hello.instance: this handle, across reconnects
+  // The daemon's limits from its Welcome (0: not told).
+  std::uint32_t daemon_sessions_ = 0;
+  std::uint32_t daemon_tools_ = 0;
+  std::string daemon_error_;  // the last per-request Error's text
   Coordinator coordinator_;
   base::MonotonicClock clock_;
   std::string last_error_;

@@ -4,6 +4,7 @@
 // exits, its usage is read from those directories, so CPU time and peak
 // memory count every process of the call, daemonised ones included.
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -29,16 +30,19 @@ void copy_message(tandem_tool_result& out, std::string_view text) {
 
 std::optional<Client::Placement> Client::request_placement(std::uint64_t session, std::uint32_t call,
                                                            std::uint64_t kind, const ipc::ToolLimitsInfo& limits,
-                                                           std::string& why) {
+                                                           std::string& why, int& why_code) {
   drive(true);
   if (state_ != ConnState::kConnected) {
-    why = "not connected to tandemd";
+    why = connection_error_.empty() ? "not connected to tandemd"
+                                    : fmt::format("not connected to tandemd: {}", connection_error_);
+    why_code = ENOTCONN;
     return std::nullopt;
   }
   const std::uint32_t request = next_request_++;
   queue_message(ipc::build_tool_prepare(request, session, call, kind, limits));
   if (!flush_outbox()) {
     why = "the connection to tandemd was lost";
+    why_code = ENOTCONN;
     return std::nullopt;
   }
   const base::Time deadline = clock_.now() + kPlacementTimeout;
@@ -51,6 +55,7 @@ std::optional<Client::Placement> Client::request_placement(std::uint64_t session
     const base::Time now = clock_.now();
     if (now >= deadline || state_ != ConnState::kConnected) {
       why = state_ != ConnState::kConnected ? "the connection to tandemd was lost" : "tandemd did not answer in time";
+      why_code = state_ != ConnState::kConnected ? ENOTCONN : ETIMEDOUT;
       placements_.erase(placements_.begin(), placements_.lower_bound(request + 1));  // a late answer is dropped
       return std::nullopt;
     }
@@ -65,19 +70,29 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
   drive(false);
   Session* s = find(session);
   if (s == nullptr || !s->open) return fail(ENOENT, "tandem_tool_spawn: session is not open on this handle");
-  if (s->tools.size() >= kMaxToolsPerSession) {
-    return fail(ENOSPC, fmt::format("tandem_tool_spawn: {} tool calls running already", kMaxToolsPerSession));
+  if (s->refused != 0) {
+    return fail(s->refused, fmt::format("tandem_tool_spawn: tandemd refused the session: {}", daemon_error_));
+  }
+  const std::size_t tools_limit = daemon_tools_ != 0 && connected()
+                                      ? std::min<std::size_t>(kMaxToolsPerSession, daemon_tools_)
+                                      : kMaxToolsPerSession;
+  if (s->tools.size() >= tools_limit) {
+    return fail(ENOSPC, fmt::format("tandem_tool_spawn: {} tool calls running already", tools_limit));
   }
   const std::uint32_t call = next_call_++;
   if (next_call_ == 0) next_call_ = kFirstSpawnCall;
   const std::uint64_t kind = base::tool_kind_id(tool);
 
+  // Sandboxing is never dropped silently: a tool that cannot be placed in
+  // its cgroup is not started, unless the caller said it may run unplaced.
   std::string why;
-  std::optional<Placement> placement = request_placement(session, call, kind, spec.limits, why);
+  int why_code = ENOTCONN;
+  std::optional<Placement> placement = request_placement(session, call, kind, spec.limits, why, why_code);
   if (placement && placement->info.code != 0) {
-    why = fmt::format("tandemd: {}", placement->info.message);
-    // A refusal for bad limits or a session tandemd does not know is the
-    // caller's to see; one for missing cgroups is fail-open like silence.
+    why = fmt::format("tandemd: {}", base::escape(placement->info.message, 512));
+    why_code = placement->info.code;
+    // A refusal for bad limits, a limit, or a session tandemd does not
+    // give this client is the caller's to see whatever it allows.
     if (placement->info.code != ENOTSUP && placement->info.code != EIO) {
       return fail(placement->info.code, fmt::format("tandem_tool_spawn: {}", why));
     }
@@ -86,12 +101,27 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
   const std::size_t expected = placement ? (placement->info.has_v2 ? 1u : 0u) + placement->info.v1_count : 0;
   if (placement && placement->fds.size() != expected) {
     why = fmt::format("ToolPlacement carried {} fds, expected {}", placement->fds.size(), expected);
+    why_code = EPROTO;
     placement.reset();
+  }
+  if (!placement && !spec.allow_unplaced) {
+    return fail(why_code, fmt::format("tandem_tool_spawn: the tool was not started: it could not be placed in a "
+                                      "cgroup ({}); pass TANDEM_TOOL_ALLOW_UNPLACED to start it without one",
+                                      why));
   }
 
   cpu::SpawnSpec ss = spec.process;
   cpu::Placement where;
   ToolProc proc;
+  // A placed tool gets a cgroup namespace of its own, so its cgroup is its
+  // root and it cannot name (nor move to) any cgroup outside it; that needs
+  // CAP_SYS_ADMIN, which a runner placing tools normally has (root).
+  ss.new_cgroup_ns = placement.has_value() && cpu::may_create_cgroup_namespace();
+  proc.uid = ss.uid.value_or(::geteuid());
+  proc.gid = ss.gid.value_or(::getegid());
+  if (!placement) proc.flags |= TANDEM_TOOL_UNPLACED;
+  if (ss.new_cgroup_ns) proc.flags |= TANDEM_TOOL_CGROUP_NS;
+  if (ss.uid || ss.gid) proc.flags |= TANDEM_TOOL_UID_CHANGED;
   if (placement) {
     ss.bwrap = placement->info.bwrap;
     ss.bwrap_args = placement->info.bwrap_args;
@@ -155,18 +185,50 @@ int Client::tool_wait(std::int32_t pid, int timeout_ms, tandem_tool_result& out)
   auto it = procs_.find(pid);
   if (it == procs_.end()) return fail(ECHILD, fmt::format("tandem_tool_wait: {} is not a tool of this handle", pid));
   ToolProc& t = it->second;
-  auto status = cpu::wait_exit(t.pidfd.get(), timeout_ms);
+  // Waits on the tool and on the connection at once: a daemon that
+  // restarts while the tool runs is reconnected to and resynced with from
+  // here, so it gives the tool's session back to this handle (and keeps its
+  // cgroup) instead of reaping it as nobody's.
+  const base::Time deadline = clock_.now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  base::Result<cpu::ExitStatus> status = base::make_error(ETIMEDOUT, "not waited yet");
+  for (;;) {
+    status = cpu::wait_exit(t.pidfd.get(), 0);
+    if (status || status.error().code() != ETIMEDOUT) break;
+    const base::Time now = clock_.now();
+    if (timeout_ms == 0 || (timeout_ms > 0 && now >= deadline)) break;
+    base::Time until = timeout_ms > 0 ? deadline : now + std::chrono::hours(1);
+    pollfd fds[2] = {{t.pidfd.get(), POLLIN, 0}, {-1, POLLIN, 0}};
+    switch (state_) {
+      case ConnState::kDisconnected:
+        until = std::min(until, next_attempt_);
+        break;
+      case ConnState::kAwaitingWelcome:
+        fds[1].fd = sock_.get();
+        until = std::min(until, hello_at_ + kWelcomeTimeout);
+        break;
+      case ConnState::kConnected:
+        fds[1].fd = sock_.get();
+        break;
+    }
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
+    (void)::poll(fds, 2, static_cast<int>(std::clamp<std::int64_t>(ms, 0, 3'600'000)));
+    drive(true);
+    drain_directives();
+  }
   if (!status) {
     const int code = status.error().code();
     return fail(code, fmt::format("tandem_tool_wait: {}", status.error().message()));
   }
-  drive(true);  // a ToolKilled may be waiting on the socket
+  drive(true);            // a ToolKilled may be waiting on the socket
+  it = procs_.find(pid);  // the wait drove the connection; the entry is still ours
+  if (it == procs_.end()) return fail(ECHILD, fmt::format("tandem_tool_wait: {} is not a tool of this handle", pid));
 
   out.exit_code = status->exit_code;
   out.wall_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(0, status->ended_ns - t.started_ns));
   out.cpu_ns = status->cpu_ns;
   out.peak_memory_bytes = status->max_rss_bytes;
   out.cgroup_id = t.cgroup_id;
+  out.flags = t.flags | (t.daemon_lost ? std::uint32_t{TANDEM_TOOL_DAEMON_LOST} : 0u);
   std::uint64_t oom_kills = 0;
   if (!t.dirs.empty()) {
     auto fd = [&](int index) { return index < 0 ? -1 : t.dirs[static_cast<std::size_t>(index)].get(); };
@@ -211,6 +273,20 @@ int Client::tool_wait(std::int32_t pid, int timeout_ms, tandem_tool_result& out)
     }
   }
   procs_.erase(it);
+  return 0;
+}
+
+int Client::tool_info(std::int32_t pid, tandem_tool_info& out) const {
+  auto it = procs_.find(pid);
+  if (it == procs_.end()) {
+    const_cast<Client*>(this)->last_error_ = fmt::format("tandem_tool_info_get: {} is not a tool of this handle", pid);
+    return -ECHILD;
+  }
+  out.session = it->second.session;
+  out.cgroup_id = it->second.cgroup_id;
+  out.flags = it->second.flags | (it->second.daemon_lost ? std::uint32_t{TANDEM_TOOL_DAEMON_LOST} : 0u);
+  out.uid = it->second.uid;
+  out.gid = it->second.gid;
   return 0;
 }
 

@@ -38,11 +38,19 @@ for _ in range(200):
         break
 s = r.session_open("demo-agent")
 
+
+def spawn(*args, **kw):
+    # As root every tool gets its cgroup, or does not start; run without
+    # root, tandemd has no cgroups, and the tour asks for tools to run
+    # unplaced rather than not at all.
+    return r.tool_spawn(*args, allow_unplaced=os.geteuid() != 0, **kw)
+
+
 print("-- three tool calls of session demo-agent, each in its own cgroup:")
-sleeper = r.tool_spawn(s, "sleep", ["sleep", "30"])
-burner = r.tool_spawn(s, "burn", ["sh", "-c", "while :; do :; done"], cpu_quota_us=20000)  # a fifth of a core
+sleeper = spawn(s, "sleep", ["sleep", "30"])
+burner = spawn(s, "burn", ["sh", "-c", "while :; do :; done"], cpu_quota_us=20000)  # a fifth of a core
 read_fd, write_fd = os.pipe()
-daemoniser = r.tool_spawn(s, "daemonise", ["sh", "-c", "setsid sleep 300 & echo $!"], stdout=write_fd)
+daemoniser = spawn(s, "daemonise", ["sh", "-c", "setsid sleep 300 & echo $!"], stdout=write_fd)
 os.close(write_fd)
 grandchild = int(os.read(read_fd, 64).decode().strip())
 os.close(read_fd)
@@ -71,7 +79,7 @@ print("-- memory: a 512 MiB burner with memory_high = 64 MiB, then with memory_m
 s = r.session_open("demo-memory")
 burn = ["python3", "-c", "import time\nb=[]\nfor i in range(32):\n b.append(bytearray(16<<20))\nprint('done')"]
 devnull = open(os.devnull, "w")
-held = r.tool_spawn(s, "burn-mem", burn, memory_high=64 << 20, stdout=devnull)
+held = spawn(s, "burn-mem", burn, memory_high=64 << 20, stdout=devnull)
 time.sleep(2.0)
 try:
     r.tool_wait(held, 0)
@@ -81,7 +89,7 @@ except TimeoutError:
 ctl("tools")
 r.tool_kill(held)
 r.tool_wait(held)
-oom = r.tool_spawn(s, "burn-mem", burn, memory_max=64 << 20, stdout=devnull)
+oom = spawn(s, "burn-mem", burn, memory_max=64 << 20, stdout=devnull)
 res = r.tool_wait(oom)
 print(f"   memory_max: exit {res.exit_code}, reason {res.reason.name}: {res.message}")
 r.session_close(s)

@@ -209,10 +209,12 @@ void Emulator::run() {
       late_ += now - *step_end_;
       step_end_.reset();
       engine_.finish_step(now);
-      // Anonymous sessions end with their round.
+      // Anonymous sessions end with their round, closed ones with the round
+      // they had in flight (and their KV with them).
       for (auto it = sessions_.begin(); it != sessions_.end();) {
-        if (it->second.anonymous && !it->second.job && !it->second.held) {
+        if ((it->second.anonymous || it->second.closed) && !it->second.job && !it->second.held) {
           engine_.end_session(it->first, now);
+          if (it->second.closed) engine_.drop(it->first, now);
           it = sessions_.erase(it);
         } else {
           ++it;
@@ -327,8 +329,11 @@ void Emulator::release_runnable(Time now) {
 }
 
 void Emulator::apply(const tandem_directive& d, Time now) {
-  if (d.type >= TANDEM_DIR_ADMIT && d.type <= TANDEM_DIR_PREFETCH) ++directives_[d.type - TANDEM_DIR_ADMIT];
+  if (d.type >= TANDEM_DIR_ADMIT && d.type <= TANDEM_DIR_CLOSE) ++directives_[d.type - TANDEM_DIR_ADMIT];
   switch (d.type) {
+    case TANDEM_DIR_CLOSE:
+      close(d.session, now);
+      break;
     case TANDEM_DIR_PIN:
       engine_.pin(d.session, base::from_ns(d.value), now);
       break;
@@ -348,6 +353,18 @@ void Emulator::apply(const tandem_directive& d, Time now) {
       // to that step), so an early prefetch has nothing to start; it is counted.
       break;
   }
+}
+
+void Emulator::close(sim::SessionId id, Time now) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  if (it->second.job || it->second.held) {
+    it->second.closed = true;  // its round ends first; the next step's end forgets it
+    return;
+  }
+  engine_.end_session(id, now);
+  engine_.drop(id, now);
+  sessions_.erase(it);
 }
 
 void Emulator::end_round(Session& s) {
@@ -527,7 +544,8 @@ void Emulator::publish(Time now) {
         {"unpin", directives_[5]},
         {"drop", directives_[6]},
         {"offload", directives_[7]},
-        {"prefetch", directives_[8]}}},
+        {"prefetch", directives_[8]},
+        {"close", directives_[9]}}},
       {"report_errors", report_errors_},
       {"scheduler_failures", scheduler_.failures()},
   };

@@ -116,6 +116,7 @@ class Emulator final : public CompletionEngine, public sim::EngineHost, public s
     std::string name;
     sim::SessionId id = 0;
     bool anonymous = false;
+    bool closed = false;           // CLOSE came while a round was in flight: forgotten when it ends
     std::uint32_t next_round = 0;  // index of the next round (0-based, as submitted)
     SessionHistory history;
     sim::SessionContent content;  // at a stable address: the engine points at it
@@ -135,7 +136,8 @@ class Emulator final : public CompletionEngine, public sim::EngineHost, public s
   void accept(std::shared_ptr<Job> job, Time now);
   void apply(const tandem_directive& d, Time now);
   void release_runnable(Time now);
-  void end_round(Session& s);  // the Job is answered: free the session for its next round
+  void end_round(Session& s);               // the Job is answered: free the session for its next round
+  void close(sim::SessionId id, Time now);  // CLOSE: forget the session and free its KV
   void report_stats(Time now);
   void publish(Time now);
   void fail_all(int status, const std::string& message);
@@ -172,7 +174,7 @@ class Emulator final : public CompletionEngine, public sim::EngineHost, public s
   Time last_publish_{};
   std::uint64_t anon_next_ = 1;
   std::uint64_t rounds_submitted_ = 0, rounds_done_ = 0, rounds_failed_ = 0;
-  std::uint64_t directives_[9] = {};  // by type − TANDEM_DIR_ADMIT
+  std::uint64_t directives_[10] = {};  // by type − TANDEM_DIR_ADMIT
   std::uint64_t report_errors_ = 0;
   std::uint64_t passes_ = 0;        // tandem_gpu_begin_pass calls (one per step)
   std::uint64_t out_of_range_ = 0;  // of which the daemon's index was out of range (-ERANGE)

@@ -438,13 +438,13 @@ bool LlamaEngine::step(Time now) {
   }
   const Time t2 = clock_.now();
   engine_.finish_step(t2);
-  // A round without a session id has no next round: its KV goes now rather
-  // than when the cache needs the room.
-  for (SessionId id : finished_anonymous_) {
+  // A round without a session id, or of a session closed while it ran, has
+  // no next round: its KV goes now rather than when the cache needs the room.
+  for (SessionId id : finished_) {
     engine_.drop(id, t2);
     sessions_.erase(id);
   }
-  finished_anonymous_.clear();
+  finished_.clear();
   const sim::StepShape& shape = engine_.last_shape();
   prefilled_ += shape.tokens - std::min<std::uint64_t>(shape.tokens, kv_->samples().size());
   ++steps_;
@@ -472,8 +472,11 @@ bool LlamaEngine::step(Time now) {
 }
 
 void LlamaEngine::apply(const tandem_directive& d, Time now) {
-  if (d.type >= TANDEM_DIR_ADMIT && d.type <= TANDEM_DIR_PREFETCH) ++directives_[d.type - TANDEM_DIR_ADMIT];
+  if (d.type >= TANDEM_DIR_ADMIT && d.type <= TANDEM_DIR_CLOSE) ++directives_[d.type - TANDEM_DIR_ADMIT];
   switch (d.type) {
+    case TANDEM_DIR_CLOSE:
+      close(d.session, now);
+      break;
     case TANDEM_DIR_PIN:
       engine_.pin(d.session, base::from_ns(d.value), now);
       break;
@@ -492,6 +495,19 @@ void LlamaEngine::apply(const tandem_directive& d, Time now) {
       // the restore happens in the step that schedules the round.
       break;
   }
+}
+
+void LlamaEngine::close(SessionId id, Time now) {
+  Session* s = find(id);
+  if (s == nullptr) return;
+  if (s->job || s->held) {
+    s->closed = true;  // its round ends first (it was accepted; the runner waits for it)
+    return;
+  }
+  engine_.end_session(id, now);
+  kv_->forget_host(id);
+  engine_.drop(id, now);
+  sessions_.erase(id);
 }
 
 void LlamaEngine::end_round(Session& s) {
@@ -555,11 +571,11 @@ void LlamaEngine::round_done(sim::EngineId /*engine*/, const sim::RoundWork& wor
   const std::shared_ptr<Job> job = s->job;
   const bool stopped = s->stopped;
   end_round(*s);
-  if (s->anonymous) {
-    // One round and done: forgotten once the step has finished.
+  if (s->anonymous || s->closed) {
+    // No next round: forgotten once the step has finished.
     engine_.end_session(work.session, now);
     kv_->forget_host(work.session);
-    finished_anonymous_.push_back(work.session);
+    finished_.push_back(work.session);
   }
   publish(now);
   job->finish(stopped ? "stop" : "length");
@@ -678,7 +694,8 @@ void LlamaEngine::publish(Time now) {
         {"unpin", directives_[5]},
         {"drop", directives_[6]},
         {"offload", directives_[7]},
-        {"prefetch", directives_[8]}}},
+        {"prefetch", directives_[8]},
+        {"close", directives_[9]}}},
       {"decode_failures", decode_failures_},
       {"first_decode_failure", first_decode_failure_},
       {"report_errors", report_errors_},

@@ -144,6 +144,7 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
     std::string name;
     sim::SessionId id = 0;
     bool anonymous = false;
+    bool closed = false;  // CLOSE came while its round ran: forgotten when the round ends
     std::uint32_t next_round = 0;
     std::vector<Token> context;  // the round's prompt then what it generated (the previous round's, between rounds)
     std::uint32_t prompt_tokens = 0;  // of the round in flight
@@ -172,6 +173,7 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
   void forget_evicted_hosts();
   bool step(Time now);  // false: nothing to run
   void end_round(Session& s);
+  void close(SessionId id, Time now);  // CLOSE: forget the session and free its KV
   void report_stats(Time now);
   void publish(Time now);
   void fail_all(int status, const std::string& message);
@@ -208,12 +210,12 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
   // Engine thread only.
   std::unordered_map<sim::SessionId, Session> sessions_;
   std::vector<sim::SessionId> held_;
-  std::vector<sim::SessionId> finished_anonymous_;  // rounds without a session id, ended this step
+  std::vector<sim::SessionId> finished_;  // sessions over (no id, or closed) whose round ended this step
   Time last_report_{};
   Time last_publish_{};
   std::uint64_t anon_next_ = 1;
   std::uint64_t rounds_submitted_ = 0, rounds_done_ = 0, rounds_failed_ = 0, rounds_stopped_ = 0;
-  std::uint64_t directives_[9] = {};
+  std::uint64_t directives_[10] = {};  // by type − TANDEM_DIR_ADMIT
   std::uint64_t report_errors_ = 0;
   std::uint64_t decode_failures_ = 0;
   std::uint64_t seq_evictions_ = 0;

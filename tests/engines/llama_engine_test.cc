@@ -263,6 +263,38 @@ TEST_F(LlamaEngineTest, HostCopiesBeyondTheBudgetGoLeastRecentlyUsedFirst) {
   EXPECT_EQ(e->kv().violations(), 0u) << e->kv().first_violation();
 }
 
+TEST_F(LlamaEngineTest, ClosedSessionsFreeTheirCellsAndHostCopies) {
+  auto e = engine();
+  ASSERT_TRUE(e);
+  // Idle when closed: its cells and its host copy go at once.
+  run(*e, {round("c0", 0, 200, 4)});
+  e->apply(directive(TANDEM_DIR_OFFLOAD, "c0"));
+  e->tick();
+  ASSERT_GT(e->kv().stats().host_bytes, 0u);
+  run(*e, {round("c1", 0, 200, 4)});
+  const std::uint32_t c1 = e->kv().resident(id("c1"));
+  ASSERT_GT(c1, 0u);
+  e->apply(directive(TANDEM_DIR_CLOSE, "c0"));
+  EXPECT_EQ(e->kv().resident(id("c0")), 0u);
+  EXPECT_EQ(e->kv().stats().host_bytes, 0u) << "the closed session's host copy is deleted";
+  EXPECT_EQ(e->kv().resident_total(), c1) << "only c1's cells are left";
+  EXPECT_TRUE(e->tokens(id("c0")).empty()) << "the engine forgot c0";
+  // Running when closed: the round finishes, then the session is forgotten.
+  auto job = round("c1", 1, 240, 8);
+  ASSERT_EQ(e->submit(job), testbed::SubmitStatus::kQueued);
+  e->tick();
+  e->apply(directive(TANDEM_DIR_CLOSE, "c1"));
+  for (int t = 0; t < 1000 && !job->wait(0, base::MonotonicClock().now()).done; ++t) e->tick();
+  const Job::Progress p = job->wait(0, base::MonotonicClock().now());
+  ASSERT_TRUE(p.done);
+  EXPECT_EQ(p.status, 0) << p.error;
+  e->tick();
+  EXPECT_EQ(e->kv().resident_total(), 0u);
+  EXPECT_TRUE(e->tokens(id("c1")).empty());
+  EXPECT_EQ(e->kv().check(), "");
+  EXPECT_EQ(e->kv().violations(), 0u) << e->kv().first_violation();
+}
+
 TEST_F(LlamaEngineTest, AContextTooSmallForARequestIsRefusedWithTheReason) {
   auto e = engine(256, 4, 128);
   ASSERT_TRUE(e);

@@ -106,15 +106,17 @@ Daemon::~Daemon() {
   (void)(*m)->remove((*m)->root());
 }
 
-void Daemon::start() {
+void Daemon::start(const std::vector<std::string>& wrapper) {
   // A socket left by a tandemd that was killed may still accept for a moment
   // (its io_uring, torn down asynchronously, holds a pending accept): wait
   // for the new daemon's own socket: a new file at the path (tmpfs reuses
   // inode numbers, so the change time tells).
   struct stat old {};
   const bool had = ::stat(socket_.c_str(), &old) == 0;
-  proc_.start({TANDEMD_PATH, "--config", config_path_, "--runtime-dir", dir_}, dir_ + "/tandemd.out",
-              dir_ + "/tandemd.log");
+  std::vector<std::string> argv = wrapper;
+  for (const char* a : {TANDEMD_PATH, "--config"}) argv.emplace_back(a);
+  argv.insert(argv.end(), {config_path_, "--runtime-dir", dir_});
+  proc_.start(argv, dir_ + "/tandemd.out", dir_ + "/tandemd.log");
   ASSERT_TRUE(eventually([&] {
     struct stat now {};
     if (::stat(socket_.c_str(), &now) != 0) return false;

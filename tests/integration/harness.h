@@ -69,7 +69,8 @@ class Daemon {
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
   // Starts it and waits until its socket accepts connections (5 s at most).
-  void start();
+  // `wrapper` runs it (e.g. {"/usr/bin/prlimit", "--nofile=40:40", "--"}).
+  void start(const std::vector<std::string>& wrapper = {});
   void kill9() { proc_.kill9(); }
   int stop() { return proc_.stop(SIGTERM); }
   pid_t pid() const { return proc_.pid(); }

@@ -7,7 +7,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
+
+#include <fmt/format.h>
 
 #include <flatbuffers/flatbuffers.h>
 #include <gtest/gtest.h>
@@ -286,6 +291,55 @@ TEST_F(ProtocolTest, RunnerTakesOverASessionItsEngineOpenedFirst) {
   sessions = ctl(daemon_.socket_path(), "sessions")["sessions"];
   EXPECT_EQ(sessions[0]["owner"], a->client_id());
   EXPECT_EQ(ctl(daemon_.socket_path(), "status")["sessions"]["total"], 1);
+}
+
+// Out of fds, accept() fails at once every time: tandemd pauses accepting
+// (connections wait in the backlog) instead of spinning, logs it once per
+// interval instead of per failure, and accepts again when fds come back.
+TEST(AcceptBackoff, OutOfFdsPausesAcceptingAndLogsOnce) {
+  if (::access("/usr/bin/prlimit", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/prlimit to start tandemd with few fds";
+  TempDir dir;
+  Daemon daemon(dir.path(), "[cgroups]\nmode = \"off\"\n[nvml]\nenabled = \"off\"\n");
+  daemon.start({"/usr/bin/prlimit", "--nofile=48:48", "--"});
+  // Each client costs tandemd two fds (socket, pidfd): connect until it
+  // cannot take more.
+  std::vector<RawClient> held;
+  for (int i = 0; i < 40; ++i) {
+    auto c = RawClient::connect(daemon.socket_path());
+    if (!c) break;
+    held.push_back(std::move(*c));
+  }
+  ASSERT_TRUE(eventually([&] { return daemon.log().find("accept on") != std::string::npos; }, 5s))
+      << "tandemd never ran out of fds:\n"
+      << daemon.log();
+  auto cpu = [&] {
+    std::ifstream in(fmt::format("/proc/{}/stat", daemon.pid()));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    std::uint64_t ticks = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14 || i == 15) ticks += std::stoull(field);  // utime, stime
+    }
+    return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  };
+  const double before = cpu();
+  ::usleep(2'000'000);
+  const double spent = cpu() - before;
+  EXPECT_LT(spent, 0.5) << "tandemd spun on accept() for " << spent << " s of CPU in 2 s";
+  std::size_t lines = 0;
+  for (std::size_t at = 0; (at = daemon.log().find("accept on", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_LE(lines, 2u) << daemon.log();
+  // Fds come back: the waiting connections are taken, a reader is served.
+  held.clear();
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto c = RawClient::connect(daemon.socket_path());
+        return c && c->hello(wire::Role::CtlRead, "after", std::nullopt, 500ms).has_value();
+      },
+      5s))
+      << daemon.log();
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
 }
 
 }  // namespace

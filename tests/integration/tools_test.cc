@@ -3,6 +3,7 @@
 // cgroups beneath its own cgroup in a subtree named for the test's runtime
 // dir. As root only (cgroups); skipped with a message elsewhere.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -359,17 +361,217 @@ TEST_F(Tools, ForcedSamplingIsSaid) {
   EXPECT_EQ(status()["host"]["telemetry_mode"], "sampling");
 }
 
-TEST_F(Tools, WithoutCgroupsToolsStillRunUnplaced) {
+// Sandboxing is never lost silently (issue 18): without a cgroup nothing
+// starts, unless the caller allows it, and then the result says so.
+TEST_F(Tools, WithoutCgroupsNothingStartsUnlessAllowed) {
   start("[cgroups]\nmode = \"off\"\n");
   EXPECT_EQ(status()["host"]["cgroups"], "off");
   const auto s = open_session("tools-unplaced");
-  auto res = wait(spawn(s, {"exit", "0"}));
+  const std::string marker = dir_.path() + "/ran";
+  const char* argv[] = {"/bin/touch", marker.c_str(), nullptr};
+  std::int32_t pid = 0;
+  EXPECT_EQ(tandem_tool_spawn(runner_, s, "touch", argv, nullptr, nullptr, nullptr, &pid), -ENOTSUP);
+  EXPECT_NE(std::string(tandem_last_error(runner_)).find("could not be placed in a cgroup"), std::string::npos)
+      << tandem_last_error(runner_);
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  tandem_tool_options o{};
+  o.sz = sizeof o;
+  o.flags = TANDEM_TOOL_ALLOW_UNPLACED;
+  pid = spawn(s, {"exit", "0"}, &o);
+  tandem_tool_info info{};
+  info.sz = sizeof info;
+  ASSERT_EQ(tandem_tool_info_get(runner_, pid, &info), 0);
+  EXPECT_EQ(info.cgroup_id, 0u);
+  EXPECT_NE(info.flags & TANDEM_TOOL_UNPLACED, 0u);
+  auto res = wait(pid);
   EXPECT_EQ(res.exit_code, 0);
   EXPECT_EQ(res.cgroup_id, 0u);
+  EXPECT_NE(res.flags & TANDEM_TOOL_UNPLACED, 0u);
   tandem_client_stats st{};
   st.sz = sizeof st;
   ASSERT_EQ(tandem_get_stats(runner_, &st), 0);
   EXPECT_EQ(st.tools_unplaced, 1u);
+  EXPECT_EQ(st.tools_spawned, 1u);
+}
+
+// A tool started while tandemd was down runs unplaced (the runner allowed
+// it); once the runner resyncs, tandemd knows its pid, and `session kill`
+// kills it — it never reports a live process as dead.
+TEST_F(Tools, SessionKillNeverReportsALiveProcessDead) {
+  start();
+  daemon_->kill9();
+  const auto s = open_session("tools-killed-unplaced");
+  tandem_tool_options o{};
+  o.sz = sizeof o;
+  o.flags = TANDEM_TOOL_ALLOW_UNPLACED;
+  const pid_t pid = spawn(s, {"sleep", "60"}, &o);
+  ASSERT_GT(pid, 0);
+  tandem_tool_info info{};
+  info.sz = sizeof info;
+  ASSERT_EQ(tandem_tool_info_get(runner_, pid, &info), 0);
+  ASSERT_EQ(info.cgroup_id, 0u) << "the daemon was down: the tool cannot have a cgroup";
+  daemon_->start();
+  ASSERT_TRUE(eventually([&] {
+    (void)tandem_poll(runner_, 10, 0, nullptr);
+    return tandem_connected(runner_) == 1 && status()["sessions"]["total"] == 1;
+  })) << daemon_->log();
+  auto admin = RawClient::connect(daemon_->socket_path());
+  ASSERT_TRUE(admin);
+  ASSERT_TRUE(admin->hello(wire::Role::CtlAdmin, "it-admin"));
+  const std::string args[] = {"tools-killed-unplaced"};
+  auto r = admin->ctl("session-kill", args);
+  // Either it is dead and said so, or it lives and the answer says which
+  // processes survived: never "killed" over a live process.
+  if (r) {
+    EXPECT_TRUE(eventually([&] { return !alive(pid); }, 1s)) << "session-kill said killed; pid " << pid << " lives";
+  } else {
+    EXPECT_EQ(r.error().code(), EBUSY);
+    EXPECT_NE(r.error().message().find(std::to_string(pid)), std::string::npos) << r.error().message();
+  }
+  EXPECT_FALSE(alive(pid)) << "tandemd knew the tool's pid from the runner's resync and should have killed it";
+  (void)tandem_tool_kill(runner_, pid);
+  (void)wait(pid);
+}
+
+// A runner blocked in tool_wait(-1) across a kill -9 and restart of tandemd:
+// the wait reconnects and resyncs, the session is claimed back (and its
+// owner is alive, as the journal says), and the tool runs to its real exit.
+TEST_F(Tools, ToolWaitSurvivesADaemonRestartAndReportsTheRealExit) {
+  start("[cgroups]\nadopt_grace = \"1s\"\nsubtree = \"" + dir_.path().substr(dir_.path().rfind('/') + 1) + "\"\n");
+  const auto s = open_session("tools-wait-restart");
+  const char* argv[] = {"/bin/sh", "-c", "sleep 3; exit 7", nullptr};
+  std::int32_t pid = 0;
+  ASSERT_EQ(tandem_tool_spawn(runner_, s, "sh", argv, nullptr, nullptr, nullptr, &pid), 0)
+      << tandem_last_error(runner_);
+  daemon_->kill9();
+  daemon_->start();
+  tandem_tool_result res{};
+  res.sz = sizeof res;
+  ASSERT_EQ(tandem_tool_wait(runner_, pid, -1, &res), 0) << tandem_last_error(runner_);
+  EXPECT_EQ(res.exit_code, 7) << res.message;
+  EXPECT_EQ(res.reason, TANDEM_TOOL_EXITED) << res.message;
+  EXPECT_NE(res.cgroup_id, 0u);
+  EXPECT_NE(res.flags & TANDEM_TOOL_DAEMON_LOST, 0u);
+  EXPECT_EQ(tandem_connected(runner_), 1);
+  EXPECT_EQ(status()["host"]["sessions_reaped"], 0) << daemon_->log();
+}
+
+// A tool's cgroup is its root (a cgroup namespace of its own), and it runs
+// as the uid and gid the runner asks for.
+TEST_F(Tools, ToolsRunInACgroupNamespaceOfTheirOwnAsTheUidAsked) {
+  start();
+  const auto s = open_session("tools-ns-uid");
+  int out[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  tandem_tool_options o{};
+  o.sz = sizeof o;
+  o.stdout_fd = out[1];
+  o.uid = 65534;
+  o.gid = 65534;
+  const char* argv[] = {"/bin/sh", "-c", "cat /proc/self/cgroup; echo uid=$(id -u) gid=$(id -g)", nullptr};
+  std::int32_t pid = 0;
+  ASSERT_EQ(tandem_tool_spawn(runner_, s, "sh", argv, nullptr, nullptr, &o, &pid), 0) << tandem_last_error(runner_);
+  ::close(out[1]);
+  tandem_tool_info info{};
+  info.sz = sizeof info;
+  ASSERT_EQ(tandem_tool_info_get(runner_, pid, &info), 0);
+  EXPECT_EQ(info.uid, 65534u);
+  const auto res = wait(pid);
+  EXPECT_EQ(res.exit_code, 0) << res.message;
+  EXPECT_NE(res.flags & TANDEM_TOOL_CGROUP_NS, 0u);
+  EXPECT_NE(res.flags & TANDEM_TOOL_UID_CHANGED, 0u);
+  EXPECT_NE(res.cgroup_id, 0u);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  EXPECT_NE(text.find("uid=65534 gid=65534"), std::string::npos) << text;
+  std::istringstream lines(text);
+  int cgroup_lines = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("uid=")) continue;
+    ++cgroup_lines;
+    EXPECT_TRUE(line.ends_with(":/")) << "outside its cgroup namespace's root: " << line;
+  }
+  EXPECT_GT(cgroup_lines, 0);
+}
+
+// A tool's child that moves itself out of the tool's cgroup (root can, on a
+// hierarchy without nsdelegate) still dies with the session: the eBPF fork
+// tree follows it.
+TEST_F(Tools, SessionEndKillsProcessesThatLeftTheirCgroup) {
+  start();
+  if (status()["host"]["telemetry_mode"] != "ebpf") GTEST_SKIP() << "needs eBPF telemetry for the fork tree";
+  // The v2 directory of the daemon's subtree, from `host.cgroups`.
+  const std::string cgroups = status()["host"]["cgroups"];
+  const auto v2 = cgroups.find("v2 ");
+  ASSERT_NE(v2, std::string::npos) << cgroups;
+  const auto path_at = cgroups.find(' ', v2 + 3) + 1;
+  const std::string subtree = cgroups.substr(path_at, cgroups.find(';', path_at) - path_at);
+  const std::string escape = subtree + "/escape";
+  ASSERT_EQ(::mkdir(escape.c_str(), 0755), 0) << escape << ": " << std::strerror(errno);
+  const std::string pidfile = dir_.path() + "/escaped.pid";
+  const std::string script = "sh -c 'echo $$ > " + escape + "/cgroup.procs && echo $$ > " + pidfile + ".tmp && mv " +
+                             pidfile + ".tmp " + pidfile + " && exec sleep 1000' & exec sleep 1000";
+  const char* argv[] = {"/bin/sh", "-c", script.c_str(), nullptr};
+  const auto s = open_session("tools-escape");
+  std::int32_t pid = 0;
+  ASSERT_EQ(tandem_tool_spawn(runner_, s, "sh", argv, nullptr, nullptr, nullptr, &pid), 0)
+      << tandem_last_error(runner_);
+  pid_t escaped = 0;
+  ASSERT_TRUE(eventually([&] {
+    std::ifstream in(pidfile);
+    return static_cast<bool>(in >> escaped) && escaped > 0;
+  })) << "the child did not get out";
+  ASSERT_NE(slurp(fmt::format("/proc/{}/cgroup", escaped)).find("/escape"), std::string::npos);
+  ASSERT_EQ(tandem_session_close(runner_, s, TANDEM_CLOSE_NORMAL), 0);
+  (void)tandem_poll(runner_, 0, 0, nullptr);
+  EXPECT_TRUE(eventually([&] { return !alive(escaped); }, 3s)) << "pid " << escaped << " outlived its session";
+  EXPECT_GE(status()["host"].value("lineage_killed", 0), 1);
+  if (alive(escaped)) ::kill(escaped, SIGKILL);
+  (void)::rmdir(escape.c_str());
+}
+
+// nobody holds 300 ctl connections; an engine still registers and a tool
+// still gets its cgroup.
+TEST_F(Tools, HeldReaderConnectionsOfAnotherUidLockNoOneOut) {
+  start();
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  int ready[2];
+  int release[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(release), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+    std::vector<RawClient> held;
+    int welcomed = 0;
+    for (int i = 0; i < 300; ++i) {
+      auto c = RawClient::connect(daemon_->socket_path());
+      if (!c) continue;
+      if (c->hello(wire::Role::CtlRead, "hog", std::nullopt, std::chrono::milliseconds(2000))) ++welcomed;
+      held.push_back(std::move(*c));
+    }
+    (void)!::write(ready[1], &welcomed, sizeof welcomed);
+    char c = 0;
+    (void)!::read(release[0], &c, 1);
+    ::_exit(0);
+  }
+  int welcomed = -1;
+  ASSERT_EQ(::read(ready[0], &welcomed, sizeof welcomed), static_cast<ssize_t>(sizeof welcomed));
+  EXPECT_LE(welcomed, 64) << "limits.clients_per_uid";
+  auto engine = RawClient::connect(daemon_->socket_path());
+  ASSERT_TRUE(engine);
+  EXPECT_TRUE(engine->hello(wire::Role::Engine, "engine", test_engine_info()));
+  const auto s = open_session("tools-under-siege");
+  const auto res = wait(spawn(s, {"exit", "0"}));
+  EXPECT_NE(res.cgroup_id, 0u) << "the tool did not get its cgroup";
+  EXPECT_EQ(res.flags & TANDEM_TOOL_UNPLACED, 0u);
+  EXPECT_EQ(status()["clients"]["engine"], 1);
+  ASSERT_EQ(::write(release[1], "x", 1), 1);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  for (int fd : {ready[0], ready[1], release[0], release[1]}) ::close(fd);
 }
 
 }  // namespace

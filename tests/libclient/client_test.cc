@@ -132,7 +132,7 @@ TEST(FailOpen, EngineRunsUnderTheLocalCapWithoutADaemon) {
   kv.blocks_free = 50;
   EXPECT_EQ(tandem_kv_stats_report(c, &kv), 0);
   EXPECT_EQ(tandem_kv_event(c, a, TANDEM_KV_EVICTED, 4, 0), 0);
-  EXPECT_EQ(tandem_session_name(c, a, "session a"), 0);
+  EXPECT_EQ(tandem_session_name(c, a, "a"), 0);
 
   auto stats = get_stats(c);
   EXPECT_EQ(stats.connects, 0u);
@@ -281,6 +281,16 @@ TEST(Validation, CallsRejectBadArgumentsNamingTheField) {
   EXPECT_EQ(tandem_session_name(c, s, ""), -EINVAL);
   EXPECT_EQ(tandem_session_name(c, s, nullptr), -EINVAL);
   EXPECT_EQ(tandem_session_name(c, 0, "x"), -EINVAL);
+  // The daemon's rule for names, applied here: 256 bytes of valid UTF-8
+  // without control characters, and the name of the session it names.
+  EXPECT_EQ(tandem_session_name(c, tandem_session_id("other"), "x"), -EINVAL);
+  const std::string long_name(257, 'n');
+  EXPECT_EQ(tandem_session_name(c, tandem_session_id(long_name.c_str()), long_name.c_str()), -ENAMETOOLONG);
+  const std::string max_name(256, 'n');
+  EXPECT_EQ(tandem_session_name(c, tandem_session_id(max_name.c_str()), max_name.c_str()), 0);
+  EXPECT_EQ(tandem_session_name(c, tandem_session_id("agent-\xff\xfe"), "agent-\xff\xfe"), -EINVAL);
+  EXPECT_EQ(tandem_session_name(c, tandem_session_id("x\n<0>pwned"), "x\n<0>pwned"), -EINVAL);
+  EXPECT_NE(std::string(tandem_last_error(c)).find("control"), std::string::npos) << tandem_last_error(c);
   tandem_client_stats st{};
   EXPECT_EQ(tandem_get_stats(c, &st), -EINVAL) << "sz 0";
   EXPECT_EQ(tandem_get_stats(c, nullptr), -EINVAL);
@@ -350,7 +360,7 @@ TEST(Validation, RoleChecks) {
   EXPECT_STREQ(tandem_engine_policy(runner), "");
   EXPECT_STREQ(tandem_engine_policy(engine), "fcfs");
   // Either role: names, polls, runnable, priority.
-  EXPECT_EQ(tandem_session_name(runner, 5, "five"), 0);
+  EXPECT_EQ(tandem_session_name(runner, tandem_session_id("five"), "five"), 0);
   EXPECT_EQ(tandem_session_runnable(runner, 5), 1);
   EXPECT_EQ(tandem_session_priority(runner, 5), 0);
   EXPECT_EQ(tandem_poll(runner, 0, 0, nullptr), 0);
@@ -773,6 +783,46 @@ TEST(FakeDaemon, ErrorMessageDropsTheConnectionAndTheClientRetries) {
   ASSERT_TRUE(pump_until(c, [&] { return tandem_connected(c) == 1; }));
   EXPECT_EQ(get_stats(c).connects, 1u);
   EXPECT_EQ(get_stats(c).disconnects, 0u) << "never welcomed before";
+  tandem_close(c);
+}
+
+// After the Welcome, an Error answers one request: counted, the session it
+// names marked refused, and the connection kept — only a fatal one (or the
+// daemon closing) ends it. The daemon's limits from its Welcome are applied
+// here, without a round trip.
+TEST(FakeDaemon, AnErrorAfterTheWelcomeIsNotADisconnect) {
+  TempDir dir;
+  FakeDaemon daemon(dir.path());
+  daemon.welcome_sessions = 2;
+  auto o = options(dir.path().c_str(), 0, 20, 40);
+  tandem_client* c = nullptr;
+  ASSERT_EQ(tandem_runner_open(&o, &c), 0);
+  ASSERT_NO_FATAL_FAILURE(connect(c, daemon, 5));
+  std::uint64_t s1 = 0, s2 = 0, s3 = 0;
+  ASSERT_EQ(tandem_session_open(c, "one", nullptr, &s1), 0);
+  ASSERT_EQ(tandem_session_open(c, "two", nullptr, &s2), 0);
+  EXPECT_EQ(tandem_session_open(c, "three", nullptr, &s3), -ENOSPC);
+  EXPECT_NE(std::string(tandem_last_error(c)).find("limits.sessions_per_client"), std::string::npos);
+  EXPECT_EQ(tandem_session_open(c, std::string(300, 'x').c_str(), nullptr, &s3), -ENAMETOOLONG);
+  EXPECT_EQ(tandem_session_open(c, "agent-\xff\xfe", nullptr, &s3), -EINVAL);
+  daemon.send(ipc::build_error(ENOSPC, "session refused: limits.sessions_per_client", s2));
+  daemon.send(ipc::build_error(EINVAL, "SessionName: bad"));
+  for (int i = 0; i < 20; ++i) (void)tandem_poll(c, 5, 0, nullptr);
+  EXPECT_EQ(tandem_connected(c), 1);
+  auto st = get_stats(c);
+  EXPECT_EQ(st.connects, 1u);
+  EXPECT_EQ(st.disconnects, 0u);
+  EXPECT_EQ(st.daemon_errors, 2u);
+  EXPECT_EQ(st.sessions_refused, 1u);
+  // The refused session's tools are refused with the daemon's errno.
+  const char* argv[] = {"/bin/true", nullptr};
+  std::int32_t pid = 0;
+  EXPECT_EQ(tandem_tool_spawn(c, s2, "t", argv, nullptr, nullptr, nullptr, &pid), -ENOSPC);
+  // A fatal Error is the end of the connection.
+  daemon.send(ipc::build_error(EPROTO, "protocol violation", 0, /*fatal=*/true));
+  for (int i = 0; i < 20 && tandem_connected(c) == 1; ++i) (void)tandem_poll(c, 5, 0, nullptr);
+  EXPECT_EQ(tandem_connected(c), 0);
+  EXPECT_EQ(get_stats(c).disconnects, 1u);
   tandem_close(c);
 }
 

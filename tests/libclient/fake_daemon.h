@@ -145,10 +145,17 @@ class FakeDaemon {
     status_.emplace(*status);
     ipc::WelcomeInfo info{client_id, channel_->segment().bytes().size(), channel_->event_slots(),
                           channel_->directive_slots()};
+    info.max_name = 256;
+    info.sessions_per_client = welcome_sessions;
+    info.tools_per_session = welcome_tools;
     const int fds[] = {channel_->segment_fd(), channel_->event_bell_fd(), channel_->directive_bell_fd()};
     ASSERT_TRUE(ipc::send_message(conn_.get(), ipc::build_welcome(info), fds).has_value());
     if (hello_role == wire::Role::Engine && policy != nullptr) send_policy(policy, {}, {});
   }
+
+  // Limits the next Welcome announces (0: none, as an older daemon).
+  std::uint32_t welcome_sessions = 0;
+  std::uint32_t welcome_tools = 0;
 
   void send_policy(const std::string& name, std::vector<std::string> keys, std::vector<double> values) {
     ASSERT_TRUE(ipc::send_message(conn_.get(), ipc::build_policy_config(++epoch_, name, keys, values)).has_value());

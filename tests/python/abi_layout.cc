@@ -52,6 +52,8 @@ void print_layouts() {
   FIELD(tandem_client_stats, resyncs);
   FIELD(tandem_client_stats, tools_spawned);
   FIELD(tandem_client_stats, tools_unplaced);
+  FIELD(tandem_client_stats, daemon_errors);
+  FIELD(tandem_client_stats, sessions_refused);
 
   SIZE(tandem_session_hints);
   FIELD(tandem_session_hints, sz);
@@ -75,6 +77,9 @@ void print_layouts() {
   FIELD(tandem_tool_options, stdin_fd);
   FIELD(tandem_tool_options, stdout_fd);
   FIELD(tandem_tool_options, stderr_fd);
+  FIELD(tandem_tool_options, flags);
+  FIELD(tandem_tool_options, uid);
+  FIELD(tandem_tool_options, gid);
 
   SIZE(tandem_tool_result);
   FIELD(tandem_tool_result, sz);
@@ -85,6 +90,15 @@ void print_layouts() {
   FIELD(tandem_tool_result, peak_memory_bytes);
   FIELD(tandem_tool_result, cgroup_id);
   FIELD(tandem_tool_result, message);
+  FIELD(tandem_tool_result, flags);
+
+  SIZE(tandem_tool_info);
+  FIELD(tandem_tool_info, sz);
+  FIELD(tandem_tool_info, session);
+  FIELD(tandem_tool_info, cgroup_id);
+  FIELD(tandem_tool_info, flags);
+  FIELD(tandem_tool_info, uid);
+  FIELD(tandem_tool_info, gid);
 
   SIZE(tandem_round);
   FIELD(tandem_round, sz);
@@ -259,6 +273,12 @@ void print_enums() {
   ENUM(TANDEM_TOOL_KILLED_MEMORY);
   ENUM(TANDEM_TOOL_KILLED_POLICY);
   ENUM(TANDEM_TOOL_KILLED_SESSION);
+  ENUM(TANDEM_TOOL_ALLOW_UNPLACED);
+  ENUM(TANDEM_TOOL_UNPLACED);
+  ENUM(TANDEM_TOOL_CGROUP_NS);
+  ENUM(TANDEM_TOOL_UID_CHANGED);
+  ENUM(TANDEM_TOOL_DAEMON_LOST);
+  ENUM(TANDEM_DIR_CLOSE);
   ENUM(TANDEM_GPU_STAGE_DECODE);
   ENUM(TANDEM_GPU_STAGE_PREFILL);
   ENUM(TANDEM_GPU_MAX_STAGES);

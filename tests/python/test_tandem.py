@@ -96,13 +96,21 @@ class LayoutTest(unittest.TestCase):
 
     def test_tool_structs_are_checked(self):
         # The structs of the tool-process API, and the stats grown for it.
-        for cname in ("tandem_tool_options", "tandem_tool_result"):
+        for cname in ("tandem_tool_options", "tandem_tool_result", "tandem_tool_info"):
             self.assertIn(cname, _ffi.STRUCTS)
             self.assertIn(cname, self.sizes)
         self.assertEqual(ctypes.sizeof(_ffi.ToolOptions), self.sizes["tandem_tool_options"])
         self.assertEqual(ctypes.sizeof(_ffi.ToolResultC), self.sizes["tandem_tool_result"])
         stats = [name for name, _, _ in self.fields["tandem_client_stats"]]
-        self.assertEqual(stats[-2:], ["tools_spawned", "tools_unplaced"])
+        self.assertEqual(stats[-4:], ["tools_spawned", "tools_unplaced", "daemon_errors", "sessions_refused"])
+
+    def test_tool_flags_and_directives_match_c(self):
+        self.assertEqual(
+            {f"TANDEM_TOOL_{k.name}": k.value for k in tandem.ToolFlags},
+            {k: v for k, v in self.enums.items() if k in (
+                "TANDEM_TOOL_UNPLACED", "TANDEM_TOOL_CGROUP_NS", "TANDEM_TOOL_UID_CHANGED", "TANDEM_TOOL_DAEMON_LOST")},
+        )
+        self.assertEqual(tandem.DirectiveType.CLOSE, self.enums["TANDEM_DIR_CLOSE"])
 
     def test_gpu_structs_are_checked(self):
         for cname in (
@@ -128,8 +136,11 @@ class LayoutTest(unittest.TestCase):
     def test_tool_exit_reasons_match_c(self):
         self.assertEqual(
             {f"TANDEM_TOOL_{r.name}": r.value for r in tandem.ToolExitReason},
-            {k: v for k, v in self.enums.items() if k.startswith("TANDEM_TOOL_")},
+            {k: v for k, v in self.enums.items() if k.startswith("TANDEM_TOOL_") and k[12:] in ToolExitReasonNames},
         )
+
+
+ToolExitReasonNames = {r.name for r in tandem.ToolExitReason}
 
 
 class IdTest(unittest.TestCase):
@@ -203,6 +214,8 @@ class FailOpenTest(unittest.TestCase):
                     "resyncs",
                     "tools_spawned",
                     "tools_unplaced",
+                    "daemon_errors",
+                    "sessions_refused",
                 },
             )
             self.assertEqual(stats["tools_spawned"], 0)
@@ -320,8 +333,9 @@ class ErrorTest(unittest.TestCase):
 
 
 class ToolProcessTest(unittest.TestCase):
-    """Runner.tool_spawn / tool_wait / tool_kill without a daemon: the tools
-    start unplaced (fail-open)."""
+    """Runner.tool_spawn / tool_wait / tool_kill without a daemon: a tool
+    that cannot be placed in a cgroup is not started, unless the caller
+    allows it (allow_unplaced=True); these tests allow it."""
 
     SH = "/bin/sh"
 
@@ -343,13 +357,28 @@ class ToolProcessTest(unittest.TestCase):
         return cm.exception
 
     def sh(self, script, **kw):
+        kw.setdefault("allow_unplaced", True)
         return self.run_.tool_spawn(self.sid, "sh", [self.SH, "-c", script], **kw)
 
+    def test_without_a_cgroup_nothing_starts_unless_allowed(self):
+        marker = os.path.join(self.dir, "ran")
+        e = self.assertErrno(errno.ENOTCONN, self.run_.tool_spawn, self.sid, "touch", ["/bin/touch", marker])
+        self.assertIn("could not be placed in a cgroup", e.strerror)
+        self.assertIn("TANDEM_TOOL_ALLOW_UNPLACED", e.strerror)
+        self.assertFalse(os.path.exists(marker))
+        self.assertEqual(self.run_.stats()["tools_spawned"], 0)
+
     def test_true_runs_unplaced_and_is_counted(self):
-        pid = self.run_.tool_spawn(self.sid, "true", ["/bin/true"])
+        pid = self.run_.tool_spawn(self.sid, "true", ["/bin/true"], allow_unplaced=True)
         self.assertGreater(pid, 0)
         self.assertNotEqual(pid, os.getpid())
+        info = self.run_.tool_info(pid)
+        self.assertIsInstance(info, tandem.ToolInfo)
+        self.assertEqual(info.cgroup_id, 0)
+        self.assertTrue(info.flags & tandem.ToolFlags.UNPLACED)
+        self.assertEqual(info.uid, os.geteuid())
         res = self.run_.tool_wait(pid)
+        self.assertTrue(res.flags & tandem.ToolFlags.UNPLACED)
         self.assertIsInstance(res, tandem.ToolResult)
         self.assertEqual(res.exit_code, 0)
         self.assertIs(res.reason, tandem.ToolExitReason.EXITED)
@@ -364,7 +393,7 @@ class ToolProcessTest(unittest.TestCase):
         self.assertErrno(errno.ECHILD, self.run_.tool_wait, pid, 0)
 
     def test_argv0_is_searched_in_path(self):
-        pid = self.run_.tool_spawn(self.sid, "true", ["true"])
+        pid = self.run_.tool_spawn(self.sid, "true", ["true"], allow_unplaced=True)
         self.assertEqual(self.run_.tool_wait(pid).exit_code, 0)
 
     def test_exit_status_is_reported(self):
@@ -457,10 +486,14 @@ class ToolProcessTest(unittest.TestCase):
         self.assertErrno(errno.EINVAL, run.tool_wait, 2**31)
         # State:
         self.assertErrno(errno.ENOENT, run.tool_spawn, "never-opened", "t", ["/bin/true"])
-        e = self.assertErrno(errno.ENOENT, run.tool_spawn, sid, "t", [os.path.join(self.dir, "no-such-tool")])
+        e = self.assertErrno(
+            errno.ENOENT, run.tool_spawn, sid, "t", [os.path.join(self.dir, "no-such-tool")], allow_unplaced=True
+        )
         self.assertIn("no-such-tool", e.strerror)
         self.assertErrno(errno.ECHILD, run.tool_wait, os.getpid(), 0)
         self.assertErrno(errno.ECHILD, run.tool_kill, os.getpid())
+        self.assertErrno(errno.ECHILD, run.tool_info, os.getpid())
+        self.assertErrno(errno.EINVAL, run.tool_spawn, sid, "t", ["/bin/true"], uid=-1)
         # Nothing above started a tool.
         self.assertEqual(run.stats()["tools_spawned"], 0)
         with tandem.Engine(runtime_dir=self.dir, **ENGINE) as eng:

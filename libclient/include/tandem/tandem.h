@@ -21,6 +21,14 @@
  * daemon a snapshot of its live sessions, so a restarted daemon rebuilds its
  * session table. An engine never stalls on the daemon.
  *
+ * Errors are not disconnects. When tandemd refuses one request (a session
+ * over its limit, a name it will not take) the library keeps the
+ * connection: the call returns the error when the library can tell at once
+ * (it applies the daemon's limits, sent in its Welcome), else the session is
+ * marked refused and later calls on it return the daemon's error. Names are
+ * 1 to 256 bytes of valid UTF-8 without control characters, on both sides:
+ * -ENAMETOOLONG beyond 256 bytes, -EINVAL otherwise.
+ *
  * Thread-safety: a handle is used by one thread at a time (the engine's
  * scheduling loop, the runner's event loop); different handles are
  * independent. tandem_session_id() is thread-safe.
@@ -107,7 +115,10 @@ typedef struct tandem_client_stats {
   uint64_t directives;      /* directives received */
   uint64_t resyncs;         /* snapshots sent */
   uint64_t tools_spawned;   /* tandem_tool_spawn successes */
-  uint64_t tools_unplaced;  /* ... of which started without a cgroup (fail-open) */
+  uint64_t tools_unplaced;  /* ... of which started without a cgroup (TANDEM_TOOL_ALLOW_UNPLACED) */
+  /* Appended (older callers' sz ends before them): */
+  uint64_t daemon_errors;    /* requests tandemd refused; the connection stayed */
+  uint64_t sessions_refused; /* sessions tandemd did not take (over a limit, another runner's, ended) */
 } tandem_client_stats;
 TANDEM_API int tandem_get_stats(const tandem_client* client, tandem_client_stats* ret_stats) TANDEM_NOEXCEPT;
 
@@ -118,7 +129,9 @@ TANDEM_API uint64_t tandem_session_id(const char* name) TANDEM_NOEXCEPT;
 /* The tool-kind id for a tool name (xxh64; never 0). */
 TANDEM_API uint64_t tandem_tool_kind(const char* name) TANDEM_NOEXCEPT;
 /* Tells the daemon the name behind `session` (shown by tandemctl); sent once
- * per session and again after a reconnect. Either role. */
+ * per session and again after a reconnect. Either role. Errors: -EINVAL (a
+ * name that is empty, not UTF-8, holds control characters, or does not hash
+ * to `session`), -ENAMETOOLONG (over 256 bytes). */
 TANDEM_API int tandem_session_name(tandem_client* client, uint64_t session, const char* name) TANDEM_NOEXCEPT;
 
 /* ---- runner API ------------------------------------------------------- */
@@ -131,9 +144,15 @@ typedef struct tandem_session_hints {
 
 enum tandem_close_reason { TANDEM_CLOSE_NORMAL = 0, TANDEM_CLOSE_ERROR = 1, TANDEM_CLOSE_CANCELLED = 2 };
 
-/* Opens session `name` (hints may be NULL) and stores its id in *ret_session. Errors:
- * -EINVAL (empty name, bad hints), -EEXIST (already open on this handle),
- * -EPERM (not a runner handle), -ENOSPC (local session limit). */
+/* Opens session `name` (hints may be NULL) and stores its id in *ret_session.
+ * The session belongs to this handle: tandemd gives it to no other client,
+ * keeps it (and its tools) while the connection is down, and gives it back
+ * when this handle reconnects; it ends with tandem_session_close(),
+ * tandem_close(), or the process's exit. Errors: -EINVAL (empty name, not
+ * UTF-8 or with control characters, bad hints), -ENAMETOOLONG (name over 256
+ * bytes), -EEXIST (already open on this handle), -EPERM (not a runner
+ * handle), -ENOSPC (as many sessions open as the daemon's
+ * limits.sessions_per_client, or 2^20 without a daemon). */
 TANDEM_API int tandem_session_open(tandem_client* client, const char* name, const tandem_session_hints* hints,
                                    uint64_t* ret_session) TANDEM_NOEXCEPT;
 TANDEM_API int tandem_session_close(tandem_client* client, uint64_t session, int reason) TANDEM_NOEXCEPT;
@@ -167,7 +186,27 @@ typedef struct tandem_tool_options {
   int stdin_fd;           /* the tool's stdin/stdout/stderr; 0 = inherit the caller's */
   int stdout_fd;
   int stderr_fd;
+  /* Appended (older callers' sz ends before them; then 0): */
+  uint32_t flags; /* TANDEM_TOOL_ALLOW_UNPLACED */
+  uint32_t uid;   /* run the tool as this uid (0: the runner's own); needs CAP_SETUID */
+  uint32_t gid;   /* ... and this gid (0 with a uid: the uid's number; supplementary groups are dropped) */
 } tandem_tool_options;
+
+/* tandem_tool_options.flags */
+enum tandem_tool_option_flags {
+  /* Start the tool even when it cannot be placed in a cgroup (tandemd not
+   * reachable, not answering, without cgroups, refusing): without this flag
+   * tandem_tool_spawn fails instead, and nothing is started. */
+  TANDEM_TOOL_ALLOW_UNPLACED = 1
+};
+
+/* How a tool runs (tandem_tool_info.flags, tandem_tool_result.flags). */
+enum tandem_tool_flags {
+  TANDEM_TOOL_UNPLACED = 1,    /* started without a cgroup (TANDEM_TOOL_ALLOW_UNPLACED) */
+  TANDEM_TOOL_CGROUP_NS = 2,   /* in a cgroup namespace of its own: its cgroup is its root */
+  TANDEM_TOOL_UID_CHANGED = 4, /* runs as tandem_tool_options.uid/gid */
+  TANDEM_TOOL_DAEMON_LOST = 8  /* tandemd went away while it ran (the result may lack its reason) */
+};
 
 /* Why a tool call ended (tandem_tool_result.reason). */
 enum tandem_tool_exit_reason {
@@ -186,33 +225,59 @@ typedef struct tandem_tool_result {
   uint64_t wall_ns;
   uint64_t cpu_ns;            /* of every process of the call (its cgroup), else of the tool and its waited children */
   uint64_t peak_memory_bytes; /* of its cgroup, else the largest RSS */
-  uint64_t cgroup_id;         /* 0: it ran without a cgroup (tandemd unreachable, or cgroups off) */
+  uint64_t cgroup_id;         /* 0: it ran without a cgroup (TANDEM_TOOL_ALLOW_UNPLACED) */
   char message[160];          /* for reasons other than EXITED: what happened, NUL-terminated */
+  /* Appended (older callers' sz ends before it): */
+  uint32_t flags; /* enum tandem_tool_flags */
 } tandem_tool_result;
+
+/* A running tool, as tandem_tool_info_get() describes it. */
+typedef struct tandem_tool_info {
+  size_t sz; /* sizeof the struct */
+  uint64_t session;
+  uint64_t cgroup_id; /* 0: unplaced */
+  uint32_t flags;     /* enum tandem_tool_flags */
+  uint32_t uid;       /* what it runs as */
+  uint32_t gid;
+} tandem_tool_info;
 
 /* Starts a tool call of `session` (open on this runner handle): tandemd
  * creates the call's cgroup with `options`' limits, and the process starts
  * directly inside it (clone3 CLONE_INTO_CGROUP; v1 hierarchies joined before
- * exec). argv[0] is searched in envp's PATH; envp NULL inherits environ; cwd
- * NULL inherits. TOOL_START is recorded; *ret_pid gets the pid. When tandemd
- * cannot be reached within a second, or runs without cgroups, the tool starts
- * without a cgroup (fail-open; result.cgroup_id is then 0).
- * Errors: -EPERM (not a runner handle), -ENOENT (session not open here; or
- * argv[0] not found, with the path in tandem_last_error), -EINVAL (empty
- * argv, bad options), -EACCES (not executable, or no write access to the
- * cgroup: the runner must run as root or in tandemd's delegated subtree). */
+ * exec), in a cgroup namespace of its own when the runner may create one
+ * (CAP_SYS_ADMIN), so that its cgroup is its root; as options->uid/gid when
+ * set. argv[0] is searched in envp's PATH; envp NULL inherits environ; cwd
+ * NULL inherits. TOOL_START is recorded; *ret_pid gets the pid.
+ * Sandboxing is never lost silently: when the tool cannot be placed in a
+ * cgroup (tandemd not reachable within a second, without cgroups, refusing)
+ * nothing is started and the call fails, unless options->flags has
+ * TANDEM_TOOL_ALLOW_UNPLACED: then it starts without a cgroup, and
+ * tandem_tool_info_get() and the result say TANDEM_TOOL_UNPLACED.
+ * Errors: -EPERM (not a runner handle; the session belongs to another
+ * client), -ENOENT (session not open here; or argv[0] not found, with the
+ * path in tandem_last_error), -EINVAL (empty argv, bad options), -EACCES (not
+ * executable, or no write access to the cgroup: the runner must run as root
+ * or in tandemd's delegated subtree), -ENOTCONN (tandemd not reachable),
+ * -ETIMEDOUT (no placement in time), -ENOTSUP (tandemd runs without
+ * cgroups), -ENOSPC (the session's or the runner's tool cgroups are at
+ * tandemd's limits.tools_per_session / tools_per_client). */
 TANDEM_API int tandem_tool_spawn(tandem_client* client, uint64_t session, const char* tool_name,
                                  const char* const* argv, const char* const* envp, const char* cwd,
                                  const tandem_tool_options* options, int32_t* ret_pid) TANDEM_NOEXCEPT;
 /* Waits up to timeout_ms (< 0: forever, 0: don't block) for tool `pid`
  * started by tandem_tool_spawn on this handle, records TOOL_END, reaps it
- * and fills *ret_result. Errors: -ETIMEDOUT (still running), -ECHILD (no
- * such tool on this handle). */
+ * and fills *ret_result. While it waits it keeps the connection to tandemd
+ * going (reconnecting and resyncing after a daemon restart), so the tool's
+ * session is claimed back and the tool runs to its real exit. Errors:
+ * -ETIMEDOUT (still running), -ECHILD (no such tool on this handle). */
 TANDEM_API int tandem_tool_wait(tandem_client* client, int32_t pid, int timeout_ms,
                                 tandem_tool_result* ret_result) TANDEM_NOEXCEPT;
 /* Kills tool `pid` and every process of its cgroup (daemonised ones too);
  * tandem_tool_wait then reports it. -ECHILD if no such tool. */
 TANDEM_API int tandem_tool_kill(tandem_client* client, int32_t pid) TANDEM_NOEXCEPT;
+/* How running tool `pid` (of this handle) was started: its cgroup (0:
+ * unplaced), flags, uid and gid. -ECHILD if no such tool. */
+TANDEM_API int tandem_tool_info_get(tandem_client* client, int32_t pid, tandem_tool_info* ret_info) TANDEM_NOEXCEPT;
 
 /* ---- engine API ------------------------------------------------------- */
 
@@ -273,6 +338,7 @@ enum tandem_directive_type {
   TANDEM_DIR_DROP = 38,     /* free its KV now */
   TANDEM_DIR_OFFLOAD = 39,  /* copy its KV to host memory */
   TANDEM_DIR_PREFETCH = 40, /* bring an offloaded KV back */
+  TANDEM_DIR_CLOSE = 41,    /* the session is over (its runner closed it, an operator killed it): free its KV */
 };
 
 typedef struct tandem_directive {

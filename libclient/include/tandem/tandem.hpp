@@ -85,6 +85,21 @@ class Client {
   }
 
   // engine
+  // Tool processes (options may be null; ALLOW_UNPLACED, uid and gid are in it).
+  int tool_spawn(std::uint64_t session, const char* tool_name, const char* const* argv, const char* const* envp,
+                 const char* cwd, const tandem_tool_options* options, std::int32_t& ret_pid) noexcept {
+    return tandem_tool_spawn(handle_, session, tool_name, argv, envp, cwd, options, &ret_pid);
+  }
+  int tool_wait(std::int32_t pid, int timeout_ms, tandem_tool_result& ret) noexcept {
+    if (ret.sz == 0) ret.sz = sizeof ret;
+    return tandem_tool_wait(handle_, pid, timeout_ms, &ret);
+  }
+  int tool_kill(std::int32_t pid) noexcept { return tandem_tool_kill(handle_, pid); }
+  int tool_info(std::int32_t pid, tandem_tool_info& ret) noexcept {
+    if (ret.sz == 0) ret.sz = sizeof ret;
+    return tandem_tool_info_get(handle_, pid, &ret);
+  }
+
   int round_submit(std::uint64_t session, const tandem_round& round) noexcept {
     return tandem_round_submit(handle_, session, &round);
   }

@@ -62,7 +62,9 @@ __all__ = [
     "RequestPhase",
     "KeepDecision",
     "ToolExitReason",
+    "ToolFlags",
     "ToolResult",
+    "ToolInfo",
     "StepRequest",
     "PinnedKV",
     "Chunk",
@@ -115,6 +117,7 @@ class DirectiveType(enum.IntEnum):
     DROP = 38  # free its KV now
     OFFLOAD = 39  # copy its KV to host memory
     PREFETCH = 40  # bring an offloaded KV back
+    CLOSE = 41  # the session is over (its runner closed it, an operator killed it): free its KV
 
 
 class KvEventKind(enum.IntEnum):
@@ -152,6 +155,15 @@ class ToolExitReason(enum.IntEnum):
     KILLED_MEMORY = 3  # tandemd: stalled at its memory limit too long
     KILLED_POLICY = 4  # tandemd: the scheduling policy
     KILLED_SESSION = 5  # tandemd: its session ended, or an operator killed it
+
+
+class ToolFlags(enum.IntFlag):
+    """How a tool runs (enum tandem_tool_flags): ToolResult.flags, ToolInfo.flags."""
+
+    UNPLACED = 1  # started without a cgroup (tool_spawn(..., allow_unplaced=True))
+    CGROUP_NS = 2  # in a cgroup namespace of its own: its cgroup is its root
+    UID_CHANGED = 4  # runs as tool_spawn's uid/gid
+    DAEMON_LOST = 8  # tandemd went away while it ran (the result may lack its reason)
 
 
 # One directive from the daemon. `type` is a DirectiveType (a plain int for
@@ -194,11 +206,17 @@ StepPlan = collections.namedtuple("StepPlan", ["run", "preempt", "unpin"])
 # How a tool call started by Runner.tool_spawn() ended (tandem_tool_result).
 # exit_code: >= 0 the exit status, < 0 minus the signal; reason: a
 # ToolExitReason (a plain int for one this binding does not know);
-# cgroup_id: 0 if the tool ran without a cgroup (fail-open); message: what
-# happened, for reasons other than EXITED ("" otherwise).
+# cgroup_id: 0 if the tool ran without a cgroup (allow_unplaced); message:
+# what happened, for reasons other than EXITED ("" otherwise); flags: ToolFlags.
 ToolResult = collections.namedtuple(
-    "ToolResult", ["exit_code", "reason", "wall_ns", "cpu_ns", "peak_memory_bytes", "cgroup_id", "message"]
+    "ToolResult",
+    ["exit_code", "reason", "wall_ns", "cpu_ns", "peak_memory_bytes", "cgroup_id", "message", "flags"],
+    defaults=(0,),
 )
+
+# How a running tool was started (tandem_tool_info): its session, its cgroup
+# (0: unplaced), ToolFlags, and the uid and gid it runs as.
+ToolInfo = collections.namedtuple("ToolInfo", ["session", "cgroup_id", "flags", "uid", "gid"])
 
 class GpuStageKind(enum.IntEnum):
     """The stage a Nova profile describes (enum tandem_gpu_stage_kind)."""
@@ -885,15 +903,21 @@ class Runner(_Client):
         stdin=None,
         stdout=None,
         stderr=None,
+        allow_unplaced=False,
+        uid=0,
+        gid=0,
     ):
         """Starts a tool call of `session` (open on this handle) and returns
         the tool's pid; tool_wait() reaps it.
 
         tandemd creates the call's cgroup with the limits (0: its [tools]
-        defaults) and the tool starts inside it. When tandemd cannot be
-        reached within a second, or runs without cgroups, the tool starts
-        without one (fail-open: the result's cgroup_id is 0, stats()'
-        tools_unplaced counts it, last_error() says why).
+        defaults) and the tool starts inside it, in a cgroup namespace of its
+        own when this process may make one. When the tool cannot be placed
+        in a cgroup (tandemd not reachable within a second, without cgroups,
+        refusing) nothing is started and TandemError is raised (ENOTCONN,
+        ETIMEDOUT, ENOTSUP, ...), unless `allow_unplaced`: then it starts
+        without one, and tool_info() / the result say ToolFlags.UNPLACED.
+        `uid`/`gid` (0: this process's): run the tool as these ids.
 
         `argv`: a sequence of str / bytes / paths; argv[0] is searched in
         `env`'s PATH. `env`: a mapping of the tool's whole environment, None
@@ -926,6 +950,9 @@ class Runner(_Client):
             stdin_fd=_fd("stdin", stdin),
             stdout_fd=_fd("stdout", stdout),
             stderr_fd=_fd("stderr", stderr),
+            flags=1 if allow_unplaced else 0,
+            uid=_int("uid", uid, "u32"),
+            gid=_int("gid", gid, "u32"),
         )
         pid = ctypes.c_int32()
         self._check(
@@ -968,12 +995,23 @@ class Runner(_Client):
             peak_memory_bytes=res.peak_memory_bytes,
             cgroup_id=res.cgroup_id,
             message=res.message.decode(errors="replace"),
+            flags=ToolFlags(res.flags),
         )
 
     def tool_kill(self, pid):
         """Kills tool `pid` and every process of its cgroup (daemonised ones
         too); tool_wait() then reports it. ECHILD if no such tool."""
         self._check(self._lib.tandem_tool_kill(self._h(), _int("pid", pid, "i32")), "tandem_tool_kill")
+
+    def tool_info(self, pid):
+        """How running tool `pid` was started: a ToolInfo (its cgroup, 0 if
+        unplaced, its ToolFlags, uid and gid). ECHILD if no such tool."""
+        info = _ffi.ToolInfoC()
+        self._check(
+            self._lib.tandem_tool_info_get(self._h(), _int("pid", pid, "i32"), ctypes.byref(info)),
+            "tandem_tool_info_get",
+        )
+        return ToolInfo(info.session, info.cgroup_id, ToolFlags(info.flags), info.uid, info.gid)
 
 
 # ---- GPU plane (tandem_gpu.h) -------------------------------------------------

@@ -77,6 +77,8 @@ class ClientStats(_Sized):
         ("resyncs", c_uint64),
         ("tools_spawned", c_uint64),
         ("tools_unplaced", c_uint64),
+        ("daemon_errors", c_uint64),
+        ("sessions_refused", c_uint64),
     ]
 
 
@@ -109,6 +111,9 @@ class ToolOptions(_Sized):
         ("stdin_fd", c_int),
         ("stdout_fd", c_int),
         ("stderr_fd", c_int),
+        ("flags", c_uint32),
+        ("uid", c_uint32),
+        ("gid", c_uint32),
     ]
 
 
@@ -122,6 +127,18 @@ class ToolResultC(_Sized):
         ("peak_memory_bytes", c_uint64),
         ("cgroup_id", c_uint64),
         ("message", ctypes.c_char * 160),
+        ("flags", c_uint32),
+    ]
+
+
+class ToolInfoC(_Sized):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("session", c_uint64),
+        ("cgroup_id", c_uint64),
+        ("flags", c_uint32),
+        ("uid", c_uint32),
+        ("gid", c_uint32),
     ]
 
 
@@ -342,6 +359,7 @@ STRUCTS = {
     "tandem_tool_usage": ToolUsage,
     "tandem_tool_options": ToolOptions,
     "tandem_tool_result": ToolResultC,
+    "tandem_tool_info": ToolInfoC,
     "tandem_round": Round,
     "tandem_kv_stats": KvStats,
     "tandem_directive": CDirective,
@@ -387,6 +405,7 @@ _SIGNATURES = {
     ),
     "tandem_tool_wait": (c_int, [_client_p, c_int32, c_int, POINTER(ToolResultC)]),
     "tandem_tool_kill": (c_int, [_client_p, c_int32]),
+    "tandem_tool_info_get": (c_int, [_client_p, c_int32, POINTER(ToolInfoC)]),
     "tandem_round_submit": (c_int, [_client_p, c_uint64, POINTER(Round)]),
     "tandem_round_first_token": (c_int, [_client_p, c_uint64, c_uint32, c_uint64, c_uint64]),
     "tandem_round_end": (c_int, [_client_p, c_uint64, c_uint32, c_uint32, c_uint32, c_int]),

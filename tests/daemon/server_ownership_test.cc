@@ -1,0 +1,348 @@
+// Ownership follows credentials (issue 18): a session belongs to the runner
+// handle that opened it — its uid, pid, process start and instance — across
+// disconnects and daemon restarts; a runner's snapshot is its word on its
+// sessions; an engine's cannot bring back one that ended. In-process: the
+// "runners" are real child processes (so their pids and start times are
+// real), connected through socketpairs with their credentials.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "base/ids.h"
+#include "daemon/owners.h"
+#include "tests/daemon/inprocess.h"
+
+namespace tandem::testing {
+namespace {
+
+using nlohmann::json;
+
+ipc::EngineInfo engine_info() {
+  ipc::EngineInfo e;
+  e.gpu_index = 0;
+  e.block_size = 16;
+  e.total_blocks = 1000;
+  e.max_seqs = 64;
+  e.token_budget = 2048;
+  return e;
+}
+
+// A process that only waits to be killed: a runner's pid.
+class Sleeper {
+ public:
+  Sleeper() {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      for (;;) ::pause();
+    }
+  }
+  ~Sleeper() { kill(); }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  ucred cred(uid_t uid = 0) const { return ucred{pid_, uid, uid}; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+json sessions(InProcessDaemon& d) {
+  auto reader = d.connect();
+  if (!reader.hello(wire::Role::CtlRead, "reader")) return json::object();
+  return json::parse(reader.ctl("sessions").second)["sessions"];
+}
+
+const json* find(const json& list, std::uint64_t id) {
+  const std::string key = fmt::format("{:#018x}", id);
+  for (const auto& s : list) {
+    if (s["id"] == key) return &s;
+  }
+  return nullptr;
+}
+
+ipc::SessionSnapshotInfo snap(std::uint64_t id, std::uint8_t state = 1) {
+  ipc::SessionSnapshotInfo s;
+  s.session = id;
+  s.state = state;
+  return s;
+}
+
+constexpr std::uint64_t kVictimInstance = 0x1111;
+constexpr std::uint64_t kHostileInstance = 0x2222;
+
+// The hostile runner resyncs the victim's session before the victim is back
+// — first while the daemon runs (the victim's connection broke), then after
+// a restart. It gets nothing, can close nothing; the victim gets it back.
+TEST(Ownership, AResyncCannotHijackAnotherRunnersSession) {
+  Sleeper victim_proc;
+  Sleeper hostile_proc;
+  InProcessDaemon d;
+  ASSERT_TRUE(d.ok()) << d.error();
+  const std::uint64_t s = base::session_id("victim-session");
+  {
+    auto victim = d.connect(victim_proc.cred());
+    ASSERT_TRUE(victim.hello(wire::Role::Runner, "victim", std::nullopt, kVictimInstance));
+    ASSERT_TRUE(victim.push(ipc::SessionOpen{}, s));
+    ASSERT_NE(find(sessions(d), s), nullptr);
+  }  // the victim's connection breaks; its process lives
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      d.restart();  // a kill -9 of the daemon: the journal holds who owns what
+      ASSERT_TRUE(d.ok()) << d.error();
+    }
+    auto hostile = d.connect(hostile_proc.cred());
+    ASSERT_TRUE(hostile.hello(wire::Role::Runner, "hostile", std::nullopt, kHostileInstance));
+    const auto one = snap(s);
+    ASSERT_TRUE(hostile.send(ipc::build_resync(std::span(&one, 1), false)));
+    ASSERT_TRUE(hostile.push(ipc::SessionClose{}, s));
+    const json list = sessions(d);
+    const json* entry = find(list, s);
+    ASSERT_NE(entry, nullptr) << "round " << round << ": the hostile runner closed the victim's session";
+    EXPECT_TRUE((*entry)["held"].get<bool>()) << entry->dump();
+    EXPECT_TRUE((*entry)["owner"].is_null()) << entry->dump();
+    bool told = false;
+    for (const auto& e : hostile.take_errors()) told |= e.session == s && e.code == EPERM && !e.fatal;
+    EXPECT_TRUE(told);
+    EXPECT_GE(d.server().stats().resync_refused, 1u);
+  }
+  // The victim (same process, same handle) reconnects: its session comes back.
+  auto victim = d.connect(victim_proc.cred());
+  ASSERT_TRUE(victim.hello(wire::Role::Runner, "victim", std::nullopt, kVictimInstance));
+  const auto one = snap(s);
+  ASSERT_TRUE(victim.send(ipc::build_resync(std::span(&one, 1), false)));
+  const json list = sessions(d);
+  const json* entry = find(list, s);
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ((*entry)["owner"], victim.id());
+  EXPECT_FALSE((*entry)["held"].get<bool>());
+  // Another handle of the victim's own process is another owner too.
+  auto other = d.connect(victim_proc.cred());
+  ASSERT_TRUE(other.hello(wire::Role::Runner, "victim-2", std::nullopt, kHostileInstance));
+  ASSERT_TRUE(other.push(ipc::SessionClose{}, s));
+  EXPECT_NE(find(sessions(d), s), nullptr);
+}
+
+// A disconnect is not the runner's end: its session (and so its tools) is
+// held until its process exits.
+TEST(Ownership, SessionsOutliveTheConnectionNotTheProcess) {
+  Sleeper runner_proc;
+  InProcessDaemon d;
+  ASSERT_TRUE(d.ok()) << d.error();
+  const std::uint64_t s = base::session_id("held");
+  {
+    auto runner = d.connect(runner_proc.cred());
+    ASSERT_TRUE(runner.hello(wire::Role::Runner, "runner", std::nullopt, kVictimInstance));
+    ASSERT_TRUE(runner.push(ipc::SessionOpen{}, s));
+    ASSERT_NE(find(sessions(d), s), nullptr);
+  }
+  ASSERT_TRUE(d.until([&] { return d.server().footprint().detached == 1; }));
+  EXPECT_NE(find(sessions(d), s), nullptr);
+  EXPECT_EQ(d.recording().session(s), nullptr);  // no kill
+  runner_proc.kill();
+  EXPECT_TRUE(d.until([&] { return find(sessions(d), s) == nullptr; }));
+  EXPECT_EQ(d.server().footprint().owners, 0u);
+}
+
+// The snapshot is the runner's word: a held session it leaves out closed
+// while the daemon could not hear it.
+TEST(Ownership, ARunnersSnapshotIsAuthoritative) {
+  Sleeper runner_proc;
+  InProcessDaemon d;
+  ASSERT_TRUE(d.ok()) << d.error();
+  const std::uint64_t kept = base::session_id("kept");
+  const std::uint64_t dropped = base::session_id("dropped");
+  {
+    auto runner = d.connect(runner_proc.cred());
+    ASSERT_TRUE(runner.hello(wire::Role::Runner, "runner", std::nullopt, kVictimInstance));
+    ASSERT_TRUE(runner.push(ipc::SessionOpen{}, kept));
+    ASSERT_TRUE(runner.push(ipc::SessionOpen{}, dropped));
+    ASSERT_EQ(sessions(d).size(), 2u);
+  }
+  d.restart();
+  ASSERT_TRUE(d.ok()) << d.error();
+  ASSERT_EQ(sessions(d).size(), 2u);  // both held for it from the journal
+  auto runner = d.connect(runner_proc.cred());
+  ASSERT_TRUE(runner.hello(wire::Role::Runner, "runner", std::nullopt, kVictimInstance));
+  const auto one = snap(kept);
+  ASSERT_TRUE(runner.send(ipc::build_resync(std::span(&one, 1), false)));
+  const json list = sessions(d);
+  EXPECT_NE(find(list, kept), nullptr);
+  EXPECT_EQ(find(list, dropped), nullptr);
+  // The same connection opening a session after its snapshot keeps it.
+  const std::uint64_t fresh = base::session_id("fresh");
+  ASSERT_TRUE(runner.push(ipc::SessionOpen{}, fresh));
+  ASSERT_TRUE(runner.send(ipc::build_resync(std::span(&one, 1), false, /*ring_position=*/0)));
+  EXPECT_NE(find(sessions(d), fresh), nullptr);
+}
+
+// A runner closes its session while the engine keeps the KV of its last
+// round: the engine's snapshot — at once, or after a daemon restart —
+// cannot bring it back, and the engine is told to forget it.
+TEST(Ownership, AnEngineSnapshotCannotRecreateAClosedSession) {
+  Sleeper runner_proc;
+  InProcessDaemon d;
+  ASSERT_TRUE(d.ok()) << d.error();
+  const std::uint64_t s = base::session_id("closed-one");
+  auto engine = d.connect();
+  ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", engine_info()));
+  {
+    auto runner = d.connect(runner_proc.cred());
+    ASSERT_TRUE(runner.hello(wire::Role::Runner, "runner", std::nullopt, kVictimInstance));
+    ASSERT_TRUE(runner.push(ipc::SessionOpen{}, s));
+    ipc::RoundSubmit submit;
+    submit.prompt_tokens = 100;
+    submit.projected_blocks = 8;
+    ASSERT_TRUE(engine.push(submit, s));
+    ASSERT_NE(find(sessions(d), s), nullptr);
+    ASSERT_TRUE(runner.push(ipc::SessionClose{}, s));
+    ASSERT_TRUE(d.until([&] { return find(sessions(d), s) == nullptr; }));
+    ASSERT_TRUE(d.until([&] { return d.server().footprint().sessions == 0; }));  // reaped at a tick
+  }
+  bool closed = false;
+  for (const ipc::Record& r : engine.directives()) closed |= r.type() == ipc::RecordType::kClose && r.session() == s;
+  EXPECT_TRUE(closed) << "the engine was not told the session ended";
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      d.restart();
+      ASSERT_TRUE(d.ok()) << d.error();
+      engine = d.connect();
+      ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", engine_info()));
+    }
+    ipc::SessionSnapshotInfo acting = snap(s, static_cast<std::uint8_t>(sched::SessionState::kActing));
+    acting.blocks_held = 8;
+    ASSERT_TRUE(engine.send(ipc::build_resync(std::span(&acting, 1), false)));
+    EXPECT_EQ(find(sessions(d), s), nullptr) << "round " << round << ": the closed session came back";
+    bool told = false;
+    for (const ipc::Record& r : engine.directives()) told |= r.type() == ipc::RecordType::kClose && r.session() == s;
+    EXPECT_TRUE(told) << "round " << round;
+  }
+}
+
+// What an engine may do to a runner's session: run its rounds. Not name it,
+// not change whether its tool runs through a snapshot.
+TEST(Ownership, AnEngineActsOnARunnersSessionOnlyThroughItsRounds) {
+  Sleeper runner_proc;
+  InProcessDaemon d;
+  ASSERT_TRUE(d.ok()) << d.error();
+  const std::string name = "runner-owned";
+  const std::uint64_t s = base::session_id(name);
+  auto runner = d.connect(runner_proc.cred());
+  ASSERT_TRUE(runner.hello(wire::Role::Runner, "runner", std::nullopt, kVictimInstance));
+  ASSERT_TRUE(runner.push(ipc::SessionOpen{}, s));
+  ASSERT_TRUE(runner.send(ipc::build_session_name(s, name)));
+  auto engine = d.connect();
+  ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", engine_info()));
+  ASSERT_NE(find(sessions(d), s), nullptr);
+  // Its snapshot says the session is in a tool call, holding KV: no.
+  ipc::SessionSnapshotInfo acting = snap(s, static_cast<std::uint8_t>(sched::SessionState::kActing));
+  acting.blocks_held = 8;
+  acting.name = name;
+  ASSERT_TRUE(engine.send(ipc::build_resync(std::span(&acting, 1), false)));
+  json entry = *find(sessions(d), s);
+  EXPECT_NE(entry["state"], "acting") << entry.dump();
+  EXPECT_EQ(entry["in_tool"], false);
+  // A name that hashes to the runner's id from the engine (ids are hashes:
+  // such names can be made): the runner's name stands, and the engine's
+  // session is not refused for trying.
+  ASSERT_TRUE(engine.send(ipc::build_session_name(s, name)));
+  (void)sessions(d);
+  EXPECT_TRUE(engine.take_errors().empty());
+  EXPECT_EQ((*find(sessions(d), s))["name"], name);
+  // KV events and round ends without its round: rejected.
+  const auto rejected = d.server().stats().records_rejected;
+  ipc::KvEvent ev;
+  ev.kind = static_cast<std::uint8_t>(ipc::KvEventKind::kEvicted);
+  ev.blocks = 1;
+  ASSERT_TRUE(engine.push(ev, s));
+  (void)sessions(d);
+  EXPECT_EQ(d.server().stats().records_rejected, rejected + 1);
+  // Its rounds: yes.
+  ipc::RoundSubmit submit;
+  submit.prompt_tokens = 10;
+  submit.projected_blocks = 1;
+  ASSERT_TRUE(engine.push(submit, s));
+  entry = *find(sessions(d), s);
+  EXPECT_TRUE(entry["round_in_flight"].get<bool>()) << entry.dump();
+}
+
+// A client that sends no Hello.instance (an older libtandem, a raw client)
+// is its process's one handle: reconnecting, it gets back what it held; a
+// second one beside it is a handle of its own. It is never sent a non-fatal
+// Error (an older libtandem would drop its connection on it).
+TEST(Ownership, AClientWithoutAnInstanceIsItsProcesssHandle) {
+  Sleeper proc;
+  InProcessDaemon d;
+  ASSERT_TRUE(d.ok()) << d.error();
+  const std::uint64_t s = base::session_id("old-client");
+  {
+    auto old = d.connect(proc.cred());
+    ASSERT_TRUE(old.hello(wire::Role::Runner, "old", std::nullopt, 0));
+    ASSERT_TRUE(old.push(ipc::SessionOpen{}, s));
+    ASSERT_NE(find(sessions(d), s), nullptr);
+  }
+  auto again = d.connect(proc.cred());
+  ASSERT_TRUE(again.hello(wire::Role::Runner, "old", std::nullopt, 0));
+  const auto one = snap(s);
+  ASSERT_TRUE(again.send(ipc::build_resync(std::span(&one, 1), false)));
+  json list = sessions(d);
+  ASSERT_NE(find(list, s), nullptr);
+  EXPECT_EQ((*find(list, s))["owner"], again.id());
+  auto beside = d.connect(proc.cred());
+  ASSERT_TRUE(beside.hello(wire::Role::Runner, "old-2", std::nullopt, 0));
+  ASSERT_TRUE(beside.send(ipc::build_resync(std::span(&one, 1), false)));
+  ASSERT_TRUE(beside.push(ipc::SessionClose{}, s));
+  list = sessions(d);
+  ASSERT_NE(find(list, s), nullptr);
+  EXPECT_EQ((*find(list, s))["owner"], again.id());
+  EXPECT_TRUE(beside.take_errors().empty());
+  EXPECT_FALSE(beside.closed());
+}
+
+TEST(OwnerJournal, ParsesWhatItWroteAndSkipsWhatItDidNot) {
+  const daemon::OwnerKey a{1000, 42, 7, 9};
+  std::vector<std::uint8_t> bytes;
+  auto add = [&](const std::vector<std::uint8_t>& r) { bytes.insert(bytes.end(), r.begin(), r.end()); };
+  add(daemon::journal_record(1, a, 0));
+  add(daemon::journal_record(2, a, 0));
+  add(daemon::journal_record(2, {}, static_cast<std::uint8_t>(daemon::Closed::kByOwner)));
+  auto garbage = daemon::journal_record(3, a, 0);
+  garbage[20] ^= 0xff;  // a scribbled pid: the checksum no longer matches
+  add(garbage);
+  std::vector<std::uint8_t> torn = bytes;
+  torn.insert(torn.end(), {1, 2, 3});
+  const auto st = daemon::parse_journal(torn);
+  ASSERT_EQ(st.owned.size(), 1u);
+  EXPECT_EQ(st.owned.at(1), a);
+  ASSERT_EQ(st.closed.size(), 1u);
+  EXPECT_EQ(st.closed[0].first, 2u);
+  EXPECT_EQ(st.skipped, 2u);  // the scribbled record and the torn tail
+  // Reopened after it closed: live, not a tombstone.
+  add(daemon::journal_record(2, a, 0));
+  const auto again = daemon::parse_journal(bytes);
+  EXPECT_TRUE(again.closed.empty());
+  EXPECT_EQ(again.owned.size(), 2u);
+}
+
+TEST(OwnerJournal, StartTimeIsCountedAfterTheCommand) {
+  const std::string stat = "1234 (a) b (c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10";
+  auto t = daemon::parse_start_time(stat);
+  ASSERT_TRUE(t) << t.error().message();
+  EXPECT_EQ(*t, 98765u);
+  auto p = daemon::parse_parent_pid(stat);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(*p, 1);
+  EXPECT_FALSE(daemon::parse_start_time("1234 (no close"));
+  EXPECT_FALSE(daemon::parse_start_time("1 (x) S 1 2"));
+}
+
+}  // namespace
+}  // namespace tandem::testing
