@@ -34,7 +34,7 @@ def load(path):
     if os.path.exists(txt):
         with open(txt) as f:
             text = f.read()
-        for m in re.finditer(r"tandem-sim: (\S+) at rate ([0-9.eE+-]+) failed", text):
+        for m in re.finditer(r"tandem-sim: (\S+) at rate ([0-9.eE+-]+)(?: seed \d+)? failed", text):
             label, rate = m.group(1), float(m.group(2))
             policy, _, variant = label.partition("-")
             failed.add((policy, "-" + variant if variant else "", rate))

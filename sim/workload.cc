@@ -183,6 +183,10 @@ Result<SessionSpec> read_session(std::string_view line, const LineRef& ref, Trac
     session.name = it->get<std::string>();
   }
   if (session.name.empty()) session.name = fmt::format("{}:{}", ref.origin, ref.line);
+  if (auto it = doc.find("source"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string()) return ref.error("not a string or null", "source");
+    session.source = it->get<std::string>();
+  }
 
   auto rounds = doc.find("rounds");
   if (rounds == doc.end()) return ref.error("missing", "rounds");
@@ -499,6 +503,18 @@ Result<std::vector<SessionSpec>> load_trace(const std::string& path, TraceStats*
     text.append(buf, static_cast<std::size_t>(n));
   }
   return parse_trace(text, path, stats);
+}
+
+std::vector<SessionSpec> filter_by_source(std::span<const SessionSpec> pool, std::span<const std::string> include,
+                                          std::span<const std::string> exclude) {
+  auto matches = [](const std::string& source, std::span<const std::string> prefixes) {
+    return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return source.starts_with(p); });
+  };
+  std::vector<SessionSpec> out;
+  for (const SessionSpec& s : pool) {
+    if ((include.empty() || matches(s.source, include)) && !matches(s.source, exclude)) out.push_back(s);
+  }
+  return out;
 }
 
 std::span<const SyntheticSpec> synthetic_workloads() { return kSynthetic; }

@@ -71,6 +71,8 @@ TEST(ParseTrace, ReadsRoundsOfGoodLines) {
 
   const SessionSpec& s1 = (*sessions)[0];
   EXPECT_EQ(s1.name, "s1");
+  EXPECT_EQ(s1.source, "x");
+  EXPECT_EQ((*sessions)[1].source, "") << "no source field";
   ASSERT_EQ(s1.rounds.size(), 2u);
   EXPECT_EQ(s1.rounds[0].input_tokens, 100u);
   EXPECT_EQ(s1.rounds[0].output_tokens, 20u);
@@ -91,6 +93,34 @@ TEST(ParseTrace, ReadsRoundsOfGoodLines) {
   EXPECT_EQ(stats.sessions, 2u);
   EXPECT_EQ(stats.rounds, 4u);
   EXPECT_EQ(stats.dropped_rounds, 0u);
+}
+
+TEST(FilterBySource, KeepsPrefixesAndDropsExclusions) {
+  std::vector<SessionSpec> pool(4);
+  pool[0].source = "swecontextbench/claude-code/sonnet-4.5";
+  pool[1].source = "agentcgroup/claude-code/haiku-3.5";
+  pool[2].source = "agentcgroup/claude-code/glm-4.7-flash-local";
+  pool[3].source = "terminal-bench/mini-swe-agent/sonnet-4";
+  for (std::size_t i = 0; i < pool.size(); ++i) pool[i].name = std::to_string(i);
+  auto names = [](const std::vector<SessionSpec>& v) {
+    std::string out;
+    for (const SessionSpec& s : v) out += s.name;
+    return out;
+  };
+  const std::vector<std::string> none;
+  const std::vector<std::string> swe = {"swecontextbench"};
+  const std::vector<std::string> agent = {"agentcgroup", "terminal-bench"};
+  const std::vector<std::string> glm = {"agentcgroup/claude-code/glm"};
+  EXPECT_EQ(names(filter_by_source(pool, swe, none)), "0");
+  EXPECT_EQ(names(filter_by_source(pool, none, swe)), "123") << "the complement, in pool order";
+  EXPECT_EQ(names(filter_by_source(pool, agent, glm)), "13");
+  EXPECT_EQ(names(filter_by_source(pool, none, none)), "0123");
+}
+
+TEST(ParseTrace, ANonStringSourceIsAnError) {
+  auto r = parse_trace(R"({"id":"a","source":3,"rounds":[{"input_tokens":5,"output_tokens":1}]})", "t.jsonl");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("(field source)"), std::string::npos) << r.error().message();
 }
 
 TEST(ParseTrace, SessionWithoutIdIsNamedByOriginAndLine) {
