@@ -120,10 +120,16 @@ struct ScheduledChunk {
 struct StepPlan {
   std::vector<ScheduledChunk> run;
   std::vector<std::uint32_t> preempt;  // indices of running requests to preempt (recompute)
-  std::vector<SessionId> unpin;        // pinned sessions whose KV is released
+  // Indices of running requests to preempt by swapping: their KV is copied
+  // to host memory before it is freed, and reloaded when they run again
+  // (vLLM V0's swap). An engine without host memory treats them as `preempt`.
+  // A request is in at most one of `preempt` and `swap`.
+  std::vector<std::uint32_t> swap;
+  std::vector<SessionId> unpin;  // pinned sessions whose KV is released
   void clear() {
     run.clear();
     preempt.clear();
+    swap.clear();
     unpin.clear();
   }
 };

@@ -45,6 +45,7 @@ node
   --token-budget N      tokens per engine step (default: the preset's, 8192)
   --max-seqs N          sequences per engine step (default: the preset's, 1024)
   --tool-cpu SPEC       CPU demand per tool kind, "pytest=1,Read=0.05,*=0.5"
+  --host-kv-gib G       host memory for KV copies per engine, GiB (default 128; 0 = unlimited)
   --tick S              control tick period in seconds (default 0.05)
 policies
   --policies LIST|all   policies to compare (default all)
@@ -74,6 +75,7 @@ struct Options {
   std::vector<std::string> exclude_sources;
   std::uint32_t engines = 2;
   double tool_cores = 16;
+  double host_kv_gib = 128;
   std::optional<std::uint32_t> token_budget;
   std::optional<std::uint32_t> max_seqs;
   std::string tool_cpu;
@@ -187,6 +189,12 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       auto d = parse_number<double>(*v);
       if (!d || *d <= 0) return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a positive number");
       (a == "--tick" ? o.tick_s : o.tool_cores) = *d;
+    } else if (a == "--host-kv-gib") {
+      auto v = need(a);
+      if (!v) return 2;
+      auto d = parse_number<double>(*v);
+      if (!d || *d < 0) return usage_error("--host-kv-gib: '" + std::string(*v) + "' is not a number >= 0");
+      o.host_kv_gib = *d;
     } else if (a == "--policies") {
       auto v = need(a);
       if (!v) return 2;
@@ -241,6 +249,7 @@ int run(const Options& o) {
   base_config.limits.max_seqs = o.max_seqs.value_or(preset->max_seqs);
   base_config.engines = o.engines;
   base_config.tool_cores = o.tool_cores;
+  base_config.host_kv_gib = o.host_kv_gib;
   base_config.tick_s = o.tick_s;
   if (base_config.limits.token_budget < preset->block_size) {
     return usage_error("--token-budget must be at least one KV block (" + std::to_string(preset->block_size) + ")");

@@ -124,8 +124,12 @@ std::vector<std::pair<std::string_view, Number>> metric_fields(const Metrics& m)
       {"ttft_p99_s", m.ttft_p99_s},
       {"kv_hit_rate", m.kv_hit_rate},
       {"recomputed_tokens", m.recomputed_tokens},
+      {"resume_recomputed_tokens", m.resume_recomputed_tokens},
       {"preemptions", m.preemptions},
+      {"swaps", m.swaps},
       {"pinned_block_seconds", m.pinned_block_seconds},
+      {"kv_waste_block_s", m.kv_waste_block_s},
+      {"host_peak_blocks", m.host_peak_blocks},
       {"gpu_busy", m.gpu_busy},
       {"tool_cpu_util", m.tool_cpu_util},
       {"tool_stretch_mean", m.tool_stretch_mean},
@@ -573,8 +577,8 @@ std::size_t seed_count(const Report& report) {
 void print_summary_table(std::ostream& os, const Report& report) {
   const std::vector<Summary> summaries = summarize(report);
   Table latency;
-  latency.headers = {"label",  "rate",    "seeds",  "e2e mean", "e2e p99",  "slowdown",
-                     "gp a=3", "sess/s",  "ttft",   "kv hit %", "recomputed", "preempt", "pinned blk-s"};
+  latency.headers = {"label",  "rate", "seeds",    "e2e mean",   "e2e p99", "slowdown",    "gp a=3",
+                     "sess/s", "ttft", "kv hit %", "recomputed", "preempt", "pinned blk-s"};
   auto pct = [](double f) { return fmt::format("{:.1f}", f * 100.0); };
   auto two = [](double f) { return fmt::format("{:.2f}", f); };
   for (std::size_t k = 0; k < summaries.size(); ++k) {

@@ -246,12 +246,33 @@ TEST_F(ReportFiles, JsonRoundTrip) {
   ASSERT_EQ(doc["runs"].size(), rep.runs.size());
 
   const std::set<std::string> run_keys = {"policy", "variant", "rate", "seed", "sessions", "metrics", "wall_s"};
-  const std::set<std::string> metric_keys = {
-      "e2e_mean_s",    "e2e_p50_s",         "e2e_p90_s",         "e2e_p99_s",      "slowdown_mean",
-      "goodput_a1",    "goodput_a2",        "goodput_a3",        "throughput_sps", "ttft_mean_s",
-      "ttft_p99_s",    "kv_hit_rate",       "recomputed_tokens", "preemptions",    "pinned_block_seconds",
-      "gpu_busy",      "tool_stretch_mean", "rounds_per_min",    "tool_cpu_util",  "makespan_s",
-      "capped_rounds", "completed",         "tokens_per_s"};
+  const std::set<std::string> metric_keys = {"e2e_mean_s",
+                                             "e2e_p50_s",
+                                             "e2e_p90_s",
+                                             "e2e_p99_s",
+                                             "slowdown_mean",
+                                             "goodput_a1",
+                                             "goodput_a2",
+                                             "goodput_a3",
+                                             "throughput_sps",
+                                             "ttft_mean_s",
+                                             "ttft_p99_s",
+                                             "kv_hit_rate",
+                                             "recomputed_tokens",
+                                             "preemptions",
+                                             "pinned_block_seconds",
+                                             "gpu_busy",
+                                             "tool_stretch_mean",
+                                             "rounds_per_min",
+                                             "tool_cpu_util",
+                                             "makespan_s",
+                                             "capped_rounds",
+                                             "completed",
+                                             "tokens_per_s",
+                                             "resume_recomputed_tokens",
+                                             "swaps",
+                                             "kv_waste_block_s",
+                                             "host_peak_blocks"};
   for (std::size_t i = 0; i < rep.runs.size(); ++i) {
     const auto& jr = doc["runs"][i];
     const sim::Run& run = rep.runs[i];
@@ -324,16 +345,16 @@ TEST_F(ReportFiles, CsvHasAHeaderAndOneRowPerRun) {
   EXPECT_NE(lines[0].find(",tool_stretch_mean,"), std::string::npos);
   EXPECT_NE(lines[0].find(",completed,"), std::string::npos);
   EXPECT_TRUE(lines[0].ends_with(",wall_s"));
-  // 7 identity columns, 23 metrics, wall_s.
-  EXPECT_EQ(std::count(lines[0].begin(), lines[0].end(), ','), 30);
+  // 7 identity columns, 27 metrics, wall_s.
+  EXPECT_EQ(std::count(lines[0].begin(), lines[0].end(), ','), 34);
   const std::string quoted = "\"mix, \"\"quoted\"\"\"";
   for (std::size_t i = 1; i < lines.size(); ++i) {
     EXPECT_TRUE(lines[i].starts_with("h100-llama8b," + quoted + ",")) << lines[i];
     // The quoted field holds one comma of its own.
-    EXPECT_EQ(std::count(lines[i].begin(), lines[i].end(), ','), 31) << lines[i];
+    EXPECT_EQ(std::count(lines[i].begin(), lines[i].end(), ','), 35) << lines[i];
   }
   EXPECT_TRUE(lines[6].starts_with("h100-llama8b," + quoted + ",tandem,-residency,1,1,20,2000,")) << lines[6];
-  EXPECT_NE(lines[1].find(",1234567,3,4500.25,"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find(",1234567,0,3,0,4500.25,"), std::string::npos) << lines[1];
 }
 
 TEST(ReportErrors, UnwritablePathIsNamed) {
