@@ -44,6 +44,7 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.host_prices = p.flag("host_prices");
   t.pooled_prior = p.flag("pooled_prior");
   t.swap_preempt = p.flag("swap_preempt");
+  t.fill_idle_budget = p.flag("fill_idle_budget");
   t.max_remaining_s = p.get("max_remaining_s");
   return t;
 }

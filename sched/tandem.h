@@ -89,6 +89,12 @@
 //                       thinking for minutes) are learned from the node.
 //  16. swap_preempt   — a running request MARS's victim rule preempts is
 //                       swapped to host memory instead of recomputed.
+//  17. fill_idle_budget — MARS caps every prefill chunk at its MLFQ quantum,
+//                       even when nothing else wants the step: a lone long
+//                       prefill then crawls at 256..2048 tokens a step (on an
+//                       MoE, each such step costs a full expert sweep). When
+//                       a step holds only prefills and nothing else is
+//                       queued, they take the unused budget.
 // With every switch off, tandem behaves as mars (the ablation baseline).
 //
 // Judgement calls, to be tuned by the simulator (issue 4): the horizon h
@@ -144,6 +150,7 @@ struct TandemParams {
   bool host_prices = true;
   bool pooled_prior = true;
   bool swap_preempt = true;
+  bool fill_idle_budget = true;
   double max_remaining_s = 3600;
 };
 
@@ -186,6 +193,9 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"initial_pin_s", 2.0, 0, 600, "pin at a tool call until the control half decides (seconds)"},
     {"locality_bonus", 0.1, 0, 1, "restore bonus, as a fraction of the pool, for the engine that held the session"},
     {"swap_preempt", 1, 0, 1, "addition 16: a running request MARS preempts is swapped to host memory, not recomputed"},
+    {"fill_idle_budget", 1, 0, 1,
+     "addition 17: a step of prefills alone, nothing else queued, gives them its unused budget (MLFQ quanta only "
+     "split the budget among requests that compete)"},
     {"max_remaining_s", 3600, 1, 1e6, "the expected rest of a pause is counted up to this (seconds)"},
     {"residency_budget", 1024, 1, 1 << 24,
      "acting sessions (re)scored per tick besides those whose state changed: bounds a tick at scale; a full "
@@ -241,7 +251,8 @@ class TandemControl final : public ControlPolicy {
 // Thread-safety: one thread.
 class TandemStepScheduler final : public StepScheduler {
  public:
-  TandemStepScheduler(const MarsStepParams& mars, const TandemParams& params) : mars_(mars), p_(params) {}
+  TandemStepScheduler(const MarsStepParams& mars, const TandemParams& params)
+      : mars_(with_fill(mars, params.fill_idle_budget)), p_(params) {}
 
   std::string_view name() const override { return "tandem"; }
   void plan(const StepInput& in, Time now, StepPlan& out) override;
@@ -253,6 +264,10 @@ class TandemStepScheduler final : public StepScheduler {
   double release_cost_per_block(const PinnedKv& pin, Time now) const;
 
  private:
+  static MarsStepParams with_fill(MarsStepParams m, bool fill) {
+    m.fill_idle_budget = fill;
+    return m;
+  }
   struct PinInfo {
     ToolKind tool = 0;
     std::uint32_t context_tokens = 0;

@@ -24,7 +24,7 @@ TandemParams all_off() {
   t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.knee_quanta = t.kv_admission =
       t.engine_window = false;
   t.pin_admission = t.long_admission = t.prompt_projection = t.queue_admission = t.pending_restore = t.host_prices =
-      t.pooled_prior = t.swap_preempt = false;
+      t.pooled_prior = t.swap_preempt = t.fill_idle_budget = false;
   return t;
 }
 

@@ -45,7 +45,7 @@ need = {"e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "slowdown_mean", "g
         "goodput_a3", "throughput_sps", "ttft_mean_s", "ttft_p99_s", "kv_hit_rate", "recomputed_tokens",
         "preemptions", "pinned_block_seconds", "gpu_busy", "tool_stretch_mean"}
 runs = r["runs"]
-assert len(runs) == 7 + 16, len(runs)
+assert len(runs) == 7 + 17, len(runs)
 for run in runs:
     assert {"policy", "rate", "sessions", "metrics"} <= run.keys(), run.keys()
     missing = need - run["metrics"].keys()
@@ -53,7 +53,7 @@ for run in runs:
     assert run["sessions"] == 12 and run["metrics"]["completed"] == 12, run
     assert run["metrics"]["e2e_mean_s"] > 0 and run["metrics"]["slowdown_mean"] >= 0.999, run
 PY
-[ "$(wc -l <"$dir/r.csv")" -eq 24 ] || fail "CSV should have a header and 23 rows"
+[ "$(wc -l <"$dir/r.csv")" -eq 25 ] || fail "CSV should have a header and 24 rows"
 # Several seeds: one run per seed, a summary per policy and rate, the verdict over the means.
 "$sim" --trace "$trace" --source "tandem tests" --preset h100-llama3-8b --rate 0.2 --sessions 6 --seeds 3 \
   --policies fcfs,tandem --quiet --json "$dir/s.json" >"$dir/seeds" || fail "seeded run failed: $(cat "$dir/seeds")"
