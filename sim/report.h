@@ -4,8 +4,8 @@
 
 #include <cstdint>
 #include <map>
-#include <span>
 #include <ostream>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,7 +71,7 @@ struct Summary {
   std::string variant;
   double rate = 0.0;
   std::size_t sessions = 0;
-  std::vector<const Run*> runs;      // finished, by seed ascending
+  std::vector<const Run*> runs;       // finished, by seed ascending
   std::vector<std::uint64_t> failed;  // seeds that did not finish
   // Over the finished seeds.
   Stat stat(std::string_view key) const;

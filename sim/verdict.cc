@@ -27,7 +27,7 @@ bool interval_tie(const Stat& diff) { return diff.n >= 2 && std::fabs(diff.mean)
 struct Entry {
   std::map<std::uint64_t, const Metrics*> by_seed;
   bool failed = false;
-  double mean(double Metrics::* field) const {
+  double mean(double Metrics::*field) const {
     if (failed || by_seed.empty()) return field == &Metrics::goodput_a3 || field == &Metrics::throughput_sps ? 0 : kInf;
     double sum = 0;
     for (const auto& [seed, m] : by_seed) sum += m->*field;
@@ -35,7 +35,7 @@ struct Entry {
   }
 };
 
-Stat stat_over(const Entry& e, double Metrics::* field) {
+Stat stat_over(const Entry& e, double Metrics::*field) {
   std::vector<double> v;
   for (const auto& [seed, m] : e.by_seed) v.push_back(m->*field);
   return stat_of(v);

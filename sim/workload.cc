@@ -438,10 +438,11 @@ constexpr std::array<SyntheticSpec, 7> kSynthetic{{
      "lognormal(median 12200, sigma 0.6) clamped to [2000, 200000]; each later prompt = previous prompt + "
      "output + uniform [500, 3000] tool-output tokens; output lognormal(median 300, sigma 0.8) clamped to "
      "[50, 8192]; tools as mars-short."},
-    {"mars-ilr-263k", "As mars-ilr-125k at the high end of MARS's range: first prompt median 31100, mean volume ~263K."},
+    {"mars-ilr-263k",
+     "As mars-ilr-125k at the high end of MARS's range: first prompt median 31100, mean volume ~263K."},
 }};
-constexpr std::array<Generator, 7> kGenerators{mars_short,    mars_long,     mars_mixed, agentic, long_pause,
-                                               mars_ilr_125k, mars_ilr_263k};  // kSynthetic's order
+constexpr std::array<Generator, 7> kGenerators{mars_short, mars_long,     mars_mixed,   agentic,
+                                               long_pause, mars_ilr_125k, mars_ilr_263k};  // kSynthetic's order
 static_assert(kSynthetic.size() == kGenerators.size());
 
 // ---------------------------------------------------------------------------

@@ -93,9 +93,9 @@ TEST(Verdict, AnIntervalTieCountsOnlyAtLightLoad) {
   // tandem is 1 % slower on the mean, but the seeds disagree on the sign.
   auto make = [](double slowdown) {
     Report rep;
-    rep.runs = {run("fcfs", 1, 100, slowdown, 1, 1, "", 1),   run("tandem", 1, 104, slowdown, 1, 1, "", 1),
-                run("fcfs", 1, 100, slowdown, 1, 1, "", 2),   run("tandem", 1, 98, slowdown, 1, 1, "", 2),
-                run("fcfs", 1, 100, slowdown, 1, 1, "", 3),   run("tandem", 1, 101, slowdown, 1, 1, "", 3)};
+    rep.runs = {run("fcfs", 1, 100, slowdown, 1, 1, "", 1), run("tandem", 1, 104, slowdown, 1, 1, "", 1),
+                run("fcfs", 1, 100, slowdown, 1, 1, "", 2), run("tandem", 1, 98, slowdown, 1, 1, "", 2),
+                run("fcfs", 1, 100, slowdown, 1, 1, "", 3), run("tandem", 1, 101, slowdown, 1, 1, "", 3)};
     return judge(rep);
   };
   Verdict light = make(1.2);
