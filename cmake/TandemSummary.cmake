@@ -12,6 +12,11 @@ function(tandem_feature name enabled reason)
   set_property(GLOBAL APPEND PROPERTY TANDEM_SUMMARY "${line}")
 endfunction()
 
+# A feature that is built, with which variant of it.
+function(tandem_feature_variant name variant)
+  set_property(GLOBAL APPEND PROPERTY TANDEM_SUMMARY "  ${name}: yes (${variant})")
+endfunction()
+
 function(tandem_print_summary)
   get_property(lines GLOBAL PROPERTY TANDEM_SUMMARY)
   message(STATUS "")

@@ -495,9 +495,10 @@ std::optional<Time> Engine::start_step(Time now) {
       }
       q.r.blocks_held += need;
       scheduled[idx] = true;
+      const bool produces = !prefill || start + tokens == q.target;
       if (observer_ != nullptr) {
         if (from_host > 0) observer_->reloaded(q.r.session, start - from_host, from_host);
-        observer_->computed(q.r.session, start, tokens);
+        observer_->computed(q.r.session, start, tokens, produces);
       }
       if (!q.counted_reuse) {
         q.counted_reuse = true;
@@ -522,11 +523,10 @@ std::optional<Time> Engine::start_step(Time now) {
       shape.tokens += tokens;
       if (prefill) {
         shape.prefill_pairs += tokens * (start + tokens / 2.0);
-        q.produced = start + tokens == q.target;
       } else {
         shape.decode_context += start + 1;
-        q.produced = true;
       }
+      q.produced = produces;
       if (q.produced) ++q.r.output_tokens;
       q.r.computed_tokens = start + tokens;
       q.r.cached_tokens = 0;
@@ -580,6 +580,7 @@ std::optional<Time> Engine::start_step(Time now) {
       step_start_ = now;
       ++steps_;
       last_step_tokens_ = static_cast<std::uint32_t>(shape.tokens);
+      last_shape_ = shape;
       last_step_time_ = from_us(us);
       counters_.gpu_busy_s += us * 1e-6;
       return now + last_step_time_;
@@ -588,6 +589,37 @@ std::optional<Time> Engine::start_step(Time now) {
     if (plan_.unpin.empty() && plan_.preempt.empty() && plan_.swap.empty()) break;
   }
   return std::nullopt;
+}
+
+bool Engine::abort(SessionId session, Time now) {
+  auto release = [&](const Req& q) {
+    moved(session, KvPlace::kHeld, KvPlace::kFree, q.r.blocks_held);
+    free_uncached_ += q.r.blocks_held;
+    kv_[session].active = false;
+    host_.kv_changed(id_, session, sched::KvChange::kDropped, q.r.blocks_held, now);
+  };
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if (it->r.session != session) continue;
+    release(*it);
+    running_.erase(it);
+    return true;
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if (it->r.session != session) continue;
+    release(*it);
+    waiting_.erase(it);
+    return true;
+  }
+  return false;
+}
+
+void Engine::stop_round(SessionId session) {
+  for (Req& q : running_) {
+    if (q.r.session != session || q.r.output_tokens == 0) continue;
+    q.work.output_tokens = q.r.output_tokens;
+    q.r.max_output_tokens = q.r.output_tokens;
+    return;
+  }
 }
 
 void Engine::finish_step(Time now) {

@@ -105,7 +105,9 @@ class KvObserver {
   virtual void moved(SessionId session, KvPlace from, KvPlace to, std::uint32_t blocks) = 0;
   // A step computes tokens [first_token, first_token + tokens) of the
   // session's held KV (written when the step starts; blocks are allocated).
-  virtual void computed(SessionId session, std::uint32_t first_token, std::uint32_t tokens) = 0;
+  // `samples`: the step samples the session's next token from the last of
+  // them (a prefill that completes its target, or a decode).
+  virtual void computed(SessionId session, std::uint32_t first_token, std::uint32_t tokens, bool samples) = 0;
   // A step reloads tokens [first_token, first_token + tokens) from the
   // session's host copy into its held KV.
   virtual void reloaded(SessionId session, std::uint32_t first_token, std::uint32_t tokens) = 0;
@@ -186,6 +188,17 @@ class Engine {
   void drop(SessionId session, Time now);
   void offload(SessionId session, Time now);
 
+  // Ends the session's running round at the tokens it has produced so far
+  // (an engine that sampled an end-of-generation token), instead of at
+  // RoundWork::output_tokens: the step in progress, when it finishes,
+  // delivers the round's end. Call between start_step and finish_step. No-op
+  // without a running round of the session.
+  void stop_round(SessionId session);
+  // Removes the session's queued or running round without finishing it (a
+  // real engine whose forward pass failed): its held blocks are freed, no
+  // token, first token or round end is delivered for it. Callable between
+  // start_step and finish_step. False when the session has no round here.
+  bool abort(SessionId session, Time now);
   // Starts a step if there is runnable work and none is in progress: plans,
   // allocates and returns when it will end.
   std::optional<Time> start_step(Time now);
@@ -201,6 +214,8 @@ class Engine {
   sched::KvPoolStats stats(Time now) const;
   std::uint32_t queued() const { return static_cast<std::uint32_t>(running_.size() + waiting_.size()); }
   std::uint64_t steps() const { return steps_; }
+  // The shape of the last step started (what the step-time model priced).
+  const StepShape& last_shape() const { return last_shape_; }
   std::uint64_t violations() const { return violations_; }
   const std::string& first_violation() const { return first_violation_; }
   std::uint32_t pinned_blocks() const { return pinned_blocks_; }
@@ -307,6 +322,7 @@ class Engine {
   sched::StepPlan plan_;
   std::uint64_t steps_ = 0;
   std::uint32_t last_step_tokens_ = 0;
+  StepShape last_shape_;
   Duration last_step_time_{};
 
   Time pinned_since_{};

@@ -16,6 +16,7 @@
 
 #include "base/parse.h"
 #include "sched/registry.h"
+#include "sim/calibrate.h"
 #include "sim/node.h"
 #include "sim/report.h"
 #include "sim/verdict.h"
@@ -40,6 +41,7 @@ workload
   --exclude-source LIST drop the trace sessions whose "source" starts with one of these prefixes
 node
   --preset NAME         see --list
+  --preset-file FILE    a preset from a JSON file instead (--calibrate writes them)
   --engines N           data-parallel engines on the node (default 2)
   --tool-cores N        host cores for tool processes (default 16)
   --token-budget N      tokens per engine step (default: the preset's, 8192)
@@ -56,6 +58,13 @@ output
   --jobs N              simulations run in parallel (default: the number of cores)
   --list                list presets, synthetic workloads and policies, then exit
   --quiet               no progress lines on stderr
+calibration (docs/sim.md "Calibrating from a real engine")
+  --calibrate STEPLOG   fit the step-time model to a real engine's steps (tandem-llama
+                        --step-log) and print the fit with its error on held-back steps;
+                        the pool and limits come from --preset/--preset-file
+  --holdout F           share of steps held back (default 0.2)
+  --preset-out FILE     write the calibrated preset as JSON
+  --check STEPLOG       also report the fitted model's error on another run's steps
 )";
 
 // tandem's switches (sched/tandem.h), one ablation run each.
@@ -68,6 +77,11 @@ struct Options {
   std::string trace;
   std::string synthetic;
   std::string preset;
+  std::string preset_file;
+  std::string calibrate;
+  std::string preset_out;
+  std::string check;
+  double holdout = 0.2;
   std::optional<std::size_t> sessions;
   std::vector<double> rates;
   bool poisson = true;
@@ -135,17 +149,29 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
     } else if (a == "--fixed-rate") {
       o.poisson = false;
     } else if (a == "--trace" || a == "--synthetic" || a == "--preset" || a == "--tool-cpu" || a == "--json" ||
-               a == "--csv" || a == "--plot") {
+               a == "--csv" || a == "--plot" || a == "--preset-file" || a == "--calibrate" || a == "--preset-out" ||
+               a == "--check") {
       auto v = need(a);
       if (!v) return 2;
-      std::string& dst = a == "--trace"       ? o.trace
-                         : a == "--synthetic" ? o.synthetic
-                         : a == "--preset"    ? o.preset
-                         : a == "--tool-cpu"  ? o.tool_cpu
-                         : a == "--json"      ? o.json
-                         : a == "--csv"       ? o.csv
-                                              : o.plot;
+      std::string& dst = a == "--trace"         ? o.trace
+                         : a == "--synthetic"   ? o.synthetic
+                         : a == "--preset"      ? o.preset
+                         : a == "--preset-file" ? o.preset_file
+                         : a == "--calibrate"   ? o.calibrate
+                         : a == "--preset-out"  ? o.preset_out
+                         : a == "--check"       ? o.check
+                         : a == "--tool-cpu"    ? o.tool_cpu
+                         : a == "--json"        ? o.json
+                         : a == "--csv"         ? o.csv
+                                                : o.plot;
       dst = std::string(*v);
+      if (dst.empty()) return usage_error(std::string(a) + " needs a non-empty value");
+    } else if (a == "--holdout") {
+      auto v = need(a);
+      if (!v) return 2;
+      auto d = parse_number<double>(*v);
+      if (!d || *d < 0 || *d >= 0.9) return usage_error("--holdout: '" + std::string(*v) + "' is not in [0, 0.9)");
+      o.holdout = *d;
     } else if (a == "--rate" || a == "--sweep") {
       auto v = need(a);
       if (!v) return 2;
@@ -237,12 +263,63 @@ struct Job {
   std::map<std::string, double> params;
 };
 
+// The preset of --preset or --preset-file (for --calibrate, one whose step
+// model is still to be fitted).
+base::Result<Preset> chosen_preset(const Options& o) {
+  if (o.preset.empty() == o.preset_file.empty()) {
+    return base::make_error(EINVAL, "give exactly one of --preset NAME or --preset-file FILE");
+  }
+  return o.preset_file.empty() ? find_preset(o.preset) : load_preset_file(o.preset_file, !o.calibrate.empty());
+}
+
+// --calibrate: the fit, printed, and the preset with it written.
+int calibrate(const Options& o) {
+  auto base_preset = chosen_preset(o);
+  if (!base_preset) return usage_error(base_preset.error().context());
+  auto steps = load_step_log(o.calibrate);
+  if (!steps) return usage_error("--calibrate: " + steps.error().context());
+  auto fit = fit_step_model(*steps, o.holdout, o.seed);
+  if (!fit) {
+    std::cerr << "tandem-sim: --calibrate " << o.calibrate << ": " << fit.error().context() << "\n";
+    return 1;
+  }
+  std::cout << describe(*fit);
+  if (!o.check.empty()) {
+    auto other = load_step_log(o.check);
+    if (!other) return usage_error("--check: " + other.error().context());
+    const StepFit e = evaluate(fit->model, *other);
+    std::cout << "\non " << o.check << " (" << e.test_steps << " steps, not fitted on): median |error| "
+              << 100.0 * e.test_median_abs_error << " %\n";
+    for (const ShapeError& s : e.shapes) {
+      std::cout << "  " << s.shape << ": " << s.steps << " steps, measured median " << s.measured_median_us
+                << " us, model " << s.model_median_us << " us (" << (s.error >= 0 ? "+" : "") << 100.0 * s.error
+                << " %)\n";
+    }
+  }
+  Preset p = *base_preset;
+  p.step = fit->model;
+  if (auto v = validate(p); !v) {
+    std::cerr << "tandem-sim: the calibrated preset is not valid: " << v.error().context() << "\n";
+    return 1;
+  }
+  if (!o.preset_out.empty()) {
+    std::FILE* f = std::fopen(o.preset_out.c_str(), "we");
+    const std::string text = preset_json(p);
+    if (f == nullptr || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0) {
+      std::cerr << "tandem-sim: --preset-out " << o.preset_out << ": cannot write\n";
+      return 1;
+    }
+    std::cout << "wrote " << o.preset_out << "\n";
+  }
+  return 0;
+}
+
 int run(const Options& o) {
+  if (!o.calibrate.empty()) return calibrate(o);
   if (o.trace.empty() == o.synthetic.empty())
     return usage_error("give exactly one of --trace FILE or --synthetic NAME");
-  if (o.preset.empty()) return usage_error("--preset is required");
   if (o.rates.empty()) return usage_error("give --rate R or --sweep R1,R2,...");
-  auto preset = find_preset(o.preset);
+  auto preset = chosen_preset(o);
   if (!preset) return usage_error(preset.error().context());
 
   SimConfig base_config;

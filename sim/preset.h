@@ -1,8 +1,9 @@
 // Node presets for tandem-sim: the engine limits, KV pool and step-time model
-// of one GPU serving one model, from ../shared/research/calibration.md (§0, §5;
-// the H200 variants are derived there-from, see docs/sim.md).
+// of one GPU serving one model. docs/sim.md "Presets" gives every number's
+// source (the H200 variants are derived from the H100 ones there); a preset
+// fitted to a real engine's measured steps is a JSON file (sim/calibrate.h).
 //
-// Step time (calibration.md §0):
+// Step time:
 //   t = t0 + T_lin(N) + a_pf·Σ_prefill c_i·(p_i + c_i/2) + a_dec·Σ_decode ctx_j + a_seq·n_seqs
 //   dense: T_lin(N) = max(T_w, b·N)
 //   MoE:   T_lin(N) = max(T_dense_w + L_moe·E(N)·B_exp/BW, b·N),  E(N) = n_exp·(1 − (1 − k/n_exp)^N)

@@ -3,7 +3,7 @@
 // A session is a list of rounds; each round is one LLM call (a prompt that
 // carries the whole context so far, and the tokens generated) followed by a
 // tool call (none after the last round). Sessions come from the real traces of
-// ../shared/traces (load_trace) or from a named synthetic generator
+// data/traces (load_trace) or from a named synthetic generator
 // (synthetic_pool); make_workload() then draws the sessions of one run with a
 // seed and gives them arrival times (Poisson or fixed rate), capping every
 // round's context at the model's maximum length.
@@ -47,7 +47,7 @@ struct Workload {
   std::uint64_t capped_rounds = 0;    // rounds whose context was capped
 };
 
-// Parses a ../shared/traces JSONL file (format in its README.md). Every line
+// Parses a data/traces JSONL file (format in its README.md). Every line
 // must be a JSON object with a non-empty "rounds" array whose entries have
 // integer input_tokens ≥ 1 and output_tokens ≥ 0 (0 becomes 1: a call
 // generates at least one token), an optional string-or-null "tool" and a

@@ -46,6 +46,8 @@
 
 #include "base/unique_fd.h"
 #include "ipc/daemon_connection.h"
+#include "sched/registry.h"
+#include "sim/calibrate.h"
 #include "sim/node.h"
 #include "sim/preset.h"
 #include "sim/report.h"
@@ -530,8 +532,8 @@ int fail(const std::string& message) {
 
 int run(const ReplayFlags& flags) {
   // The workload: the simulator's code, so both see the same sessions.
-  auto preset = sim::find_preset(flags.preset);
-  if (!preset) return fail(preset.error().message());
+  auto preset = flags.preset_file.empty() ? sim::find_preset(flags.preset) : sim::load_preset_file(flags.preset_file);
+  if (!preset) return fail(flags.preset_file.empty() ? preset.error().message() : preset.error().context());
   std::vector<sim::SessionSpec> pool;
   std::string workload_name;
   if (!flags.trace.empty()) {
@@ -545,6 +547,7 @@ int run(const ReplayFlags& flags) {
     pool = std::move(*gen);
     workload_name = flags.synthetic;
   }
+  scale_tokens(pool, flags.token_scale);
   sim::ArrivalSpec arrivals;
   arrivals.rate_sps = flags.rate;
   arrivals.poisson = flags.poisson;
@@ -573,14 +576,32 @@ int run(const ReplayFlags& flags) {
     return fail(fmt::format(
         "{}/stats lacks the engine's token and time counters: is it tandem-engine-emu of this build?", flags.url));
   }
-  const double speedup = before->value("speedup", 0.0);
-  if (std::fabs(speedup - flags.compress) > 1e-9 * flags.compress) {
-    return fail(fmt::format("the engine runs with --speedup {} but --compress is {}: they must match", speedup,
-                            flags.compress));
-  }
-  if (before->value("model", "") != preset->name) {
-    return fail(
-        fmt::format("the engine serves preset '{}' but --preset is '{}'", before->value("model", ""), preset->name));
+  // A real-time engine (tandem-llama) runs at its own speed with the pool
+  // it has; the emulator at --speedup C with a named preset.
+  const bool realtime = before->value("realtime", false);
+  if (realtime) {
+    if (flags.preset_file.empty()) {
+      return fail("the engine runs in real time (tandem-llama): give --preset-file with its calibrated preset");
+    }
+    const auto& e = before->at("engine");
+    if (e.value("blocks_total", 0u) != preset->gpu_blocks || e.value("block_size", 0u) != preset->block_size) {
+      return fail(fmt::format("the engine's pool is {} blocks of {} tokens, the preset's {} of {}",
+                              e.value("blocks_total", 0u), e.value("block_size", 0u), preset->gpu_blocks,
+                              preset->block_size));
+    }
+  } else {
+    if (!flags.preset_file.empty()) {
+      return fail("--preset-file is for a real-time engine (tandem-llama); the emulator serves a named --preset");
+    }
+    const double speedup = before->value("speedup", 0.0);
+    if (std::fabs(speedup - flags.compress) > 1e-9 * flags.compress) {
+      return fail(fmt::format("the engine runs with --speedup {} but --compress is {}: they must match", speedup,
+                              flags.compress));
+    }
+    if (before->value("model", "") != preset->name) {
+      return fail(
+          fmt::format("the engine serves preset '{}' but --preset is '{}'", before->value("model", ""), preset->name));
+    }
   }
   const std::string policy = before->value("policy", "fcfs");
 
@@ -637,9 +658,19 @@ int run(const ReplayFlags& flags) {
   auto after = get_json(host, "/stats");
   if (!after) return fail("the engine stopped answering before the run ended");
 
-  // Metrics, in trace seconds, with the simulator's code.
+  // Metrics, in trace seconds, with the simulator's code. A real-time
+  // engine's steps took real time: in trace time they cost C times more.
   sim::SimConfig config;
-  config.preset = *preset;
+  config.preset = realtime ? trace_time_preset(*preset, flags.compress) : *preset;
+  if (realtime) {
+    if (const sched::PolicyEntry* entry = sched::find_policy(policy); entry != nullptr) {
+      for (const auto& [name, v] : cost_params(*preset, flags.compress)) {
+        for (const sched::ParamSpec& spec : entry->params) {
+          if (spec.name == name) config.params[name] = std::clamp(v, spec.min, spec.max);
+        }
+      }
+    }
+  }
   config.limits.max_seqs = after->at("engine").value("max_seqs", preset->max_seqs);
   config.limits.token_budget = after->at("engine").value("token_budget", preset->token_budget);
   config.engines = 1;
@@ -647,7 +678,8 @@ int run(const ReplayFlags& flags) {
   config.policy = policy;
   config.tool_cpu = cpus;
   const std::vector<double> ideal = sim::ideal_times(*workload, config);
-  const EngineTotals engine = minus(totals(*after), totals(*before));
+  EngineTotals engine = minus(totals(*after), totals(*before));
+  if (realtime) engine.busy_s *= flags.compress;
   const Assembled a = assemble(logs, ideal, engine, flags.compress, flags.tool_cores, workload->capped_rounds);
 
   RunSummary summary;
@@ -723,7 +755,17 @@ int agents_main(int argc, char** argv) {
       fmt::print("{}", replay_usage());
       return 0;
     case ReplayFlags::Mode::kDaemonConfig: {
-      auto c = daemon_config(flags->policy, flags->compress, flags->subtree, flags->tool_cpus);
+      std::optional<sim::Preset> realtime;
+      if (!flags->preset_file.empty()) {
+        auto p = sim::load_preset_file(flags->preset_file);
+        if (!p) {
+          fmt::print(stderr, "tandem-agents: {}\n", p.error().context());
+          return 2;
+        }
+        realtime = *p;
+      }
+      auto c = daemon_config(flags->policy, flags->compress, flags->subtree, flags->tool_cpus,
+                             realtime ? &*realtime : nullptr);
       if (!c) {
         fmt::print(stderr, "tandem-agents: {}\n", c.error());
         return 2;

@@ -64,51 +64,6 @@ nlohmann::json gpu_json(const tandem_gpu* gpu, std::uint32_t prefill_stage, std:
 
 }  // namespace
 
-// ---- Job ------------------------------------------------------------------------
-
-Job::Progress Job::wait(std::uint32_t seen, Time deadline) const {
-  std::unique_lock lock(mu_);
-  const auto until = std::chrono::steady_clock::time_point(deadline.time_since_epoch());
-  cv_.wait_until(lock, until, [&] { return p_.tokens > seen || p_.done || p_.status != 0; });
-  return p_;
-}
-
-void Job::set_session(std::string name) {
-  std::lock_guard lock(mu_);
-  p_.session = std::move(name);
-}
-
-void Job::set_cached(std::uint32_t cached) {
-  std::lock_guard lock(mu_);
-  p_.cached_tokens = cached;
-}
-
-void Job::add_tokens(std::uint32_t total) {
-  {
-    std::lock_guard lock(mu_);
-    p_.tokens = std::max(p_.tokens, total);
-  }
-  cv_.notify_all();
-}
-
-void Job::finish() {
-  {
-    std::lock_guard lock(mu_);
-    p_.done = true;
-  }
-  cv_.notify_all();
-}
-
-void Job::fail(int status, std::string message) {
-  {
-    std::lock_guard lock(mu_);
-    if (p_.done || p_.status != 0) return;
-    p_.status = status;
-    p_.error = std::move(message);
-  }
-  cv_.notify_all();
-}
-
 // ---- the GPU plane ----------------------------------------------------------------
 
 base::Result<tandem_gpu*> open_gpu_plane(tandem_client* client, const std::string& backend) {
@@ -465,11 +420,11 @@ void Emulator::moved(sim::SessionId session, sim::KvPlace from, sim::KvPlace to,
   pool_->moved(session, from, to, blocks);
 }
 
-void Emulator::computed(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens) {
+void Emulator::computed(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens, bool samples) {
   if (Session* s = find(session); s != nullptr && s->job && s->first_scheduled == Time{}) {
     s->first_scheduled = clock_.now();
   }
-  pool_->computed(session, first_token, tokens);
+  pool_->computed(session, first_token, tokens, samples);
 }
 
 void Emulator::reloaded(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens) {

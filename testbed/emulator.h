@@ -46,6 +46,7 @@
 #include "sim/engine.h"
 #include "sim/metrics.h"
 #include "sim/preset.h"
+#include "testbed/front.h"
 #include "testbed/kv_pool.h"
 #include "testbed/prompt.h"
 #include "testbed/step_adapter.h"
@@ -63,45 +64,6 @@ struct EmulatorConfig {
   std::string name;  // this engine's name, for anonymous session names
 };
 
-// One HTTP request's round, shared by the HTTP worker that waits on it and
-// the engine thread that fills it. Thread-safety: the request fields are
-// immutable once submitted; the progress fields are behind `mu_`.
-class Job {
- public:
-  Job(CompletionRequest request, std::string id, std::int64_t created)
-      : request_(std::move(request)), id_(std::move(id)), created_(created) {}
-
-  const CompletionRequest& request() const { return request_; }
-  const std::string& id() const { return id_; }
-  std::int64_t created() const { return created_; }
-
-  struct Progress {
-    std::uint32_t tokens = 0;         // generated so far
-    std::uint32_t cached_tokens = 0;  // prefix-cache hit when the round was scheduled
-    bool done = false;                // all tokens generated
-    int status = 0;                   // non-zero: failed with this HTTP status
-    std::string error;
-    std::string session;  // the session's name
-  };
-  // Waits until more than `seen` tokens exist, the job ends, or `deadline`.
-  Progress wait(std::uint32_t seen, Time deadline) const;
-
-  // Engine thread.
-  void set_session(std::string name);
-  void set_cached(std::uint32_t cached);
-  void add_tokens(std::uint32_t total);
-  void finish();
-  void fail(int status, std::string message);
-
- private:
-  const CompletionRequest request_;
-  const std::string id_;
-  const std::int64_t created_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  Progress p_;
-};
-
 // The GPU plane's pool for `client` (an engine handle): libtandem's generated
 // two-stage pool (decode 16..64 SMs in steps of 8, prefill the rest) plus the
 // whole device as the last partition, on `backend` ("sim", "auto", "cuda").
@@ -110,15 +72,9 @@ base::Result<tandem_gpu*> open_gpu_plane(tandem_client* client, const std::strin
 // "backend sim (DEVICE, 132 SMs), 8 partitions, decode 16..132 SMs".
 std::string describe_gpu_plane(const tandem_gpu* gpu);
 
-enum class SubmitStatus {
-  kQueued,
-  kBusy,      // a round of this session is in flight
-  kDraining,  // shutting down
-};
-
 // Thread-safety: submit(), stats_json(), connected(), drain() from any thread;
 // everything else runs on the engine thread.
-class Emulator final : public sim::EngineHost, public sim::KvObserver {
+class Emulator final : public CompletionEngine, public sim::EngineHost, public sim::KvObserver {
  public:
   // Takes ownership of `client` and `gpu` (may be NULL: no GPU plane; opened
   // on `client`), both closed by the destructor once the engine thread has
@@ -132,16 +88,16 @@ class Emulator final : public sim::EngineHost, public sim::KvObserver {
   Emulator& operator=(const Emulator&) = delete;
 
   void start();  // the engine thread
-  SubmitStatus submit(std::shared_ptr<Job> job);
+  SubmitStatus submit(std::shared_ptr<Job> job) override;
   // Stops taking rounds; lets rounds in flight finish for up to `grace`, then
   // fails the rest (503) and ends the engine thread. Idempotent.
   void drain(Duration grace);
 
-  std::string stats_json() const;  // the snapshot the engine thread last published
-  bool connected() const { return connected_.load(std::memory_order_relaxed); }
+  std::string stats_json() const override;  // the snapshot the engine thread last published
+  bool connected() const override { return connected_.load(std::memory_order_relaxed); }
   const sim::Preset& preset() const { return config_.preset; }
-  std::string_view model() const { return config_.preset.name; }
-  RequestLimits limits() const;
+  std::string_view model() const override { return config_.preset.name; }
+  RequestLimits limits() const override;
 
   // sim::EngineHost (engine thread).
   void first_token(sim::EngineId engine, const sim::RoundWork& work, Time now) override;
@@ -152,7 +108,7 @@ class Emulator final : public sim::EngineHost, public sim::KvObserver {
                   Time now) override;
   // sim::KvObserver (engine thread): forwards to the pool, notes when a round is first scheduled.
   void moved(sim::SessionId session, sim::KvPlace from, sim::KvPlace to, std::uint32_t blocks) override;
-  void computed(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens) override;
+  void computed(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens, bool samples) override;
   void reloaded(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens) override;
 
  private:

@@ -34,14 +34,17 @@ ReplyInfo reply_info(const Job& job, const Job::Progress& p, std::string_view mo
   info.created = job.created();
   info.model = model;
   info.prompt_tokens = job.request().prompt_tokens;
-  info.completion_tokens = job.request().max_tokens;
+  info.completion_tokens = p.tokens;
   info.cached_tokens = p.cached_tokens;
   info.session = job.request().session_name;
   return info;
 }
 
-void complete(const httplib::Request& req, httplib::Response& res, Emulator& emu, bool chat) {
+void complete(const httplib::Request& req, httplib::Response& res, CompletionEngine& emu, bool chat) {
   auto parsed = parse_request(req.body, chat, emu.limits());
+  if (parsed) {
+    if (auto ok = emu.prepare(*parsed); !ok) parsed = std::unexpected(ok.error());
+  }
   if (!parsed) {
     send_error(res, 400, parsed.error().message, "invalid_request_error", parsed.error().field);
     return;
@@ -71,22 +74,38 @@ void complete(const httplib::Request& req, httplib::Response& res, Emulator& emu
       send_error(res, p.status, p.error, "server_error");
       return;
     }
-    res.set_content(completion_reply(job->request(), reply_info(*job, p, model)), "application/json");
+    res.set_content(
+        completion_reply(job->request(), reply_info(*job, p, model), job->text(0, p.tokens), p.finish_reason),
+        "application/json");
     return;
   }
   res.set_header("Cache-Control", "no-cache");
-  auto sent = std::make_shared<std::uint32_t>(0);
+  struct Stream {
+    std::uint32_t sent = 0;    // tokens sent
+    bool finish_sent = false;  // a chunk carried finish_reason
+  };
+  auto st = std::make_shared<Stream>();
   res.set_chunked_content_provider(
-      "text/event-stream", [job, sent, model](std::size_t /*offset*/, httplib::DataSink& sink) {
+      "text/event-stream", [job, st, model](std::size_t /*offset*/, httplib::DataSink& sink) {
         base::MonotonicClock clock;
-        const Job::Progress p = job->wait(*sent, clock.now() + kWaitSlice);
+        const Job::Progress p = job->wait(st->sent, clock.now() + kWaitSlice);
         if (!sink.is_writable()) return false;  // the client left; the round runs to its end regardless
-        const std::uint32_t total = job->request().max_tokens;
         const ReplyInfo info = reply_info(*job, p, model);
-        for (; *sent < std::min(p.tokens, total); ++*sent) {
-          const std::string event = "data: " + stream_chunk(job->request(), info, *sent) + "\n\n";
-          if (!sink.write(event.data(), event.size())) return false;
+        const std::uint32_t max = job->request().max_tokens;
+        auto send = [&](std::string_view piece, bool last) {
+          const std::string event =
+              "data: " + stream_chunk(job->request(), info, st->sent, piece, last, p.finish_reason) + "\n\n";
+          st->finish_sent = st->finish_sent || last;
+          return sink.write(event.data(), event.size());
+        };
+        // The token that reaches max_tokens carries finish_reason; a round
+        // that stops earlier (an end-of-generation token) gets an empty
+        // closing chunk once it is done.
+        for (; st->sent < p.tokens; ++st->sent) {
+          const bool last = st->sent + 1 == max || (p.done && st->sent + 1 == p.tokens);
+          if (!send(job->text(st->sent, st->sent + 1), last)) return false;
         }
+        if (p.done && !st->finish_sent && !send("", true)) return false;
         if (p.status != 0) {
           const std::string event = "data: " + error_reply(p.error, "server_error") + "\n\n";
           if (!sink.write(event.data(), event.size())) return false;
@@ -102,7 +121,7 @@ void complete(const httplib::Request& req, httplib::Response& res, Emulator& emu
 
 }  // namespace
 
-void install_routes(httplib::Server& server, Emulator& emu) {
+void install_routes(httplib::Server& server, CompletionEngine& emu) {
   server.Post("/v1/completions",
               [&emu](const httplib::Request& req, httplib::Response& res) { complete(req, res, emu, false); });
   server.Post("/v1/chat/completions",
@@ -113,7 +132,7 @@ void install_routes(httplib::Server& server, Emulator& emu) {
                                                                {"object", "model"},
                                                                {"created", 0},
                                                                {"owned_by", "tandem"},
-                                                               {"max_model_len", emu.preset().max_model_len}}})}};
+                                                               {"max_model_len", emu.limits().max_model_len}}})}};
     res.set_content(m.dump(), "application/json");
   });
   server.Get("/health", [&emu](const httplib::Request& /*req*/, httplib::Response& res) {

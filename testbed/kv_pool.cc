@@ -107,7 +107,7 @@ void BlockPool::touch(std::uint32_t id) {
   }
 }
 
-void BlockPool::computed(SessionId session, std::uint32_t first_token, std::uint32_t tokens) {
+void BlockPool::computed(SessionId session, std::uint32_t first_token, std::uint32_t tokens, bool /*samples*/) {
   auto it = sessions_.find(session);
   const std::vector<std::uint32_t>* held = it == sessions_.end() ? nullptr : &it->second.place[index(KvPlace::kHeld)];
   for (std::uint32_t t = first_token; t < first_token + tokens; ++t) {

@@ -54,7 +54,7 @@ class BlockPool final : public sim::KvObserver {
                                                          std::size_t block_bytes);
 
   void moved(SessionId session, KvPlace from, KvPlace to, std::uint32_t blocks) override;
-  void computed(SessionId session, std::uint32_t first_token, std::uint32_t tokens) override;
+  void computed(SessionId session, std::uint32_t first_token, std::uint32_t tokens, bool samples) override;
   void reloaded(SessionId session, std::uint32_t first_token, std::uint32_t tokens) override;
 
   PoolOccupancy occupancy() const;

@@ -67,6 +67,9 @@ json usage_json(const ReplyInfo& info) {
           {"prompt_tokens_details", {{"cached_tokens", info.cached_tokens}}}};
 }
 
+// Total: invalid UTF-8 (a byte-level token, a client's string) becomes U+FFFD.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 }  // namespace
 
 std::uint32_t count_tokens(std::string_view text) {
@@ -118,13 +121,30 @@ std::expected<CompletionRequest, RequestError> parse_request(std::string_view bo
   if (auto ok = get_uint(j, "max_tokens", 1, max_len, r.max_tokens); !ok) return std::unexpected(ok.error());
   if (auto ok = get_bool(j, "stream", r.stream); !ok) return std::unexpected(ok.error());
   if (auto ok = get_bool(j, "tool_follows", r.tool_follows); !ok) return std::unexpected(ok.error());
+  if (auto ok = get_bool(j, "ignore_eos", r.ignore_eos); !ok) return std::unexpected(ok.error());
+  if (auto t = j.find("temperature"); t != j.end() && !t->is_null()) {
+    if (!t->is_number() || !(t->get<double>() >= 0.0) || t->get<double>() > 2.0) {
+      return bad("temperature", "'temperature' must be a number between 0 and 2");
+    }
+    r.temperature = t->get<double>();
+  }
+  if (auto sd = j.find("seed"); sd != j.end() && !sd->is_null()) {
+    if (!sd->is_number_integer()) return bad("seed", "'seed' must be an integer");
+    r.seed = sd->is_number_unsigned() ? sd->get<std::uint64_t>() : static_cast<std::uint64_t>(sd->get<std::int64_t>());
+  }
   r.prompt_tokens = count_tokens(r.prompt);
   if (j.contains("prompt_tokens") && !j["prompt_tokens"].is_null()) {
     if (auto ok = get_uint(j, "prompt_tokens", 1, max_len, r.prompt_tokens); !ok) return std::unexpected(ok.error());
     r.prompt_tokens_given = true;
   }
+  if (auto ok = check_context(r, limits); !ok) return std::unexpected(ok.error());
+  return r;
+}
+
+std::expected<void, RequestError> check_context(const CompletionRequest& r, const RequestLimits& limits) {
+  const std::uint32_t max_len = limits.max_model_len;
   const std::uint64_t context = static_cast<std::uint64_t>(r.prompt_tokens) + r.max_tokens;
-  const char* prompt_field = r.prompt_tokens_given ? "prompt_tokens" : (chat ? "messages" : "prompt");
+  const char* prompt_field = r.prompt_tokens_given ? "prompt_tokens" : (r.chat ? "messages" : "prompt");
   if (r.prompt_tokens >= max_len) {
     return bad(prompt_field, "the prompt is " + std::to_string(r.prompt_tokens) + " tokens; the model's context is " +
                                  std::to_string(max_len));
@@ -139,7 +159,7 @@ std::expected<CompletionRequest, RequestError> parse_request(std::string_view bo
     return bad("max_tokens", "prompt + 'max_tokens' (" + std::to_string(context) + " tokens) needs more than the " +
                                  std::to_string(limits.total_blocks) + " KV blocks of the pool");
   }
-  return r;
+  return {};
 }
 
 std::uint32_t common_prefix_tokens(std::string_view a, std::string_view b) {
@@ -168,9 +188,9 @@ void advance_history(SessionHistory& h, const CompletionRequest& r, std::uint32_
   h.context_tokens = r.prompt_tokens + output_tokens;
 }
 
-std::string completion_reply(const CompletionRequest& r, const ReplyInfo& info) {
-  const std::string text = filler_text(info.completion_tokens);
-  json choice = {{"index", 0}, {"finish_reason", "length"}, {"logprobs", nullptr}};
+std::string completion_reply(const CompletionRequest& r, const ReplyInfo& info, std::string_view text,
+                             std::string_view finish_reason) {
+  json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
   if (r.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   } else {
@@ -183,18 +203,18 @@ std::string completion_reply(const CompletionRequest& r, const ReplyInfo& info) 
               {"choices", json::array({choice})},
               {"usage", usage_json(info)}};
   if (!info.session.empty()) out["session_id"] = info.session;
-  return out.dump();
+  return dump(out);
 }
 
-std::string stream_chunk(const CompletionRequest& r, const ReplyInfo& info, std::uint32_t index) {
-  const bool last = index + 1 >= info.completion_tokens;
-  json choice = {{"index", 0}, {"finish_reason", last ? json("length") : json(nullptr)}};
+std::string stream_chunk(const CompletionRequest& r, const ReplyInfo& info, std::uint32_t index, std::string_view piece,
+                         bool last, std::string_view finish_reason) {
+  json choice = {{"index", 0}, {"finish_reason", last ? json(finish_reason) : json(nullptr)}};
   if (r.chat) {
-    json delta = {{"content", kFillerToken}};
+    json delta = {{"content", piece}};
     if (index == 0) delta["role"] = "assistant";
     choice["delta"] = delta;
   } else {
-    choice["text"] = kFillerToken;
+    choice["text"] = piece;
   }
   json out = {{"id", info.id},
               {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
@@ -202,13 +222,13 @@ std::string stream_chunk(const CompletionRequest& r, const ReplyInfo& info, std:
               {"model", info.model},
               {"choices", json::array({choice})}};
   if (last) out["usage"] = usage_json(info);
-  return out.dump();
+  return dump(out);
 }
 
 std::string error_reply(std::string_view message, std::string_view type, std::string_view param) {
   json e = {{"message", message}, {"type", type}, {"code", nullptr}};
   e["param"] = param.empty() ? json(nullptr) : json(param);
-  return json{{"error", e}}.dump();
+  return dump(json{{"error", e}});
 }
 
 }  // namespace tandem::testbed

@@ -13,6 +13,7 @@
 #include <expected>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tandem::testbed {
 
@@ -41,6 +42,16 @@ struct CompletionRequest {
   std::uint32_t max_tokens = kDefaultMaxTokens;
   bool stream = false;
   bool tool_follows = true;
+  // Sampling, for engines that generate real tokens (tandem-llama; the
+  // emulator ignores them): temperature 0 is greedy; `seed` fixes the draws
+  // (0: a random one); ignore_eos generates max_tokens even past an
+  // end-of-generation token (vLLM's extension of the same name).
+  double temperature = 1.0;
+  std::uint64_t seed = 0;
+  bool ignore_eos = false;
+  // The prompt's token ids, filled by the engine's tokenizer
+  // (CompletionEngine::prepare); empty for the emulator.
+  std::vector<std::int32_t> tokens;
 };
 
 // Why a request is refused: the field it names and a message for the client.
@@ -54,6 +65,10 @@ struct RequestError {
 // a context (prompt + max_tokens) longer than max_model_len or than the pool.
 std::expected<CompletionRequest, RequestError> parse_request(std::string_view body, bool chat,
                                                              const RequestLimits& limits);
+
+// The context checks of parse_request on `r.prompt_tokens` as it is now (an
+// engine with a tokenizer checks again once it has counted the real tokens).
+std::expected<void, RequestError> check_context(const CompletionRequest& r, const RequestLimits& limits);
 
 // Token i of a text is bytes [4i, 4i + 4): the leading tokens `a` and `b`
 // have in common. A final partial token counts when both texts end there.
@@ -77,7 +92,10 @@ std::uint32_t shared_prefix(const SessionHistory& h, const CompletionRequest& r)
 // The history after `r` generated `output_tokens`.
 void advance_history(SessionHistory& h, const CompletionRequest& r, std::uint32_t output_tokens);
 
-// Replies (JSON text). `cached_tokens` is the prefix-cache hit of the round.
+// Replies (JSON text; text that is not valid UTF-8, as a token of a byte-level
+// vocabulary can be, is replaced with U+FFFD, never thrown on).
+// `cached_tokens` is the prefix-cache hit of the round, `completion_tokens`
+// what it generated.
 struct ReplyInfo {
   std::string id;
   std::int64_t created = 0;  // Unix seconds
@@ -87,10 +105,12 @@ struct ReplyInfo {
   std::uint32_t cached_tokens = 0;
   std::string_view session;
 };
-std::string completion_reply(const CompletionRequest& r, const ReplyInfo& info);
-// One SSE event's JSON for token `index` (0-based) of `info.completion_tokens`;
-// the last one carries finish_reason and usage.
-std::string stream_chunk(const CompletionRequest& r, const ReplyInfo& info, std::uint32_t index);
+std::string completion_reply(const CompletionRequest& r, const ReplyInfo& info, std::string_view text,
+                             std::string_view finish_reason = "length");
+// One SSE event's JSON for token `index` (0-based) with its text `piece`;
+// the last one (`last`) carries finish_reason and usage.
+std::string stream_chunk(const CompletionRequest& r, const ReplyInfo& info, std::uint32_t index, std::string_view piece,
+                         bool last, std::string_view finish_reason = "length");
 // {"error":{"message","type","param","code"}}.
 std::string error_reply(std::string_view message, std::string_view type, std::string_view param = {});
 

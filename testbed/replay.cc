@@ -42,7 +42,7 @@ bool time_valued(std::string_view name) { return name.ends_with("_s") || name.fi
 
 std::string replay_usage() {
   return R"(usage: tandem-agents run (--trace FILE | --synthetic NAME) --tool-cores N [options]
-       tandem-agents daemon-config --policy NAME [--compress C] [--subtree NAME] [--tool-cpus LIST]
+       tandem-agents daemon-config --policy NAME [--compress C] [--subtree NAME] [--tool-cpus LIST] [--preset-file FILE]
        tandem-agents compare RUN.json... [--json FILE] [--sim-json FILE] [--plot FILE.png]
 
 Replays agent sessions through the live stack: each round is an HTTP request
@@ -58,6 +58,8 @@ run
   --seed S              seed for drawing sessions and arrivals (default 1)
   --compress C          divide every duration by C (default 1); the engine must run with --speedup C
   --preset NAME         the engine's preset (default h100-llama3-8b)
+  --preset-file FILE    a real-time engine's preset (tandem-llama: its fitted step model, real us)
+  --token-scale S       divide every round's prompt and output tokens by S (default 1)
   --tool-cores N        cores the tool processes get (for the simulator's prediction)
   --tool-cpu SPEC       CPU demand per tool kind, "pytest=1,Read=0.05,*=0.5" (as tandem-sim)
   --tool-mem-mb M       MiB a tool touches per core of its demand (default 64)
@@ -101,6 +103,8 @@ std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::
       {"--seed", Mode::kRun, true},
       {"--compress", Mode::kRun, true},
       {"--preset", Mode::kRun, true},
+      {"--preset-file", Mode::kRun, true},
+      {"--token-scale", Mode::kRun, true},
       {"--tool-cores", Mode::kRun, true},
       {"--tool-cpu", Mode::kRun, true},
       {"--tool-mem-mb", Mode::kRun, true},
@@ -133,8 +137,8 @@ std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::
     for (const Known& c : kKnown) {
       if (c.flag == flag) k = &c;
     }
-    // --compress belongs to run and daemon-config.
-    const bool shared = flag == "--compress" && f.mode == Mode::kDaemonConfig;
+    // --compress and --preset-file belong to run and daemon-config.
+    const bool shared = (flag == "--compress" || flag == "--preset-file") && f.mode == Mode::kDaemonConfig;
     if (k == nullptr || (k->mode != f.mode && !shared)) {
       return std::unexpected(fmt::format("unknown flag '{}' for '{}' (see --help)", flag, cmd));
     }
@@ -170,6 +174,13 @@ std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::
       f.compress = *x;
     } else if (flag == "--preset") {
       f.preset = value;
+    } else if (flag == "--preset-file") {
+      f.preset_file = value;
+    } else if (flag == "--token-scale") {
+      auto x = positive(flag, value);
+      if (!x) return std::unexpected(x.error());
+      if (*x > 10000) return std::unexpected(fmt::format("--token-scale: {} is above 10000", value));
+      f.token_scale = *x;
     } else if (flag == "--tool-cores") {
       auto x = positive(flag, value);
       if (!x) return std::unexpected(x.error());
@@ -243,8 +254,43 @@ ToolStep tool_step(const sim::RoundSpec& round, const sim::ToolCpuTable& cpus, d
   return t;
 }
 
+void scale_tokens(std::vector<sim::SessionSpec>& sessions, double scale) {
+  if (scale == 1.0) return;
+  auto div = [&](std::uint32_t t) {
+    return static_cast<std::uint32_t>(std::max(1.0, std::round(static_cast<double>(t) / scale)));
+  };
+  for (sim::SessionSpec& s : sessions) {
+    for (sim::RoundSpec& r : s.rounds) {
+      r.input_tokens = div(r.input_tokens);
+      r.output_tokens = div(r.output_tokens);
+    }
+  }
+}
+
+sim::Preset trace_time_preset(const sim::Preset& real, double compress) {
+  sim::Preset p = real;
+  sim::StepTimeModel& m = p.step;
+  m.t0_us *= compress;
+  m.weights_us *= compress;
+  m.b_us_per_token *= compress;
+  m.a_pf_us_per_pair *= compress;
+  m.a_dec_us_per_token *= compress;
+  m.a_seq_us *= compress;
+  m.expert_bytes *= compress;  // the expert term is bytes / bandwidth: scale its time through the bytes
+  p.swap_us_per_token *= compress;
+  p.swap_fixed_us *= compress;
+  return p;
+}
+
+std::map<std::string, double> cost_params(const sim::Preset& p, double scale) {
+  return {{"prefill_us_per_token", p.step.b_us_per_token * scale},
+          {"attention_us_per_pair", p.step.a_pf_us_per_pair * scale},
+          {"swap_us_per_token", p.swap_us_per_token * scale}};
+}
+
 std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, double compress,
-                                                       std::string_view subtree, std::string_view tool_cpus) {
+                                                       std::string_view subtree, std::string_view tool_cpus,
+                                                       const sim::Preset* realtime) {
   const sched::PolicyEntry* entry = sched::find_policy(policy);
   if (entry == nullptr) {
     std::string known;
@@ -255,7 +301,13 @@ std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, 
   if (!(compress > 0) || !std::isfinite(compress)) return std::unexpected("the compression must be a positive number");
   DaemonConfig c;
   c.tick_ms = static_cast<std::uint32_t>(std::max(1.0, std::round(50.0 / compress)));
+  const std::map<std::string, double> costs =
+      realtime != nullptr ? cost_params(*realtime, 1.0) : std::map<std::string, double>{};
   for (const sched::ParamSpec& p : entry->params) {
+    if (auto it = costs.find(std::string(p.name)); it != costs.end()) {
+      c.params[it->first] = std::clamp(it->second, p.min, p.max);
+      continue;
+    }
     if (!time_valued(p.name) || compress == 1.0) continue;
     double v = p.default_value / compress;
     if (v < p.min) {
@@ -266,9 +318,11 @@ std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, 
   }
   std::string t = fmt::format(
       "# tandemd for a tandem-agents run compressed {}x (tandem-agents daemon-config):\n"
-      "# the policy's durations and per-work costs, and the tick, divided by {}.\n"
+      "# the policy's durations{}, and the tick, divided by {}.\n"
       "[policy]\nname = {}\ntick_ms = {}\n",
-      compress, compress, toml_string(policy), c.tick_ms);
+      compress,
+      realtime != nullptr ? " (its per-work costs are the real-time engine's preset's)" : " and per-work costs",
+      compress, toml_string(policy), c.tick_ms);
   if (!c.params.empty()) {
     t += "\n[policy.params]\n";
     for (const auto& [name, v] : c.params) t += fmt::format("{} = {:.9g}\n", name, v);

@@ -11,6 +11,15 @@
 // _us_) are divided by C, as is the control tick. Everything the run measures
 // is multiplied by C before it becomes a metric, so a run's numbers read in
 // trace seconds and compare directly with tandem-sim's on the same workload.
+//
+// A real-time engine (tandem-llama) cannot run C times faster: its steps take
+// what llama.cpp takes. Arrivals and tools are still compressed; the engine's
+// preset (--preset-file: fitted to its measured steps, in real microseconds)
+// says what its steps cost, the daemon gets those costs as they are, and the
+// simulator's prediction runs with them multiplied by C (trace time). Token
+// counts may be scaled down (--token-scale S: every round's prompt and output
+// divided by S) to fit a small model on a CPU; the prediction sees the same
+// scaled sessions.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +31,7 @@
 #include <vector>
 
 #include "sim/metrics.h"
+#include "sim/preset.h"
 #include "sim/workload.h"
 
 namespace tandem::testbed {
@@ -42,6 +52,8 @@ struct ReplayFlags {
   double compress = 1.0;
   // run: the node (for tool demands and the simulator's prediction).
   std::string preset = "h100-llama3-8b";
+  std::string preset_file;  // a real-time engine's preset (tandem-sim --calibrate); run and daemon-config
+  double token_scale = 1;   // prompts and outputs divided by this
   double tool_cores = 0;    // cores the tools get; required for run
   std::string tool_cpu;     // sim::ToolCpuTable::apply spec
   double tool_mem_mb = 64;  // MiB a tool touches per core of CPU demand
@@ -72,6 +84,15 @@ std::string replay_usage();
 
 // ---- what a run does ------------------------------------------------------------
 
+// Every round's prompt and output tokens divided by `scale` (rounded, at
+// least 1).
+void scale_tokens(std::vector<sim::SessionSpec>& sessions, double scale);
+// A real-time engine's preset in trace time: its step and swap costs × C.
+sim::Preset trace_time_preset(const sim::Preset& real, double compress);
+// tandem's cost parameters (prefill_us_per_token, attention_us_per_pair,
+// swap_us_per_token) from a preset's step model, times `scale`.
+std::map<std::string, double> cost_params(const sim::Preset& p, double scale);
+
 // The stand-in process for one tool step: `tandem-toolburn --cpu-seconds
 // cpu_s --wall-seconds wall_s --mem-mb mem_mb`, all compressed.
 struct ToolStep {
@@ -94,8 +115,11 @@ struct DaemonConfig {
   std::vector<std::string> clamped;      // "name: wanted X, held at MIN"
   std::uint32_t tick_ms = 50;
 };
+// With `realtime` (a real-time engine's preset), tandem's cost parameters
+// are that preset's, undivided: the engine's steps are not compressed.
 std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, double compress,
-                                                       std::string_view subtree, std::string_view tool_cpus);
+                                                       std::string_view subtree, std::string_view tool_cpus,
+                                                       const sim::Preset* realtime = nullptr);
 
 // ---- what a run recorded ----------------------------------------------------------
 
@@ -134,7 +158,7 @@ struct SessionLog {
 struct EngineTotals {
   std::uint64_t prompt_tokens = 0, reused_tokens = 0, new_tokens = 0, recomputed_tokens = 0, computed_tokens = 0;
   std::uint64_t preemptions = 0;
-  double busy_s = 0;                // modelled (trace) seconds
+  double busy_s = 0;                // the emulator's modelled (trace) seconds; a real-time engine's real ones
   double pinned_block_seconds = 0;  // real seconds
 };
 

@@ -137,6 +137,28 @@ TEST(Prefix, GivenTokenCountsShareWhenTheTextExtends) {
   EXPECT_EQ(shared_prefix(h, parse_ok(R"({"prompt":"other","prompt_tokens":400})")), 0u);
 }
 
+TEST(Requests, SamplingFieldsAreValidated) {
+  const CompletionRequest r = parse_ok(R"({"prompt":"x","temperature":0,"seed":7,"ignore_eos":true})");
+  EXPECT_EQ(r.temperature, 0.0);
+  EXPECT_EQ(r.seed, 7u);
+  EXPECT_TRUE(r.ignore_eos);
+  const CompletionRequest d = parse_ok(R"({"prompt":"x"})");
+  EXPECT_EQ(d.temperature, 1.0);
+  EXPECT_FALSE(d.ignore_eos);
+  for (const char* bad : {R"({"prompt":"x","temperature":-1})", R"({"prompt":"x","temperature":"hot"})",
+                          R"({"prompt":"x","temperature":2.5})"}) {
+    auto e = parse_request(bad, false, {});
+    ASSERT_FALSE(e) << bad;
+    EXPECT_EQ(e.error().field, "temperature");
+  }
+  auto e = parse_request(R"({"prompt":"x","seed":1.5})", false, {});
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().field, "seed");
+  e = parse_request(R"({"prompt":"x","ignore_eos":1})", false, {});
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().field, "ignore_eos");
+}
+
 TEST(Replies, OpenAiShapes) {
   const CompletionRequest r = parse_ok(R"({"prompt":"hello world!","max_tokens":3})");
   ReplyInfo info{.id = "cmpl-1",
@@ -146,7 +168,7 @@ TEST(Replies, OpenAiShapes) {
                  .completion_tokens = 3,
                  .cached_tokens = 0,
                  .session = ""};
-  const json j = json::parse(completion_reply(r, info));
+  const json j = json::parse(completion_reply(r, info, filler_text(3)));
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["model"], "m");
   EXPECT_EQ(j["choices"][0]["text"], " tok tok tok");
@@ -154,20 +176,29 @@ TEST(Replies, OpenAiShapes) {
   EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
   EXPECT_EQ(j["usage"]["completion_tokens"], 3);
   EXPECT_EQ(j["usage"]["total_tokens"], 6);
-  const json c0 = json::parse(stream_chunk(r, info, 0));
+  const json c0 = json::parse(stream_chunk(r, info, 0, kFillerToken, false));
   EXPECT_TRUE(c0["choices"][0]["finish_reason"].is_null());
   EXPECT_FALSE(c0.contains("usage"));
-  const json c2 = json::parse(stream_chunk(r, info, 2));
+  const json c2 = json::parse(stream_chunk(r, info, 2, kFillerToken, true));
   EXPECT_EQ(c2["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(c2["usage"]["total_tokens"], 6);
 
   const CompletionRequest chat = parse_ok(R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3})", true);
-  const json cj = json::parse(completion_reply(chat, info));
+  const json cj = json::parse(completion_reply(chat, info, filler_text(3)));
   EXPECT_EQ(cj["object"], "chat.completion");
   EXPECT_EQ(cj["choices"][0]["message"]["content"], " tok tok tok");
-  const json cc = json::parse(stream_chunk(chat, info, 0));
+  const json cc = json::parse(stream_chunk(chat, info, 0, kFillerToken, false));
   EXPECT_EQ(cc["object"], "chat.completion.chunk");
   EXPECT_EQ(cc["choices"][0]["delta"]["role"], "assistant");
+
+  // A stop before max_tokens, and text that is not UTF-8 (a byte-level
+  // token): replaced, not thrown on.
+  const json stop = json::parse(completion_reply(r, info, "ab\xff", "stop"));
+  EXPECT_EQ(stop["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(stop["choices"][0]["text"], "ab\xef\xbf\xbd");
+  const json cs = json::parse(stream_chunk(chat, info, 1, "\xc3", true, "stop"));
+  EXPECT_EQ(cs["choices"][0]["delta"]["content"], "\xef\xbf\xbd");
+  EXPECT_EQ(cs["choices"][0]["finish_reason"], "stop");
 
   const json e = json::parse(error_reply("'max_tokens' must be", "invalid_request_error", "max_tokens"));
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
