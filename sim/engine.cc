@@ -430,6 +430,7 @@ std::optional<Time> Engine::start_step(Time now) {
       // without room there it is a preemption by recompute.
       const std::uint32_t full = std::min(q.r.blocks_held, q.r.computed_tokens / block_size_) * block_size_;
       if (swap && full > 0 && q.work.content != nullptr && store_host(q.r.session, *q.work.content, full, now)) {
+        if (observer_ != nullptr) observer_->swapped(q.r.session, full);
         swap_us += preset_.swap_fixed_us + preset_.swap_us_per_token * full;
         ++counters_.swaps;
       }

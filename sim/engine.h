@@ -111,6 +111,10 @@ class KvObserver {
   // A step reloads tokens [first_token, first_token + tokens) from the
   // session's host copy into its held KV.
   virtual void reloaded(SessionId session, std::uint32_t first_token, std::uint32_t tokens) = 0;
+  // A preemption by swap copies tokens [0, tokens) of the session's KV to
+  // host memory, before its blocks are released (moved() follows). An
+  // observer that keeps no copies of its own ignores it.
+  virtual void swapped(SessionId /*session*/, std::uint32_t /*tokens*/) {}
 };
 
 // Host memory for KV copies, shared by the engines of a node (CPU DRAM: any
