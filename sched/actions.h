@@ -58,6 +58,8 @@ class Actions {
   void set_sm_partition(EngineId e, std::uint32_t index) { add({ActionKind::kSetSmPartition, 0, e, index}); }
   void kill_tools(SessionId s) { add({ActionKind::kKillTools, s}); }
 
+  // Appends an action built elsewhere (a wrapped policy's).
+  void add_action(const Action& a) { add(a); }
   const std::vector<Action>& list() const { return list_; }
   bool empty() const { return list_.empty(); }
   void clear() { list_.clear(); }

@@ -19,6 +19,7 @@ AutellixParams autellix_params(const PolicyParams& p) {
   a.quantum[2] = static_cast<std::uint32_t>(p.get("quantum2"));
   a.quantum[3] = static_cast<std::uint32_t>(p.get("quantum3"));
   a.beta = p.get("beta");
+  a.swap_preempt = p.flag("swap_preempt");
   return a;
 }
 
@@ -137,7 +138,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
       plan.preempt(in.requests[victim], victim);  // a chunk already scheduled this step comes back too
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(vpos));
       if (vpos < pos) --pos;
-      out.preempt.push_back(victim);
+      (params_.swap_preempt ? out.swap : out.preempt).push_back(victim);
       reqs_[in.requests[victim].id].seq = next_front_seq_--;  // head of its queue
       preempted = true;
       if (victim == idx) {

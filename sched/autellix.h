@@ -18,7 +18,13 @@
 // scheduled tokens). Running requests run in (queue, arrival) order; waiting
 // ones FIFO inside each queue, Q0 first, preempted requests at the head of
 // their queue. Under KV pressure the victim is argmax (queue, blocks, arrival).
-// Preemption is by recompute (vLLM V1 has no swap), as in the MARS repo.
+// Preemption is by swap, as in the paper (§5: Autellix runs on vLLM 0.6.1 and
+// swaps preempted calls' KV to host memory, StepPlan::swap); the MARS repo's
+// port preempts by recompute because vLLM V1 cannot swap (`swap_preempt = 0`).
+// Recompute is what livelocked it here: the victim key picks the largest
+// request of the lowest queue, a long context in prefill, whose progress a
+// recompute throws away, so on a pool that holds about one such context it
+// was preempted again before it ever finished (docs/results.md).
 //
 // Constants, by source:
 //   MARS repo (vllm-continuum scheduler.py L149–151): service thresholds
@@ -52,6 +58,8 @@ inline constexpr ParamSpec kAutellixParams[] = {
     {"quantum3", 256, 1, 1e7, "Q3 token quantum (MARS repo)"},
     {"beta", 2.0, 0.01, 1e6,
      "anti-starvation: promote to Q0 when wait/service tokens >= beta (MARS repo; third-party ports use 8)"},
+    {"swap_preempt", 1, 0, 1,
+     "1: preempt by swapping the victim's KV to host memory (paper); 0: by recompute (MARS repo)"},
 };
 
 struct AutellixParams {
@@ -60,6 +68,7 @@ struct AutellixParams {
   std::uint64_t service_threshold[kQueues - 1] = {2048, 8192, 32768};
   std::uint32_t quantum[kQueues] = {2048, 1024, 512, 256};
   double beta = 2.0;
+  bool swap_preempt = true;
 };
 
 AutellixParams autellix_params(const PolicyParams& p);

@@ -15,6 +15,8 @@ InferceptParams infercept_params(const PolicyParams& p) {
   i.swap_s_per_token = p.get("swap_s_per_token");
   i.swap_free_tokens = p.get("swap_free_tokens");
   i.min_pin_s = p.get("min_pin_s");
+  i.swap_preempt = p.flag("swap_preempt");
+  i.mode = static_cast<int>(p.get("mode"));
   return i;
 }
 
@@ -49,6 +51,13 @@ KeepPlan InferceptStepScheduler::on_round_end(const RoundEndInfo& info, Time now
   if (max_model_len_ != 0) c = std::min(c, max_model_len_);
   if (c == 0) return {};
   const InferceptWaste w = waste(c, info.other_running_tokens, mean_s(info.tool));
+  const auto pin = [&]() -> KeepPlan {
+    if (w.ttl_s <= params_.min_pin_s) return {};
+    return {KeepDecision::kPin, now + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(w.ttl_s))};
+  };
+  if (params_.mode == 1) return {KeepDecision::kDrop, {}};
+  if (params_.mode == 2) return pin();
+  if (params_.mode == 3) return {KeepDecision::kOffload, {}};
   if (w.preserve <= w.discard && (!params_.swap || w.preserve <= w.swap)) {
     if (w.ttl_s <= params_.min_pin_s) return {};
     return {KeepDecision::kPin, now + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(w.ttl_s))};
@@ -93,7 +102,7 @@ void InferceptStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   freed.free_blocks = kv.free_blocks();
   vllm_.plan(freed, now, out_step_);
   out.run = std::move(out_step_.run);
-  out.preempt = std::move(out_step_.preempt);
+  (params_.swap_preempt ? out.swap : out.preempt) = std::move(out_step_.preempt);
   out_step_.clear();
 
   // The repo's waiting-path rule: with nothing running, a head that does not

@@ -29,8 +29,13 @@
 // With the default constants swap is always cheaper than discard (4·4e-5 <
 // 2e-4 per token): discard is chosen only with swap disabled or dearer.
 //
+// `mode` reproduces InferCept's fixed baselines (its api_policy D, P and S):
+// always discard, always preserve (pin for the same TTL) or always swap.
+//
 // Each step is vLLM V1's (sched/fcfs.h: running in order, the last running
-// request is the victim, strict head-of-line admission in arrival order), plus
+// request is the victim, strict head-of-line admission in arrival order) with
+// the victim's KV swapped to host memory as InferCept's SchedulerV2 does
+// (`swap_preempt`; the MARS repo's V1 port recomputes it), plus
 // the repo's pin housekeeping shared with Continuum: a pin is released when
 // now ≥ until and no waiting request of its session is queued, or when its
 // session ended a later round; when the waiting head does not fit while
@@ -54,6 +59,10 @@ inline constexpr ParamSpec kInferceptParams[] = {
     {"swap_s_per_token", 4e-5, 0, 1, "T_swap slope, s/token = KV bytes per token / link bandwidth (InferCept code)"},
     {"swap_free_tokens", 640, 0, 1e7, "tokens whose swap overlaps compute for free (InferCept scheduler.py)"},
     {"min_pin_s", 0.01, 0, 60, "a preserve TTL at or below this releases instead of pinning (MARS repo)"},
+    {"swap_preempt", 1, 0, 1,
+     "1: a running victim's KV is swapped to host memory (InferCept's SchedulerV2); 0: recompute (MARS repo)"},
+    {"mode", 0, 0, 3,
+     "0: min waste (InferCept, api_policy V); 1: discard only (D); 2: preserve only (P); 3: swap only (S)"},
 };
 
 struct InferceptParams {
@@ -63,6 +72,8 @@ struct InferceptParams {
   double swap_s_per_token = 4e-5;
   double swap_free_tokens = 640;
   double min_pin_s = 0.01;
+  bool swap_preempt = true;
+  int mode = 0;  // 0 min waste, 1 discard, 2 preserve, 3 swap (InferCept's api_policy V, D, P, S)
 };
 
 InferceptParams infercept_params(const PolicyParams& p);

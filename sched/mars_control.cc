@@ -152,7 +152,8 @@ void MarsControl::update_kv(const NodeModel& model) {
   for (const auto& [id, e] : model.engines()) {
     if (!e.has_stats) continue;
     total += e.kv.blocks_total;
-    free += std::min(e.kv.blocks_free, e.kv.blocks_total);
+    const std::uint32_t pinned = pinned_is_free_ ? e.kv.blocks_pinned : 0;
+    free += std::min(e.kv.blocks_free + pinned, e.kv.blocks_total);
   }
   kv_known_ = total > 0;
   if (!kv_known_) {
@@ -276,7 +277,7 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
     c.est = s.round_in_flight ? s.prompt_tokens : 0;
     const std::uint32_t bs = block_size_of(s.engine);
     c.blocks = (c.est + bs - 1) / bs;  // EstimateBlocks: ceil(est / block_size)
-    c.is_long = p_.long_prefill_tokens > 0 && c.est > p_.long_prefill_tokens;
+    c.is_long = !no_long_cap_ && p_.long_prefill_tokens > 0 && c.est > p_.long_prefill_tokens;
     if (c.is_long) ++backlog_long;
     waiting.push_back(c);
   }

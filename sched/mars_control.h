@@ -114,6 +114,13 @@ class MarsControl final : public ControlPolicy {
   // follows KV pressure alone. MARS itself never calls this; `tandem` does
   // (tandem.h, addition 7).
   void ignore_cpu() { ignore_cpu_ = true; }
+  // Counts pinned blocks as free in the KV pressure admission sees. MARS
+  // never pins; `tandem` pins KV it can release on demand (tandem.h).
+  void pinned_is_free() { pinned_is_free_ = true; }
+  // Admits long sessions (est > long_prefill_tokens) like short ones, by KV
+  // fit alone: no cap on long sessions in flight, no needle wait, no tail
+  // mode. MARS itself never calls this; `tandem` does (tandem.h, addition 10).
+  void no_long_cap() { no_long_cap_ = true; }
 
   // Read-only state, for tests and `tandemctl`.
   const MarsControlParams& params() const { return p_; }
@@ -147,6 +154,8 @@ class MarsControl final : public ControlPolicy {
 
   MarsControlParams p_;
   bool ignore_cpu_ = false;
+  bool pinned_is_free_ = false;
+  bool no_long_cap_ = false;
   MarsControlParams base_;  // the configured windows, before scale_window()
   std::uint32_t window_scale_ = 1;
   Duration interval_{};

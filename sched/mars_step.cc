@@ -271,6 +271,30 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
     }
   }
 
+  // Work conservation (not MARS): a step of prefills alone, with every
+  // queued request scheduled, gives its unused budget to those prefills.
+  if (params_.fill_idle_budget && !preempted && plan.budget() > 0) {
+    std::vector<ScheduledChunk> chunks;
+    plan.emit(chunks);
+    bool lone = !chunks.empty();
+    std::size_t scheduled = 0;
+    for (const ScheduledChunk& c : chunks) {
+      const StepRequest& r = in.requests[c.request];
+      lone = lone && prefilling(r) && start_of(r) + c.tokens < r.prompt_tokens + 1;
+      ++scheduled;
+    }
+    lone = lone && scheduled == static_cast<std::size_t>(n_req);
+    if (lone) {
+      for (const ScheduledChunk& c : chunks) {
+        const StepRequest& r = in.requests[c.request];
+        const std::uint32_t left = r.prompt_tokens - std::min(r.prompt_tokens, start_of(r) + c.tokens);
+        const std::uint32_t extra = std::min(left, plan.budget());
+        if (extra > 0) (void)plan.try_extend(r, c.request, extra);
+        if (plan.budget() == 0) break;
+      }
+    }
+  }
+
   plan.emit(out.run);
 
   // 3. MLFQ feedback for what runs.

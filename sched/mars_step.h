@@ -69,6 +69,11 @@ struct MarsStepParams {
   Duration aging_interval = std::chrono::seconds(30);  // zero: no aging
   bool chunk_halving = true;
   std::uint32_t overflow_window = 30;  // running + waiting looked at; 0 = unbounded
+  // Not MARS: when a step would leave budget unused with nothing but prefill
+  // in it and nothing left waiting, the prefills take the rest of the budget
+  // in scheduling order (tandem.h, addition 17). The quanta then only split
+  // the budget between requests that compete for it.
+  bool fill_idle_budget = false;
 };
 
 inline constexpr ParamSpec kMarsStepParams[] = {

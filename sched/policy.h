@@ -120,10 +120,16 @@ struct ScheduledChunk {
 struct StepPlan {
   std::vector<ScheduledChunk> run;
   std::vector<std::uint32_t> preempt;  // indices of running requests to preempt (recompute)
-  std::vector<SessionId> unpin;        // pinned sessions whose KV is released
+  // Indices of running requests to preempt by swapping: their KV is copied
+  // to host memory before it is freed, and reloaded when they run again
+  // (vLLM V0's swap). An engine without host memory treats them as `preempt`.
+  // A request is in at most one of `preempt` and `swap`.
+  std::vector<std::uint32_t> swap;
+  std::vector<SessionId> unpin;  // pinned sessions whose KV is released
   void clear() {
     run.clear();
     preempt.clear();
+    swap.clear();
     unpin.clear();
   }
 };
@@ -201,6 +207,8 @@ class KvLedger {
   }
   // Frees what a preempted or released request or pin held.
   void release(std::uint32_t blocks) { free_ += blocks; }
+  // Takes `blocks` (≤ free_blocks()) from the free pool.
+  void take(std::uint32_t blocks) { free_ -= blocks; }
   std::uint32_t free_blocks() const { return free_; }
   std::uint32_t blocks_for(std::uint32_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
 
@@ -232,6 +240,18 @@ class ChunkLedger {
     blocks_[index] = need;
     budget_ -= tokens;
     order_.push_back(index);
+    return true;
+  }
+  // Adds `extra` tokens to the chunk already scheduled for `index` if their
+  // blocks fit; false, changing nothing, if not.
+  bool try_extend(const StepRequest& r, std::uint32_t index, std::uint32_t extra) {
+    const std::uint32_t total = kv_.blocks_needed(r, tokens_[index] + extra);
+    const std::uint32_t more = total > blocks_[index] ? total - blocks_[index] : 0;
+    if (more > kv_.free_blocks() || extra > budget_) return false;
+    kv_.take(more);
+    blocks_[index] += more;
+    tokens_[index] += extra;
+    budget_ -= extra;
     return true;
   }
   // Preempts request `index`: its chunk of this step, if any, comes back to

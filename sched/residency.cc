@@ -2,6 +2,7 @@
 #include "sched/residency.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace tandem::sched {
 
@@ -25,16 +26,21 @@ double kv_price(const EngineView& engine, const PriceParams& params) {
 ResidencyDecision decide_residency(const ResidencyInput& in, const CostModel& cost) {
   const double recompute = cost.recompute_s(in.context_tokens);
   const double reload = cost.reload_s(in.context_tokens);
-  const bool can_offload = in.offload_allowed && reload < recompute;
-  const double avoided = can_offload ? reload : recompute;
-  const double hold = static_cast<double>(in.blocks) * in.horizon_s * in.price;
+  const double blocks = in.blocks;
   ResidencyDecision d;
+  // The copy crosses the link in about a reload's time, after the backlog;
+  // its blocks stay allocated until it is done.
+  d.offload_cost = in.offload_allowed ? reload + blocks * (in.link_wait_s + reload) * in.price
+                                      : std::numeric_limits<double>::infinity();
+  const bool offload = d.offload_cost < recompute;
+  const double avoided = offload ? d.offload_cost : recompute;
+  const double hold = blocks * in.horizon_s * in.price;
   d.keep_value = in.p_return_within_horizon * avoided - hold;
   // Idle memory (hold = 0) keeps whatever P is: nothing is gained by moving it.
   if (hold == 0 || d.keep_value > 0) {
     d.residence = Residence::kKeep;
   } else {
-    d.residence = can_offload ? Residence::kOffload : Residence::kDrop;
+    d.residence = offload ? Residence::kOffload : Residence::kDrop;
   }
   return d;
 }

@@ -5,10 +5,14 @@
 //
 //   keep  iff  P(tool returns within h | running for t) × C_avoided  >  blocks × h × price(KV)
 //
-// C_avoided is what keeping spares compared with the best alternative: the
-// reload time if the KV could be offloaded to host memory instead, else the
-// full recompute. When keeping loses, the KV is offloaded if reloading is
-// cheaper than recomputing (and offload is allowed), else dropped. With idle
+// C_avoided is what keeping spares compared with the best alternative, the
+// cheaper of:
+//   offload  — reload at resume + the GPU memory its blocks keep while the
+//              copy waits for and crosses the link (blocks × (backlog + copy
+//              time) × GPU price);
+//   release  — the full recompute.
+// When keeping loses, the cheaper alternative is taken. Offload needs host
+// memory for the copy (the caller decides: tandem.h, host_prices). With idle
 // memory the price is 0 and every session keeps; a tool expected to run long
 // under pressure has P ≈ 0 and goes to host memory or is dropped. This one
 // expression subsumes Continuum's TTL (keep while P is high) and
@@ -40,7 +44,8 @@ struct CostModel {
 
 struct PriceParams {
   // Pool pressure (allocated + queued demand, over total) below which KV is
-  // free: idle memory is worth nothing to anyone else.
+  // free: idle memory is worth nothing to anyone else. The same threshold
+  // prices host memory by its use.
   double idle_pressure = 0.7;
   // Price at pressure 1, in GPU-seconds per block-second. The default is what
   // one 16-token block costs to recompute (16 × 20 µs): holding a block for a
@@ -61,12 +66,14 @@ struct ResidencyInput {
   std::uint32_t context_tokens = 0;
   std::uint32_t blocks = 0;
   double price = 0;             // kv_price() of the session's engine
-  bool offload_allowed = true;  // host memory and a copy path exist
+  bool offload_allowed = true;  // host memory and a copy path exist, and the copy may take room there
+  double link_wait_s = 0;       // copies already queued on the engine's link
 };
 
 struct ResidencyDecision {
   Residence residence = Residence::kKeep;
-  double keep_value = 0;  // P × C_avoided − hold, GPU-seconds (> 0 iff kept)
+  double keep_value = 0;    // P × C_avoided − hold, GPU-seconds (> 0 iff kept)
+  double offload_cost = 0;  // GPU-seconds; +inf when offload is not possible
 };
 
 ResidencyDecision decide_residency(const ResidencyInput& in, const CostModel& cost);

@@ -4,6 +4,7 @@
 #include "sched/tandem.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -35,10 +36,26 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.initial_pin_s = p.get("initial_pin_s");
   t.locality_bonus = p.get("locality_bonus");
   t.residency_budget = static_cast<std::uint32_t>(p.get("residency_budget"));
+  t.pin_admission = p.flag("pin_admission");
+  t.long_admission = p.flag("long_admission");
+  t.prompt_projection = p.flag("prompt_projection");
+  t.queue_admission = p.flag("queue_admission");
+  t.pending_restore = p.flag("pending_restore");
+  t.host_prices = p.flag("host_prices");
+  t.pooled_prior = p.flag("pooled_prior");
+  t.swap_preempt = p.flag("swap_preempt");
+  t.fill_idle_budget = p.flag("fill_idle_budget");
+  t.max_remaining_s = p.get("max_remaining_s");
   return t;
 }
 
 // ---- control half -----------------------------------------------------------
+
+TandemControl::TandemControl(const MarsControlParams& mars, const TandemParams& params) : mars_(mars), p_(params) {
+  if (p_.kv_admission) mars_.ignore_cpu();
+  if (p_.pin_admission && p_.residency) mars_.pinned_is_free();
+  if (p_.long_admission) mars_.no_long_cap();
+}
 
 const ResidencyDecision* TandemControl::residency_of(SessionId s) const {
   auto it = kept_.find(s);
@@ -60,7 +77,8 @@ void TandemControl::on_event(const Event& event, const NodeModel& /*model*/, Tim
 
 void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
   if (p_.engine_window) mars_.scale_window(static_cast<std::uint32_t>(model.engines().size()));
-  mars_.tick(model, now, out);  // admission: AIMD + PackQueue, unchanged
+  mars_out_.clear();
+  mars_.tick(model, now, mars_out_);  // admission: AIMD + PackQueue, unchanged
   const Duration horizon = base::from_seconds(p_.horizon_s);
   const Duration interval = last_tick_ ? now - *last_tick_ : horizon;
   last_tick_ = now;
@@ -100,7 +118,34 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
     acting_cursor_ = acting.empty() ? 0 : (acting_cursor_ + n) % acting.size();
   }
   changed_.clear();
+  paused_waiting_ = false;
+  pressure_.clear();
   if (p_.growth_check) check_growth(model, now, out);
+  // MARS's admissions, last: with queue_admission a new session waits
+  // behind paused sessions whose rounds wait to be restored, and enters
+  // only if its round fits under resume_pressure on its engine, as a
+  // restore would.
+  for (const Action& a : mars_out_.list()) {
+    if (a.kind != ActionKind::kAdmit || !p_.queue_admission || !p_.growth_check) {
+      out.add_action(a);
+      continue;
+    }
+    if (paused_waiting_) continue;
+    const Session* s = model.sessions().find(a.session);
+    const EngineView* e = s != nullptr ? model.engine(s->engine) : nullptr;
+    if (s == nullptr || e == nullptr || !e->has_stats || e->kv.blocks_total == 0) {
+      out.add_action(a);
+      continue;
+    }
+    const double bs = e->params.block_size > 0 ? e->params.block_size : 16;
+    const double need =
+        std::ceil((static_cast<double>(s->prompt_tokens) + p_.growth_decode_tokens) / bs) / e->kv.blocks_total;
+    double& pr = pressure_[s->engine];
+    const double limit = std::max(p_.resume_pressure, std::min(1.0, need));
+    if (pr + need > limit) continue;
+    pr += need;
+    out.add_action(a);
+  }
 }
 
 void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now, Duration rotation, Actions& out) {
@@ -111,12 +156,13 @@ void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now,
     const EngineView* engine = model.engine(s.engine);
     ResidencyInput in;
     const Time since = s.tool != 0 ? s.tool_started : s.last_round_end;
-    in.p_return_within_horizon = model.tools().p_return_within(s.tool, now - since, horizon);
+    in.p_return_within_horizon = model.tools().p_return_within(s.tool, now - since, horizon, p_.pooled_prior);
     in.horizon_s = p_.horizon_s;
     in.context_tokens = s.context_tokens;
     in.blocks = s.blocks_held;
     in.price = engine != nullptr ? kv_price(*engine, p_.price) : 0.0;
     in.offload_allowed = p_.offload;
+    offload_terms(model, s, now, in);
     d = decide_residency(in, p_.cost);
     residence = d.residence;
   } else if (p_.residency) {
@@ -159,6 +205,31 @@ void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now,
   }
 }
 
+void TandemControl::offload_terms(const NodeModel& model, const Session& s, Time now, ResidencyInput& in) const {
+  if (!p_.host_prices) return;
+  const EngineView* e = model.engine(s.engine);
+  if (e == nullptr || !e->has_stats) return;
+  in.link_wait_s = base::to_seconds(e->kv.offload_backlog);
+  const std::uint64_t total = e->kv.host_blocks_total;
+  if (total == 0) return;  // unlimited or unknown host memory
+  // A copy larger than all host memory cannot be made.
+  if (s.blocks_held > total) {
+    in.offload_allowed = false;
+    return;
+  }
+  // Host memory's price is the copy a new one displaces: with no room left,
+  // the host evicts its least recently used copy. Belady's rule on the
+  // survival model: displace it only if this session is expected back sooner
+  // than that copy's (idle the longest, kind unknown: every tool's pooled
+  // history decides).
+  if (e->kv.blocks_offloaded + s.blocks_held <= total) return;
+  const Time since = s.tool != 0 ? s.tool_started : s.last_round_end;
+  const double mine = model.tools().remaining_s(s.tool, now - since, p_.max_remaining_s, p_.pooled_prior);
+  // Kind 0 is never observed: the prior alone, which is the pool with pooled_prior.
+  const double oldest = model.tools().remaining_s(0, e->kv.host_oldest_idle, p_.max_remaining_s, p_.pooled_prior);
+  if (mine >= oldest) in.offload_allowed = false;
+}
+
 void TandemControl::release(SessionId id, const Session* s, Actions& out) {
   auto it = kept_.find(id);
   if (it == kept_.end()) return;
@@ -186,11 +257,26 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
   const Duration horizon = base::from_seconds(p_.horizon_s);
   // Running rounds per engine, from the REASONING sessions only.
   std::map<EngineId, std::uint64_t> running;
+  std::map<EngineId, double> demand;  // blocks the admitted rounds will hold: whole prompts plus growth
   for (const Session* s : model.sessions().in_state(SessionState::kReasoning)) {
-    if (s->round_in_flight) ++running[s->engine];
+    if (!s->round_in_flight) continue;
+    ++running[s->engine];
+    const EngineView* e = model.engine(s->engine);
+    const double bs = e != nullptr && e->params.block_size > 0 ? e->params.block_size : 16;
+    demand[s->engine] += std::ceil((static_cast<double>(s->prompt_tokens) + p_.growth_decode_tokens) / bs);
   }
   std::map<EngineId, double> pressure;
-  for (const auto& [eid, e] : model.engines()) pressure[eid] = projected_pressure(e, running[eid]);
+  for (const auto& [eid, e] : model.engines()) {
+    if (p_.prompt_projection && e.has_stats && e.kv.blocks_total > 0) {
+      // What admitted work will hold: every running or queued round's whole
+      // prompt and growth (not only what its prefill allocated so far), and
+      // the KV kept for acting sessions (pins and copies in flight).
+      const double kept = e.kv.blocks_pinned;
+      pressure[eid] = std::max(projected_pressure(e, running[eid]), (demand[eid] + kept) / e.kv.blocks_total);
+    } else {
+      pressure[eid] = projected_pressure(e, running[eid]);
+    }
+  }
   // Pausing frees memory for someone: an engine where nothing waits (no
   // queued round, no demand still to allocate) is left alone however full.
   std::map<EngineId, bool> contended;
@@ -219,7 +305,7 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
       const Session* s = acting[(growth_cursor_ + j) % acting.size()];
       if (s->blocks_held == 0 || !contended[s->engine] || pressure[s->engine] <= p_.pause_pressure) continue;
       Time since = s->tool != 0 ? s->tool_started : s->last_round_end;
-      double p = model.tools().p_return_within(s->tool, now - since, horizon);
+      double p = model.tools().p_return_within(s->tool, now - since, horizon, p_.pooled_prior);
       double value = p * p_.cost.recompute_s(s->context_tokens);
       victims.push_back({value / s->blocks_held, s->id, s->engine, s->blocks_held, s->context_tokens});
     }
@@ -231,7 +317,16 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
       const EngineView* e = model.engine(v.engine);
       if (e == nullptr || pressure[v.engine] <= p_.pause_pressure) continue;
       out.pause(v.id);
-      const bool offload = p_.offload && p_.cost.reload_s(v.context) < p_.cost.recompute_s(v.context);
+      // Offload if it beats recompute, counting host memory and the link.
+      bool offload = false;
+      if (const Session* vs = model.sessions().find(v.id); vs != nullptr && p_.offload) {
+        ResidencyInput in;
+        in.context_tokens = v.context;
+        in.blocks = v.blocks;
+        in.price = kv_price(*e, p_.price);
+        offload_terms(model, *vs, now, in);
+        offload = in.offload_allowed && decide_residency(in, p_.cost).offload_cost < p_.cost.recompute_s(v.context);
+      }
       if (offload) {
         out.offload(v.id);
       } else {
@@ -250,11 +345,25 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
     const EngineView* e = model.engine(ep.first);
     return e != nullptr && e->has_stats && ep.second < 1.0;
   });
-  if (!room_somewhere) return;  // nothing can be restored: skip sorting the paused
+  pressure_ = pressure;
+  auto any_paused_round = [&] {
+    for (const Session* s : model.sessions().in_state(SessionState::kPaused)) {
+      if (s->round_in_flight) return true;
+    }
+    return false;
+  };
+  if (!room_somewhere) {  // nothing can be restored: skip sorting the paused
+    paused_waiting_ = any_paused_round();
+    return;
+  }
   std::vector<const Session*> paused(model.sessions().in_state(SessionState::kPaused).begin(),
                                      model.sessions().in_state(SessionState::kPaused).end());
-  std::sort(paused.begin(), paused.end(), [](const Session* a, const Session* b) {
-    return std::tie(a->state_since, a->id) < std::tie(b->state_since, b->id);
+  // Oldest first; with pending_restore, those whose next round waits before
+  // those still in their tool (restoring one of these holds room nobody uses yet).
+  std::sort(paused.begin(), paused.end(), [&](const Session* a, const Session* b) {
+    const bool pa = p_.pending_restore && !a->round_in_flight;
+    const bool pb = p_.pending_restore && !b->round_in_flight;
+    return std::tie(pa, a->state_since, a->id) < std::tie(pb, b->state_since, b->id);
   });
   for (const Session* s : paused) {
     EngineId best = kNoEngine;
@@ -278,10 +387,14 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
         need_blocks = static_cast<std::uint64_t>(need);
       }
     }
-    if (best == kNoEngine) continue;
+    if (best == kNoEngine) {
+      if (s->round_in_flight) paused_waiting_ = true;
+      continue;
+    }
     out.restore(s->id, best);
     pressure[best] += static_cast<double>(need_blocks) / model.engine(best)->kv.blocks_total;
   }
+  pressure_ = pressure;
 }
 
 // ---- step half --------------------------------------------------------------
@@ -306,7 +419,7 @@ double TandemStepScheduler::release_cost_per_block(const PinnedKv& pin, Time now
   ToolKind tool = it != pins_.end() ? it->second.tool : 0;
   Time since = it != pins_.end() ? it->second.since : pin.pinned_at;
   std::uint32_t context = it != pins_.end() ? it->second.context_tokens : pin.blocks * 16;
-  double p = tools_.p_return_within(tool, now - since, base::from_seconds(p_.horizon_s));
+  double p = tools_.p_return_within(tool, now - since, base::from_seconds(p_.horizon_s), p_.pooled_prior);
   return p * p_.cost.recompute_s(context) / std::max<std::uint32_t>(1, pin.blocks);
 }
 
@@ -388,7 +501,9 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   StepPlan mars_plan;
   mars_.plan(adjusted, now, mars_plan);
   out.run = std::move(mars_plan.run);
-  out.preempt = std::move(mars_plan.preempt);
+  // With swap_preempt the victims' KV goes to host memory instead of being
+  // recomputed (the engine recomputes when host memory cannot take it).
+  (p_.swap_preempt ? out.swap : out.preempt) = std::move(mars_plan.preempt);
   out.unpin.insert(out.unpin.end(), mars_plan.unpin.begin(), mars_plan.unpin.end());
 }
 

@@ -59,6 +59,42 @@
 //                       ceiling, floor and start are N times MARS's, so
 //                       short sessions that barely use KV are not queued
 //                       behind a cap the GPUs do not need.
+// Issue 20 (small KV pools and long pauses; docs/results.md) added:
+//   9. pin_admission  — MARS's admission reads KV usage, and tandem's pins are
+//                       usage MARS never had: pinned KV (which the step half
+//                       releases on demand) counts as room, so KV kept for
+//                       sessions in long pauses does not close the window.
+//  10. long_admission — MARS admits at most two "long" sessions (first prompt
+//                       > 50k tokens) at a time, a rule for its 262k-token
+//                       pool; tandem admits them by KV fit like any other.
+//  11. prompt_projection — the growth check projects every admitted round's
+//                       whole prompt plus growth (and the kept KV), not just
+//                       what its prefill has allocated so far: on a pool of
+//                       ~3 sessions the missing prefill remainder was what
+//                       overflowed into preemptions.
+//  12. queue_admission — one queue for new and paused sessions: a new
+//                       session waits while a paused session's round waits to
+//                       be restored, and enters only if its round fits under
+//                       resume_pressure, as a restore would.
+//  13. pending_restore — paused sessions whose next round waits are restored
+//                       before those still in their tool.
+//  14. host_prices    — offload's cost counts the link (its backlog and the
+//                       copy time, during which the blocks stay allocated);
+//                       a full host memory takes a copy only for a session
+//                       expected back sooner than the copy it would evict
+//                       (Belady's rule on the survival model).
+//  15. pooled_prior   — a tool kind seen few times is judged by every tool
+//                       this node has seen, not by the dev traces' prior
+//                       (median 0.08 s): pauses never seen before (a human
+//                       thinking for minutes) are learned from the node.
+//  16. swap_preempt   — a running request MARS's victim rule preempts is
+//                       swapped to host memory instead of recomputed.
+//  17. fill_idle_budget — MARS caps every prefill chunk at its MLFQ quantum,
+//                       even when nothing else wants the step: a lone long
+//                       prefill then crawls at 256..2048 tokens a step (on an
+//                       MoE, each such step costs a full expert sweep). When
+//                       a step holds only prefills and nothing else is
+//                       queued, they take the unused budget.
 // With every switch off, tandem behaves as mars (the ablation baseline).
 //
 // Judgement calls, to be tuned by the simulator (issue 4): the horizon h
@@ -105,6 +141,17 @@ struct TandemParams {
   double initial_pin_s = 2.0;
   double locality_bonus = 0.1;
   std::uint32_t residency_budget = 1024;
+  // Additions 9–15 (issue 20: the small-KV and long-pause regimes).
+  bool pin_admission = true;
+  bool long_admission = true;
+  bool prompt_projection = true;
+  bool queue_admission = true;
+  bool pending_restore = true;
+  bool host_prices = true;
+  bool pooled_prior = true;
+  bool swap_preempt = true;
+  bool fill_idle_budget = true;
+  double max_remaining_s = 3600;
 };
 
 inline constexpr ParamSpec kTandemParams[] = {
@@ -116,6 +163,20 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"knee_quanta", 1, 0, 1, "addition 6: scale the MLFQ quanta so the smallest is a compute-bound step"},
     {"kv_admission", 1, 0, 1, "addition 7: admission follows KV pressure alone, not MARS's CPU gate"},
     {"engine_window", 1, 0, 1, "addition 8: the admission window scales with the node's engine count"},
+    {"pin_admission", 1, 0, 1, "addition 9: admission counts pinned KV as room (the step half releases it on demand)"},
+    {"long_admission", 1, 0, 1,
+     "addition 10: long sessions are admitted by KV fit, without MARS's cap of two in flight"},
+    {"prompt_projection", 1, 0, 1,
+     "addition 11: the growth check projects every admitted round's whole prompt, not what its prefill allocated"},
+    {"queue_admission", 1, 0, 1,
+     "addition 12: a new session waits behind paused sessions whose rounds wait, and enters only if it fits as a "
+     "restore would"},
+    {"pending_restore", 1, 0, 1, "addition 13: paused sessions whose next round waits are restored first"},
+    {"host_prices", 1, 0, 1,
+     "addition 14: offload's cost counts the link (backlog, copy time) and a full host displaces a copy only for a "
+     "session expected back sooner"},
+    {"pooled_prior", 1, 0, 1,
+     "addition 15: a tool kind seen few times is judged by every tool this node has seen, not the dev traces' prior"},
     {"horizon_s", 1.0, 0.01, 600, "h: how far ahead a residency decision looks (seconds)"},
     {"offload", 1, 0, 1, "allow offloading KV to host memory"},
     {"idle_pressure", 0.7, 0, 1, "pool pressure (allocated + queued) below which KV is free"},
@@ -131,6 +192,11 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"resume_pressure", 0.8, 0.05, 2, "projected pressure below which paused sessions are restored"},
     {"initial_pin_s", 2.0, 0, 600, "pin at a tool call until the control half decides (seconds)"},
     {"locality_bonus", 0.1, 0, 1, "restore bonus, as a fraction of the pool, for the engine that held the session"},
+    {"swap_preempt", 1, 0, 1, "addition 16: a running request MARS preempts is swapped to host memory, not recomputed"},
+    {"fill_idle_budget", 1, 0, 1,
+     "addition 17: a step of prefills alone, nothing else queued, gives them its unused budget (MLFQ quanta only "
+     "split the budget among requests that compete)"},
+    {"max_remaining_s", 3600, 1, 1e6, "the expected rest of a pause is counted up to this (seconds)"},
     {"residency_budget", 1024, 1, 1 << 24,
      "acting sessions (re)scored per tick besides those whose state changed: bounds a tick at scale; a full "
      "rotation takes acting/budget ticks"},
@@ -141,9 +207,7 @@ TandemParams tandem_params(const PolicyParams& p);
 // Thread-safety: one thread.
 class TandemControl final : public ControlPolicy {
  public:
-  TandemControl(const MarsControlParams& mars, const TandemParams& params) : mars_(mars), p_(params) {
-    if (p_.kv_admission) mars_.ignore_cpu();
-  }
+  TandemControl(const MarsControlParams& mars, const TandemParams& params);
 
   std::string_view name() const override { return "tandem"; }
   void on_event(const Event& event, const NodeModel& model, Time now) override;
@@ -166,6 +230,8 @@ class TandemControl final : public ControlPolicy {
   // A session left ACTING or is gone: give back its weight, forget it.
   void release(SessionId id, const Session* s, Actions& out);
   void check_growth(const NodeModel& model, Time now, Actions& out);
+  // The residency inputs of offload: host price, link wait, remaining pause.
+  void offload_terms(const NodeModel& model, const Session& s, Time now, ResidencyInput& in) const;
   // Projected pool pressure of `e` including the growth of its running rounds.
   double projected_pressure(const EngineView& e, std::uint64_t running_rounds) const;
 
@@ -177,12 +243,16 @@ class TandemControl final : public ControlPolicy {
   std::size_t growth_cursor_ = 0;   // the growth check's rotation through them
   SessionId kept_cursor_ = 0;       // rotation through kept_
   std::optional<Time> last_tick_;
+  Actions mars_out_;                     // MARS's actions of this tick, before admission is filtered
+  std::map<EngineId, double> pressure_;  // projected pressure after this tick's restores
+  bool paused_waiting_ = false;          // a paused session's round could not be restored
 };
 
 // Thread-safety: one thread.
 class TandemStepScheduler final : public StepScheduler {
  public:
-  TandemStepScheduler(const MarsStepParams& mars, const TandemParams& params) : mars_(mars), p_(params) {}
+  TandemStepScheduler(const MarsStepParams& mars, const TandemParams& params)
+      : mars_(with_fill(mars, params.fill_idle_budget)), p_(params) {}
 
   std::string_view name() const override { return "tandem"; }
   void plan(const StepInput& in, Time now, StepPlan& out) override;
@@ -194,6 +264,10 @@ class TandemStepScheduler final : public StepScheduler {
   double release_cost_per_block(const PinnedKv& pin, Time now) const;
 
  private:
+  static MarsStepParams with_fill(MarsStepParams m, bool fill) {
+    m.fill_idle_budget = fill;
+    return m;
+  }
   struct PinInfo {
     ToolKind tool = 0;
     std::uint32_t context_tokens = 0;

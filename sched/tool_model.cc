@@ -6,22 +6,40 @@
 
 namespace tandem::sched {
 
-void ToolDurationModel::observe(ToolKind kind, Duration wall) {
-  double s = std::max(0.0, base::to_seconds(wall));
-  History& h = kinds_[kind];
+void ToolDurationModel::add(History& h, double s, std::size_t window) {
   h.recent.push_back(s);
   h.sorted.insert(std::upper_bound(h.sorted.begin(), h.sorted.end(), s), s);
-  if (h.recent.size() > params_.window) {
+  if (h.recent.size() > window) {
     double old = h.recent.front();
     h.recent.pop_front();
     h.sorted.erase(std::lower_bound(h.sorted.begin(), h.sorted.end(), old));
   }
 }
 
-double ToolDurationModel::prior_cdf(double x_s) const {
+void ToolDurationModel::observe(ToolKind kind, Duration wall) {
+  double s = std::max(0.0, base::to_seconds(wall));
+  add(kinds_[kind], s, params_.window);
+  if (params_.pool_window > 0) add(pool_, s, params_.pool_window);
+}
+
+double ToolDurationModel::lognormal_cdf(double x_s) const {
   if (x_s <= 0) return 0;
   double z = (std::log(x_s) - std::log(params_.prior_median_s)) / params_.prior_sigma;
   return 0.5 * std::erfc(-z / std::sqrt(2.0));
+}
+
+double ToolDurationModel::prior_cdf(double x_s, bool pooled) const {
+  const double n = static_cast<double>(pool_.sorted.size());
+  if (!pooled || n == 0) return lognormal_cdf(x_s);
+  const double k0 = params_.prior_weight;
+  return (n * empirical_cdf(pool_, x_s) + k0 * lognormal_cdf(x_s)) / (n + k0);
+}
+
+double ToolDurationModel::blended_cdf(const History* h, double x_s, bool pooled) const {
+  const double n = h == nullptr ? 0.0 : static_cast<double>(h->sorted.size());
+  const double k0 = params_.prior_weight;
+  const double emp = n > 0 ? empirical_cdf(*h, x_s) : 0.0;
+  return (n * emp + k0 * prior_cdf(x_s, pooled)) / (n + k0);
 }
 
 double ToolDurationModel::empirical_cdf(const History& h, double x_s) const {
@@ -29,26 +47,28 @@ double ToolDurationModel::empirical_cdf(const History& h, double x_s) const {
   return static_cast<double>(it - h.sorted.begin()) / static_cast<double>(h.sorted.size());
 }
 
-double ToolDurationModel::cdf(ToolKind kind, Duration x) const {
-  double xs = base::to_seconds(x);
+double ToolDurationModel::cdf(ToolKind kind, Duration x, bool pooled) const {
   auto it = kinds_.find(kind);
-  double n = it == kinds_.end() ? 0.0 : static_cast<double>(it->second.sorted.size());
-  double k0 = params_.prior_weight;
-  double emp = n > 0 ? empirical_cdf(it->second, xs) : 0.0;
-  return (n * emp + k0 * prior_cdf(xs)) / (n + k0);
+  return blended_cdf(it == kinds_.end() ? nullptr : &it->second, base::to_seconds(x), pooled);
 }
 
-double ToolDurationModel::p_return_within(ToolKind kind, Duration elapsed, Duration horizon) const {
-  double f_t = cdf(kind, elapsed);
+double ToolDurationModel::p_return_within(ToolKind kind, Duration elapsed, Duration horizon, bool pooled) const {
+  double f_t = cdf(kind, elapsed, pooled);
   double survive = 1.0 - f_t;
   if (survive <= 1e-12) return 1.0;
-  double p = (cdf(kind, elapsed + horizon) - f_t) / survive;
+  double p = (cdf(kind, elapsed + horizon, pooled) - f_t) / survive;
   return std::clamp(p, 0.0, 1.0);
 }
 
-double ToolDurationModel::mean_s(ToolKind kind) const {
+double ToolDurationModel::mean_s(ToolKind kind, bool pooled) const {
   double k0 = params_.prior_weight;
   double prior_mean = params_.prior_median_s * std::exp(params_.prior_sigma * params_.prior_sigma / 2);
+  if (pooled && !pool_.sorted.empty()) {
+    double sum = 0;
+    for (double v : pool_.sorted) sum += v;
+    const double n = static_cast<double>(pool_.sorted.size());
+    prior_mean = (sum + k0 * prior_mean) / (n + k0);
+  }
   auto it = kinds_.find(kind);
   if (it == kinds_.end() || it->second.sorted.empty()) return prior_mean;
   const auto& s = it->second.sorted;
@@ -56,6 +76,27 @@ double ToolDurationModel::mean_s(ToolKind kind) const {
   for (double v : s) sum += v;
   double n = static_cast<double>(s.size());
   return (sum + k0 * prior_mean) / (n + k0);
+}
+
+double ToolDurationModel::remaining_s(ToolKind kind, Duration elapsed, double cap_s, bool pooled) const {
+  // E[T − t | T > t] = ∫_t^{t+cap} (1 − F(x)) dx / (1 − F(t)), the integral
+  // on a geometric grid (the distributions are log-normal-like).
+  const double t = std::max(0.0, base::to_seconds(elapsed));
+  auto it = kinds_.find(kind);
+  const History* h = it == kinds_.end() ? nullptr : &it->second;
+  const double survive = 1.0 - blended_cdf(h, t, pooled);
+  if (survive <= 1e-12 || cap_s <= 0) return 0.0;
+  constexpr int kSteps = 64;
+  const double first = std::max(1e-3, cap_s * 1e-4);
+  const double ratio = std::pow(cap_s / first, 1.0 / kSteps);
+  double integral = first * (1.0 - blended_cdf(h, t + first / 2, pooled));
+  double lo = first;
+  for (int i = 0; i < kSteps; ++i) {
+    const double hi = lo * ratio;
+    integral += (hi - lo) * (1.0 - blended_cdf(h, t + (lo + hi) / 2, pooled));
+    lo = hi;
+  }
+  return std::min(cap_s, integral / survive);
 }
 
 std::size_t ToolDurationModel::samples(ToolKind kind) const {

@@ -8,7 +8,16 @@
 //
 // with k0 = prior_weight pseudo-samples. The prior is a log-normal whose
 // median and spread are parameters (defaults from the dev traces: median
-// 0.08 s, heavy tail). The question every residency rule asks is the
+// 0.08 s, heavy tail) — or, when a query asks for the pooled prior, what
+// this node has seen of every kind (its last pool_window calls), itself
+// blended with that log-normal:
+//
+//   F_prior(x) = (N · F_pool(x) + k0 · F_lognormal(x)) / (N + k0)
+//
+// so a kind never seen before (a human's think time, a test suite of
+// minutes) starts from the node's own experience of its tools rather than
+// from a median measured on someone else's traces. The question every
+// residency rule asks is the
 // conditional one — a tool that has already run for t, will it return within
 // h? —
 //
@@ -29,10 +38,11 @@
 namespace tandem::sched {
 
 struct ToolModelParams {
-  double prior_median_s = 0.08;  // traces/README.md: p50 tool time 0.08 s
-  double prior_sigma = 2.0;      // log-space spread: p90 ≈ 1 s, p99 ≈ 8.4 s
-  double prior_weight = 4.0;     // pseudo-samples the prior is worth
-  std::size_t window = 256;      // samples kept per kind
+  double prior_median_s = 0.08;    // traces/README.md: p50 tool time 0.08 s
+  double prior_sigma = 2.0;        // log-space spread: p90 ≈ 1 s, p99 ≈ 8.4 s
+  double prior_weight = 4.0;       // pseudo-samples the prior is worth
+  std::size_t window = 256;        // samples kept per kind
+  std::size_t pool_window = 1024;  // calls of every kind kept for the pooled prior
 };
 
 // Thread-safety: one thread.
@@ -42,14 +52,18 @@ class ToolDurationModel {
 
   void observe(ToolKind kind, Duration wall);
 
-  // F(x): probability that a call of `kind` finishes within `x`.
-  double cdf(ToolKind kind, Duration x) const;
+  // F(x): probability that a call of `kind` finishes within `x`. `pooled`:
+  // the prior is the node's pool (above), else the log-normal alone.
+  double cdf(ToolKind kind, Duration x, bool pooled = false) const;
   // P(T ≤ elapsed + horizon | T > elapsed). Past every observed sample the
   // prior's heavy tail decides, so an overdue call is judged unlikely to
   // return soon. 1 only when the model leaves no probability mass at all.
-  double p_return_within(ToolKind kind, Duration elapsed, Duration horizon) const;
+  double p_return_within(ToolKind kind, Duration elapsed, Duration horizon, bool pooled = false) const;
   // Mean of the blended distribution (seconds).
-  double mean_s(ToolKind kind) const;
+  double mean_s(ToolKind kind, bool pooled = false) const;
+  // E[T − elapsed | T > elapsed] (seconds), at most `cap_s`: how much longer
+  // a call that has run `elapsed` is expected to take.
+  double remaining_s(ToolKind kind, Duration elapsed, double cap_s, bool pooled = false) const;
   std::size_t samples(ToolKind kind) const;
 
  private:
@@ -57,11 +71,15 @@ class ToolDurationModel {
     std::deque<double> recent;   // seconds, arrival order (for the window)
     std::vector<double> sorted;  // the same, sorted (for the CDF)
   };
-  double prior_cdf(double x_s) const;
+  static void add(History& h, double s, std::size_t window);
+  double lognormal_cdf(double x_s) const;
+  double prior_cdf(double x_s, bool pooled) const;  // the pool blended with the log-normal, or the latter alone
   double empirical_cdf(const History& h, double x_s) const;
+  double blended_cdf(const History* h, double x_s, bool pooled) const;
 
   ToolModelParams params_;
   std::unordered_map<ToolKind, History> kinds_;
+  History pool_;
 };
 
 }  // namespace tandem::sched

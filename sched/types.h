@@ -65,6 +65,9 @@ struct KvPoolStats {
   std::uint32_t waiting_seqs = 0;
   std::uint32_t step_tokens = 0;
   Duration step_time{};
+  std::uint32_t host_blocks_total = 0;  // host memory for KV copies, in blocks (0 = unknown or unlimited)
+  Duration offload_backlog{};           // copies to host still queued on the engine's link
+  Duration host_oldest_idle{};          // idle time of the host copy a new one would evict first (0 = none)
 };
 
 enum class KvChange : std::uint8_t { kEvicted, kRestored, kOffloaded, kDropped };

@@ -31,6 +31,74 @@ Engine::Engine(EngineId id, const Preset& preset, EngineLimits limits, sched::St
   params_.max_model_len = preset.max_model_len;
 }
 
+// ---- host memory ------------------------------------------------------------
+
+bool HostPool::store(SessionId session, SessionContent& c, std::uint32_t tokens, std::uint32_t block_size, Time now) {
+  const std::uint64_t blocks = tokens / block_size;
+  if (capacity_ != 0 && blocks > capacity_) return false;
+  auto [it, fresh] = copies_.try_emplace(session);
+  Copy& copy = it->second;
+  if (!fresh) {
+    lru_.erase(copy.lru_key);
+    used_ -= copy.blocks;
+  }
+  copy.content = &c;
+  copy.blocks = std::max<std::uint64_t>(blocks, c.host_tokens / block_size);
+  c.host_tokens = static_cast<std::uint32_t>(copy.blocks * block_size);
+  copy.lru_key = next_key_++;
+  copy.used = now;
+  lru_.emplace(copy.lru_key, session);
+  used_ += copy.blocks;
+  while (capacity_ != 0 && used_ > capacity_) {
+    auto oldest = lru_.begin();
+    if (oldest->second == session) break;  // cannot happen: it is the newest and fits alone
+    Copy& victim = copies_.at(oldest->second);
+    used_ -= victim.blocks;
+    evicted_ += victim.blocks;
+    victim.content->host_tokens = 0;
+    copies_.erase(oldest->second);
+    lru_.erase(oldest);
+  }
+  peak_ = std::max(peak_, used_);
+  return true;
+}
+
+void HostPool::touch(SessionId session, Time now) {
+  auto it = copies_.find(session);
+  if (it == copies_.end()) return;
+  it->second.used = now;
+  lru_.erase(it->second.lru_key);
+  it->second.lru_key = next_key_++;
+  lru_.emplace(it->second.lru_key, session);
+}
+
+Duration HostPool::oldest_idle(Time now) const {
+  if (lru_.empty()) return Duration{};
+  const Time used = copies_.at(lru_.begin()->second).used;
+  return now > used ? now - used : Duration{};
+}
+
+void HostPool::cut(SessionId session, SessionContent& c, std::uint32_t tokens, std::uint32_t block_size) {
+  c.host_tokens = std::min(c.host_tokens, tokens / block_size * block_size);
+  auto it = copies_.find(session);
+  if (it == copies_.end()) return;
+  const std::uint64_t blocks = c.host_tokens / block_size;
+  used_ -= it->second.blocks - std::min(it->second.blocks, blocks);
+  it->second.blocks = std::min(it->second.blocks, blocks);
+  if (it->second.blocks == 0) {
+    lru_.erase(it->second.lru_key);
+    copies_.erase(it);
+  }
+}
+
+bool Engine::store_host(SessionId s, SessionContent& c, std::uint32_t tokens, Time now) {
+  if (host_pool_ == nullptr) {
+    c.host_tokens = std::max(c.host_tokens, tokens / block_size_ * block_size_);
+    return true;
+  }
+  return host_pool_->store(s, c, tokens, block_size_, now);
+}
+
 // ---- the block pool -----------------------------------------------------------
 
 void Engine::cache_put(SessionId s, std::uint32_t full_blocks, Time /*now*/, KvPlace from) {
@@ -172,7 +240,11 @@ void Engine::submit(const RoundWork& work, Time now) {
   const std::uint32_t keep = work.shared_prefix / block_size_;
   SessionContent& c = *work.content;
   c.computed_high = std::min(c.computed_high, work.shared_prefix);
-  c.host_tokens = std::min(c.host_tokens, keep * block_size_);
+  if (host_pool_ != nullptr) {
+    host_pool_->cut(work.session, c, keep * block_size_, block_size_);
+  } else {
+    c.host_tokens = std::min(c.host_tokens, keep * block_size_);
+  }
   cache_cut(work.session, keep);
 
   Req q;
@@ -223,6 +295,9 @@ std::uint32_t Engine::prefix_hit(SessionId session, std::uint32_t shared_prefix,
 void Engine::end_session(SessionId session, Time now) {
   if (auto pin = find_pin(session); pin != pins_.end()) remove_pin(pin, now);
   auto it = kv_.find(session);
+  if (it != kv_.end() && it->second.content != nullptr && host_pool_ != nullptr) {
+    host_pool_->cut(session, *it->second.content, 0, block_size_);  // its copy is freed
+  }
   if (it != kv_.end()) {
     it->second.active = false;
     it->second.content = nullptr;
@@ -288,9 +363,7 @@ std::optional<Time> Engine::complete_offloads(Time now) {
     }
     offloading_blocks_ -= o.blocks;
     auto it = kv_.find(o.session);
-    if (it != kv_.end() && it->second.content != nullptr) {
-      it->second.content->host_tokens = std::max(it->second.content->host_tokens, o.tokens);
-    }
+    if (it != kv_.end() && it->second.content != nullptr) store_host(o.session, *it->second.content, o.tokens, o.done);
     // The GPU copy stays reusable until the cache evicts it.
     cache_put(o.session, o.blocks, now, KvPlace::kOffloading);
     offloading_[i] = offloading_.back();
@@ -345,13 +418,22 @@ std::optional<Time> Engine::start_step(Time now) {
     const std::size_t n_run = running_.size();
     std::vector<bool>& preempted = preempted_;
     preempted.assign(n_run, false);
-    for (std::uint32_t i : plan_.preempt) {
+    double swap_us = 0.0;  // swapping out runs before the step computes
+    auto preempt = [&](std::uint32_t i, bool swap) {
       if (i >= n_run || preempted[i]) {
         violation("plan preempts request " + std::to_string(i) + ", which is not running");
-        continue;
+        return;
       }
       preempted[i] = true;
       Req& q = running_[i];
+      // A swap copies the full blocks of what it computed to host memory;
+      // without room there it is a preemption by recompute.
+      const std::uint32_t full = std::min(q.r.blocks_held, q.r.computed_tokens / block_size_) * block_size_;
+      if (swap && full > 0 && q.work.content != nullptr && store_host(q.r.session, *q.work.content, full, now)) {
+        if (observer_ != nullptr) observer_->swapped(q.r.session, full);
+        swap_us += preset_.swap_fixed_us + preset_.swap_us_per_token * full;
+        ++counters_.swaps;
+      }
       release_to_cache(q.r.session, q.r.computed_tokens, q.r.blocks_held, now);
       q.target = q.work.prompt_tokens + q.r.output_tokens;
       q.r.phase = sched::RequestPhase::kPreempted;
@@ -359,11 +441,15 @@ std::optional<Time> Engine::start_step(Time now) {
       q.r.computed_tokens = 0;
       q.r.blocks_held = 0;
       q.r.cached_tokens = 0;
+      q.preempted = true;
       ++counters_.preemptions;
-    }
+    };
+    for (std::uint32_t i : plan_.preempt) preempt(i, false);
+    for (std::uint32_t i : plan_.swap) preempt(i, true);
 
     StepShape shape;
     double reload_us = 0.0;
+    std::uint64_t recomputed_in_step = 0;
     std::vector<bool>& scheduled = scheduled_;
     scheduled.assign(step_requests_.size(), false);
     std::vector<std::uint32_t>& started = started_;  // waiting indices in scheduling order
@@ -420,10 +506,17 @@ std::optional<Time> Engine::start_step(Time now) {
         counters_.prompt_tokens += q.work.prompt_tokens;
         counters_.reused_tokens += std::min(start, q.work.prompt_tokens);
       }
-      if (from_host > 0) reload_us += preset_.swap_fixed_us + preset_.swap_us_per_token * from_host;
+      if (from_host > 0) {
+        reload_us += preset_.swap_fixed_us + preset_.swap_us_per_token * from_host;
+        if (host_pool_ != nullptr) host_pool_->touch(q.r.session, now);
+      }
       SessionContent& c = *q.work.content;
       const std::uint32_t recomputed = start < c.computed_high ? std::min(tokens, c.computed_high - start) : 0;
       counters_.recomputed_tokens += recomputed;
+      // Recomputing its own evicted KV when a session comes back from its
+      // tool, as opposed to after a preemption of this round.
+      if (!q.preempted) counters_.resume_recomputed_tokens += recomputed;
+      recomputed_in_step += recomputed;
       counters_.new_tokens += tokens - recomputed;
       c.computed_high = std::max(c.computed_high, start + tokens);
       counters_.computed_tokens += tokens;
@@ -448,7 +541,7 @@ std::optional<Time> Engine::start_step(Time now) {
     // New queues: running (in order) + newly started; preempted go to the
     // front of the waiting queue, the most recently preempted first (vLLM).
     // Most steps (decode) start and preempt nothing: the queues stay.
-    if (!started.empty() || !plan_.preempt.empty()) {
+    if (!started.empty() || !plan_.preempt.empty() || !plan_.swap.empty()) {
       std::vector<Req> next_running;
       next_running.reserve(running_.size() + started.size());
       std::deque<Req> next_waiting;
@@ -472,7 +565,18 @@ std::optional<Time> Engine::start_step(Time now) {
     }
 
     if (shape.seqs > 0) {
-      const double us = preset_.step.step_us(shape) + reload_us;
+      const double compute_us = preset_.step.step_us(shape);
+      const double us = compute_us + reload_us + swap_us;
+      // Memory waste (InferCept's measure, in block-seconds): while a step
+      // recomputes lost KV or copies KV over the link, every block the batch
+      // holds waits; the recompute's share of the step is its share of the
+      // tokens.
+      double held = 0;
+      for (const Req& q : running_) held += q.r.blocks_held;
+      const double wasted_us =
+          (shape.tokens > 0 ? compute_us * static_cast<double>(recomputed_in_step) / shape.tokens : 0.0) + reload_us +
+          swap_us;
+      counters_.kv_waste_block_seconds += held * wasted_us * 1e-6;
       in_step_ = true;
       step_start_ = now;
       ++steps_;
@@ -483,7 +587,7 @@ std::optional<Time> Engine::start_step(Time now) {
       return now + last_step_time_;
     }
     // Nothing ran. Plan again only if the plan freed something.
-    if (plan_.unpin.empty() && plan_.preempt.empty()) break;
+    if (plan_.unpin.empty() && plan_.preempt.empty() && plan_.swap.empty()) break;
   }
   return std::nullopt;
 }
@@ -582,11 +686,18 @@ void Engine::finish_step(Time now) {
   }
 }
 
-sched::KvPoolStats Engine::stats() const {
+sched::KvPoolStats Engine::stats(Time now) const {
   sched::KvPoolStats k;
   k.blocks_total = preset_.gpu_blocks;
   k.blocks_free = free_blocks();
   k.blocks_pinned = pinned_blocks_;
+  if (host_pool_ != nullptr) {
+    k.blocks_offloaded = static_cast<std::uint32_t>(std::min<std::uint64_t>(host_pool_->used_blocks(), UINT32_MAX));
+    k.host_blocks_total =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(host_pool_->capacity_blocks(), UINT32_MAX));
+  }
+  if (now != Time{} && link_free_ > now) k.offload_backlog = link_free_ - now;
+  if (now != Time{} && host_pool_ != nullptr) k.host_oldest_idle = host_pool_->oldest_idle(now);
   k.running_seqs = static_cast<std::uint32_t>(running_.size());
   k.waiting_seqs = static_cast<std::uint32_t>(waiting_.size());
   k.step_tokens = last_step_tokens_;

@@ -111,6 +111,50 @@ class KvObserver {
   // A step reloads tokens [first_token, first_token + tokens) from the
   // session's host copy into its held KV.
   virtual void reloaded(SessionId session, std::uint32_t first_token, std::uint32_t tokens) = 0;
+  // A preemption by swap copies tokens [0, tokens) of the session's KV to
+  // host memory, before its blocks are released (moved() follows). An
+  // observer that keeps no copies of its own ignores it.
+  virtual void swapped(SessionId /*session*/, std::uint32_t /*tokens*/) {}
+};
+
+// Host memory for KV copies, shared by the engines of a node (CPU DRAM: any
+// engine reloads a copy over its own link). A finite pool evicts the least
+// recently stored or used copy to make room. Thread-safety: one thread.
+class HostPool {
+ public:
+  // `capacity_blocks` 0: unlimited.
+  explicit HostPool(std::uint64_t capacity_blocks = 0) : capacity_(capacity_blocks) {}
+
+  // `tokens` full-block tokens of `session` (content `c`) are now in host
+  // memory. Makes room by evicting other sessions' copies, least recently
+  // used first. Returns false (and stores nothing) if the copy alone is
+  // larger than the pool.
+  bool store(SessionId session, SessionContent& c, std::uint32_t tokens, std::uint32_t block_size, Time now);
+  // The copy served a reload: most recently used.
+  void touch(SessionId session, Time now);
+  // How long the least recently stored or used copy has been idle (zero: none).
+  Duration oldest_idle(Time now) const;
+  // The session's content was cut (a rewritten context) or it ended.
+  void cut(SessionId session, SessionContent& c, std::uint32_t tokens, std::uint32_t block_size);
+  std::uint64_t capacity_blocks() const { return capacity_; }
+  std::uint64_t used_blocks() const { return used_; }
+  std::uint64_t peak_blocks() const { return peak_; }
+  std::uint64_t evicted_blocks() const { return evicted_; }
+
+ private:
+  struct Copy {
+    SessionContent* content = nullptr;
+    std::uint64_t blocks = 0;
+    std::uint64_t lru_key = 0;
+    Time used{};  // stored or last reloaded
+  };
+  std::uint64_t capacity_;
+  std::uint64_t used_ = 0;
+  std::uint64_t peak_ = 0;
+  std::uint64_t evicted_ = 0;
+  std::unordered_map<SessionId, Copy> copies_;
+  std::map<std::uint64_t, SessionId> lru_;
+  std::uint64_t next_key_ = 1;
 };
 
 struct EngineLimits {
@@ -169,7 +213,9 @@ class Engine {
   // Offload copies finished by `now` free their blocks; the next completion.
   std::optional<Time> complete_offloads(Time now);
 
-  sched::KvPoolStats stats() const;
+  sched::KvPoolStats stats() const { return stats(Time{}); }
+  // With the link's backlog of offload copies at `now`.
+  sched::KvPoolStats stats(Time now) const;
   std::uint32_t queued() const { return static_cast<std::uint32_t>(running_.size() + waiting_.size()); }
   std::uint64_t steps() const { return steps_; }
   // The shape of the last step started (what the step-time model priced).
@@ -181,6 +227,9 @@ class Engine {
   std::uint32_t offloading_blocks() const { return offloading_blocks_; }
   // Reports block moves to `observer` (nullptr: none) from now on.
   void set_kv_observer(KvObserver* observer) { observer_ = observer; }
+  // Keeps host copies in `pool` (shared by the node's engines), which may
+  // evict them; without one host memory is unlimited.
+  void set_host_pool(HostPool* pool) { host_pool_ = pool; }
   // Records a violation if the pool does not add up.
   void check_conservation();
   // Brings the pinned block-seconds counter up to `now` (end of a run).
@@ -193,7 +242,8 @@ class Engine {
     std::uint32_t target = 0;  // prefill target: the prompt, plus earlier output after a preemption
     bool first_token_sent = false;
     bool counted_reuse = false;
-    bool produced = false;  // produced a token in the current step
+    bool produced = false;   // produced a token in the current step
+    bool preempted = false;  // preempted at least once this round
   };
   struct SessKv {
     std::uint32_t cached_blocks = 0;  // free-but-cached full blocks of its prefix
@@ -221,6 +271,9 @@ class Engine {
   std::uint32_t cache_take(SessionId s, KvPlace to);           // off the LRU; returns its blocks
   void cache_cut(SessionId s, std::uint32_t keep_blocks);      // keep only a prefix
   bool allocate(SessionId s, std::uint32_t blocks, Time now);  // for `s`, from free, evicting LRU
+  // Records a host copy of `tokens` full-block tokens of `s`'s content; false
+  // if host memory cannot hold it.
+  bool store_host(SessionId s, SessionContent& c, std::uint32_t tokens, Time now);
   // Frees a held allocation of `kv_tokens` tokens in `blocks` blocks: full
   // blocks to the cache, the partial one to the free pool.
   void release_to_cache(SessionId s, std::uint32_t kv_tokens, std::uint32_t blocks, Time now);
@@ -246,6 +299,7 @@ class Engine {
   RunCounters& counters_;
   double link_time_scale_;
   KvObserver* observer_ = nullptr;
+  HostPool* host_pool_ = nullptr;
 
   std::vector<Req> running_;  // running order
   std::deque<Req> waiting_;   // queue order; preempted requests at the front

@@ -35,14 +35,19 @@ workload
   --sweep R1,R2,...     several load points
   --fixed-rate          evenly spaced arrivals (default: Poisson)
   --seed S              seed for drawing sessions and arrivals (default 1)
+  --seeds N             run every point with seeds S, S+1, ..., S+N-1 and report means with
+                        95 % intervals (default 1)
+  --source LIST         keep the trace sessions whose "source" starts with one of these prefixes
+  --exclude-source LIST drop the trace sessions whose "source" starts with one of these prefixes
 node
-  --preset NAME         h100-llama3-8b, h100-qwen3-30b-a3b, h200-llama3-8b, h200-qwen3-30b-a3b
+  --preset NAME         see --list
   --preset-file FILE    a preset from a JSON file instead (--calibrate writes them)
   --engines N           data-parallel engines on the node (default 2)
   --tool-cores N        host cores for tool processes (default 16)
   --token-budget N      tokens per engine step (default: the preset's, 8192)
   --max-seqs N          sequences per engine step (default: the preset's, 1024)
   --tool-cpu SPEC       CPU demand per tool kind, "pytest=1,Read=0.05,*=0.5"
+  --host-kv-gib G       host memory for KV copies per engine, GiB (default 128; 0 = unlimited)
   --tick S              control tick period in seconds (default 0.05)
 policies
   --policies LIST|all   policies to compare (default all)
@@ -63,8 +68,10 @@ calibration (docs/sim.md "Calibrating from a real engine")
 )";
 
 // tandem's switches (sched/tandem.h), one ablation run each.
-constexpr std::string_view kAdditions[] = {"residency",    "cost_eviction", "cpu_weights",  "global_queue",
-                                           "growth_check", "knee_quanta",   "kv_admission", "engine_window"};
+constexpr std::string_view kAdditions[] = {
+    "residency",       "cost_eviction", "cpu_weights",   "global_queue",   "growth_check",      "knee_quanta",
+    "kv_admission",    "engine_window", "pin_admission", "long_admission", "prompt_projection", "queue_admission",
+    "pending_restore", "host_prices",   "pooled_prior",  "swap_preempt",   "fill_idle_budget"};
 
 struct Options {
   std::string trace;
@@ -79,8 +86,12 @@ struct Options {
   std::vector<double> rates;
   bool poisson = true;
   std::uint64_t seed = 1;
+  std::uint64_t seeds = 1;
+  std::vector<std::string> sources;
+  std::vector<std::string> exclude_sources;
   std::uint32_t engines = 2;
   double tool_cores = 16;
+  double host_kv_gib = 128;
   std::optional<std::uint32_t> token_budget;
   std::optional<std::uint32_t> max_seqs;
   std::string tool_cpu;
@@ -171,8 +182,16 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
         o.rates.push_back(*r);
       }
       if (o.rates.empty()) return usage_error(std::string(a) + " needs at least one rate");
+    } else if (a == "--source" || a == "--exclude-source") {
+      auto v = need(a);
+      if (!v) return 2;
+      auto& dst = a == "--source" ? o.sources : o.exclude_sources;
+      for (std::string_view p : base::split(*v, ',')) {
+        if (!base::trim(p).empty()) dst.emplace_back(base::trim(p));
+      }
+      if (dst.empty()) return usage_error(std::string(a) + " needs at least one source prefix");
     } else if (a == "--sessions" || a == "--engines" || a == "--token-budget" || a == "--max-seqs" || a == "--seed" ||
-               a == "--jobs") {
+               a == "--seeds" || a == "--jobs") {
       auto v = need(a);
       if (!v) return 2;
       auto n = parse_number<std::uint64_t>(*v);
@@ -187,6 +206,10 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       if (a == "--token-budget") o.token_budget = static_cast<std::uint32_t>(std::min<std::uint64_t>(*n, 1 << 20));
       if (a == "--max-seqs") o.max_seqs = static_cast<std::uint32_t>(std::min<std::uint64_t>(*n, 1 << 16));
       if (a == "--seed") o.seed = *n;
+      if (a == "--seeds") {
+        if (*n > 1000) return usage_error("--seeds: at most 1000");
+        o.seeds = *n;
+      }
       if (a == "--jobs") o.jobs = static_cast<unsigned>(std::min<std::uint64_t>(*n, 256));
     } else if (a == "--tool-cores" || a == "--tick") {
       auto v = need(a);
@@ -194,6 +217,12 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       auto d = parse_number<double>(*v);
       if (!d || *d <= 0) return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a positive number");
       (a == "--tick" ? o.tick_s : o.tool_cores) = *d;
+    } else if (a == "--host-kv-gib") {
+      auto v = need(a);
+      if (!v) return 2;
+      auto d = parse_number<double>(*v);
+      if (!d || *d < 0) return usage_error("--host-kv-gib: '" + std::string(*v) + "' is not a number >= 0");
+      o.host_kv_gib = *d;
     } else if (a == "--policies") {
       auto v = need(a);
       if (!v) return 2;
@@ -228,6 +257,7 @@ void list_everything() {
 
 struct Job {
   std::size_t rate_index;
+  std::size_t seed_index = 0;
   std::string policy;
   std::string variant;
   std::map<std::string, double> params;
@@ -298,6 +328,7 @@ int run(const Options& o) {
   base_config.limits.max_seqs = o.max_seqs.value_or(preset->max_seqs);
   base_config.engines = o.engines;
   base_config.tool_cores = o.tool_cores;
+  base_config.host_kv_gib = o.host_kv_gib;
   base_config.tick_s = o.tick_s;
   if (base_config.limits.token_budget < preset->block_size) {
     return usage_error("--token-budget must be at least one KV block (" + std::to_string(preset->block_size) + ")");
@@ -323,12 +354,12 @@ int run(const Options& o) {
     return it == o.params.end() ? std::map<std::string, double>{} : it->second;
   };
   variants.reserve(policies.size() + std::size(kAdditions));
-  for (const std::string& p : policies) variants.push_back({0, p, "", params_of(p)});
+  for (const std::string& p : policies) variants.push_back({0, 0, p, "", params_of(p)});
   if (o.ablate) {
     for (std::string_view add : kAdditions) {
       auto values = params_of("tandem");
       values[std::string(add)] = 0;
-      variants.push_back({0, "tandem", "-" + std::string(add), values});
+      variants.push_back({0, 0, "tandem", "-" + std::string(add), values});
     }
   }
   for (const Job& v : variants) {
@@ -348,6 +379,15 @@ int run(const Options& o) {
     }
     pool = std::move(*loaded);
     workload_name = o.trace.substr(o.trace.find_last_of('/') + 1);
+    if (!o.sources.empty() || !o.exclude_sources.empty()) {
+      pool = filter_by_source(pool, o.sources, o.exclude_sources);
+      if (pool.empty()) return usage_error("--source/--exclude-source leave no session of " + o.trace);
+      std::string split;
+      for (const std::string& p : o.sources) split += (split.empty() ? "" : ",") + p;
+      for (const std::string& p : o.exclude_sources) split += (split.empty() ? "!" : ",!") + p;
+      workload_name += "[" + split + "]";
+      if (!o.quiet) std::cerr << "tandem-sim: " << pool.size() << " sessions match the source filter\n";
+    }
     if (!o.quiet) {
       std::cerr << "tandem-sim: " << stats.sessions << " sessions, " << stats.rounds << " rounds from " << o.trace
                 << (stats.dropped_rounds
@@ -356,26 +396,38 @@ int run(const Options& o) {
                 << "\n";
     }
   } else {
-    auto gen = synthetic_pool(o.synthetic, o.sessions.value_or(200), o.seed);
-    if (!gen) return usage_error(gen.error().context());
-    pool = std::move(*gen);
+    if (!o.sources.empty() || !o.exclude_sources.empty()) {
+      return usage_error("--source and --exclude-source apply to --trace only");
+    }
     workload_name = o.synthetic;
   }
 
-  // One workload (and T_ideal) per rate, shared by every policy.
-  std::vector<Workload> workloads;
+  // One workload (and T_ideal) per rate and seed, shared by every policy. A
+  // synthetic pool is drawn with the seed too: each seed is a fresh sample.
+  const std::size_t n_seeds = static_cast<std::size_t>(o.seeds);
+  std::vector<Workload> workloads;  // [rate][seed], flattened
   std::vector<std::vector<double>> ideals;
-  for (double rate : o.rates) {
-    ArrivalSpec a;
-    a.rate_sps = rate;
-    a.poisson = o.poisson;
-    a.sessions = o.sessions.value_or(pool.size());
-    a.seed = o.seed;
-    a.max_model_len = preset->max_model_len;
-    auto w = make_workload(pool, workload_name, a);
-    if (!w) return usage_error(w.error().context());
-    ideals.push_back(ideal_times(*w, base_config));
-    workloads.push_back(std::move(*w));
+  for (std::size_t r = 0; r < o.rates.size(); ++r) {
+    for (std::size_t k = 0; k < n_seeds; ++k) {
+      const std::uint64_t seed = o.seed + k;
+      std::vector<SessionSpec> drawn;
+      if (!o.synthetic.empty()) {
+        auto gen = synthetic_pool(o.synthetic, o.sessions.value_or(200), seed);
+        if (!gen) return usage_error(gen.error().context());
+        drawn = std::move(*gen);
+      }
+      ArrivalSpec a;
+      a.rate_sps = o.rates[r];
+      a.poisson = o.poisson;
+      a.seed = seed;
+      a.max_model_len = preset->max_model_len;
+      const std::vector<SessionSpec>& from = o.synthetic.empty() ? pool : drawn;
+      a.sessions = o.sessions.value_or(from.size());
+      auto w = make_workload(from, workload_name, a);
+      if (!w) return usage_error(w.error().context());
+      ideals.push_back(ideal_times(*w, base_config));
+      workloads.push_back(std::move(*w));
+    }
   }
   if (!o.quiet && workloads.front().capped_rounds > 0) {
     std::cerr << "tandem-sim: " << workloads.front().capped_rounds << " of " << workloads.front().rounds
@@ -384,9 +436,12 @@ int run(const Options& o) {
 
   std::vector<Job> jobs;
   for (std::size_t r = 0; r < o.rates.size(); ++r) {
-    for (Job v : variants) {
-      v.rate_index = r;
-      jobs.push_back(std::move(v));
+    for (std::size_t k = 0; k < n_seeds; ++k) {
+      for (Job v : variants) {
+        v.rate_index = r;
+        v.seed_index = k;
+        jobs.push_back(std::move(v));
+      }
     }
   }
   std::vector<Run> runs(jobs.size());
@@ -400,13 +455,15 @@ int run(const Options& o) {
       config.policy = job.policy;
       config.params = job.params;
       const auto t0 = std::chrono::steady_clock::now();
-      auto result = simulate(workloads[job.rate_index], config, ideals[job.rate_index]);
+      const std::size_t w_index = job.rate_index * n_seeds + job.seed_index;
+      auto result = simulate(workloads[w_index], config, ideals[w_index]);
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       Run& run = runs[i];
       run.policy = job.policy;
       run.variant = job.variant;
       run.rate = o.rates[job.rate_index];
-      run.sessions = workloads[job.rate_index].sessions.size();
+      run.seed = o.seed + job.seed_index;
+      run.sessions = workloads[w_index].sessions.size();
       run.wall_s = wall;
       if (!result) {
         failures[i] = result.error().context();
@@ -419,8 +476,8 @@ int run(const Options& o) {
       }
       if (!o.quiet) {
         std::lock_guard lock(log_mutex);
-        std::fprintf(stderr, "tandem-sim: %-22s rate %-6g %s (%.1f s)\n", run_label(run).c_str(), run.rate,
-                     failures[i].empty() ? "done" : "FAILED", wall);
+        std::fprintf(stderr, "tandem-sim: %-22s rate %-6g seed %-4llu %s (%.1f s)\n", run_label(run).c_str(), run.rate,
+                     static_cast<unsigned long long>(run.seed), failures[i].empty() ? "done" : "FAILED", wall);
       }
     }
   };
@@ -437,9 +494,9 @@ int run(const Options& o) {
   report.workload = workload_name;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     if (!failures[i].empty()) {
-      std::cerr << "tandem-sim: " << run_label(runs[i]) << " at rate " << runs[i].rate << " failed: " << failures[i]
-                << "\n";
-      report.failed.push_back({runs[i].policy, runs[i].variant, runs[i].rate, failures[i]});
+      std::cerr << "tandem-sim: " << run_label(runs[i]) << " at rate " << runs[i].rate << " seed " << runs[i].seed
+                << " failed: " << failures[i] << "\n";
+      report.failed.push_back({runs[i].policy, runs[i].variant, runs[i].rate, runs[i].seed, failures[i]});
       rc = 1;
       continue;
     }

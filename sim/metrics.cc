@@ -123,8 +123,12 @@ Metrics compute_metrics(std::span<const SessionRecord> sessions, const RunCounte
 
   m.kv_hit_rate = ratio(static_cast<double>(counters.reused_tokens), static_cast<double>(counters.prompt_tokens));
   m.recomputed_tokens = counters.recomputed_tokens;
+  m.resume_recomputed_tokens = counters.resume_recomputed_tokens;
   m.preemptions = counters.preemptions;
+  m.swaps = counters.swaps;
   m.pinned_block_seconds = counters.pinned_block_seconds;
+  m.kv_waste_block_s = counters.pinned_block_seconds + counters.kv_waste_block_seconds;
+  m.host_peak_blocks = counters.host_peak_blocks;
   m.gpu_busy = ratio(counters.gpu_busy_s, static_cast<double>(counters.engines) * makespan);
   m.tool_cpu_util = ratio(counters.tool_cpu_core_s, static_cast<double>(counters.tool_cores) * makespan);
   // No tool call with a nominal time: nothing was stretched, and 0 (not 1)
@@ -135,9 +139,10 @@ Metrics compute_metrics(std::span<const SessionRecord> sessions, const RunCounte
   m.capped_rounds = counters.capped_rounds;
 
   for (double* v :
-       {&m.e2e_mean_s, &m.e2e_p50_s, &m.e2e_p90_s, &m.e2e_p99_s, &m.slowdown_mean, &m.goodput_a1, &m.goodput_a2,
-        &m.goodput_a3, &m.throughput_sps, &m.rounds_per_min, &m.tokens_per_s, &m.ttft_mean_s, &m.ttft_p99_s,
-        &m.kv_hit_rate, &m.pinned_block_seconds, &m.gpu_busy, &m.tool_cpu_util, &m.tool_stretch_mean, &m.makespan_s}) {
+       {&m.e2e_mean_s,       &m.e2e_p50_s,   &m.e2e_p90_s,     &m.e2e_p99_s,         &m.slowdown_mean,
+        &m.goodput_a1,       &m.goodput_a2,  &m.goodput_a3,    &m.throughput_sps,    &m.rounds_per_min,
+        &m.tokens_per_s,     &m.ttft_mean_s, &m.ttft_p99_s,    &m.kv_hit_rate,       &m.pinned_block_seconds,
+        &m.kv_waste_block_s, &m.gpu_busy,    &m.tool_cpu_util, &m.tool_stretch_mean, &m.makespan_s}) {
     *v = finite_or_zero(*v);
   }
   return m;

@@ -42,6 +42,10 @@ struct RunCounters {
   std::uint64_t recomputed_tokens = 0;  // computed again
   std::uint64_t computed_tokens = 0;    // Σ chunk tokens of every step (= new + recomputed)
   std::uint64_t preemptions = 0;
+  std::uint64_t swaps = 0;                     // of those, by swapping to host memory
+  std::uint64_t resume_recomputed_tokens = 0;  // recomputed by rounds never preempted: KV lost while a tool ran
+  double kv_waste_block_seconds = 0.0;         // blocks held by a batch while it recomputed or copied KV
+  std::uint64_t host_peak_blocks = 0;          // most KV blocks in host memory at once
   double pinned_block_seconds = 0.0;
   double gpu_busy_s = 0.0;  // Σ over engines of step time
   std::uint32_t engines = 1;
@@ -64,8 +68,12 @@ struct Metrics {
   double ttft_mean_s = 0, ttft_p99_s = 0;
   double kv_hit_rate = 0;
   std::uint64_t recomputed_tokens = 0;
+  std::uint64_t resume_recomputed_tokens = 0;
   std::uint64_t preemptions = 0;
+  std::uint64_t swaps = 0;
   double pinned_block_seconds = 0;
+  double kv_waste_block_s = 0;  // pinned block-seconds + blocks waiting on recompute or copies (InferCept's waste)
+  std::uint64_t host_peak_blocks = 0;
   double gpu_busy = 0;
   double tool_cpu_util = 0;
   double tool_stretch_mean = 0;

@@ -78,6 +78,7 @@ class Node final : public EngineHost {
   std::unique_ptr<sched::ControlPolicy> control_;
   std::vector<std::unique_ptr<sched::StepScheduler>> steps_;
   std::vector<std::unique_ptr<Engine>> engines_;
+  std::unique_ptr<HostPool> host_pool_;
   std::vector<std::optional<Time>> step_end_;
   std::vector<std::optional<Time>> offload_done_;
   std::vector<SimSession> sessions_;
@@ -108,10 +109,21 @@ base::Result<SimResult> Node::run() {
     steps_.push_back(std::move(inst->step));
   }
   result_.counters.engines = config_.engines;
+  if (!(config_.host_kv_gib >= 0) || !std::isfinite(config_.host_kv_gib)) {
+    return base::make_error(EINVAL, "--host-kv-gib must be a number >= 0");
+  }
+  std::uint64_t host_blocks = 0;  // unlimited
+  if (config_.host_kv_gib > 0 && config_.preset.kv_bytes_per_token > 0) {
+    const double block_bytes = static_cast<double>(config_.preset.kv_bytes_per_token) * config_.preset.block_size;
+    host_blocks = std::max<std::uint64_t>(
+        1, static_cast<std::uint64_t>(config_.host_kv_gib * config_.engines * 1073741824.0 / block_bytes));
+  }
+  host_pool_ = std::make_unique<HostPool>(host_blocks);
   result_.counters.tool_cores = static_cast<std::uint32_t>(std::ceil(config_.tool_cores));
   for (std::uint32_t e = 0; e < config_.engines; ++e) {
     engines_.push_back(
         std::make_unique<Engine>(e, config_.preset, config_.limits, *steps_[e], *this, result_.counters));
+    engines_.back()->set_host_pool(host_pool_.get());
     emit(sched::EngineJoined{e, engines_.back()->params()}, kEpoch);
   }
   step_end_.assign(config_.engines, std::nullopt);
@@ -193,6 +205,7 @@ base::Result<SimResult> Node::run() {
     if (result_.first_violation.empty()) result_.first_violation = e->first_violation();
   }
   result_.counters.tool_cpu_core_s = cpu_.core_seconds();
+  result_.counters.host_peak_blocks = host_pool_->peak_blocks();
   result_.virtual_s = to_s(now);
   if (result_.counters.computed_tokens != result_.counters.new_tokens + result_.counters.recomputed_tokens) {
     ++result_.violations;
@@ -339,7 +352,7 @@ void Node::kv_changed(EngineId engine, SessionId session, sched::KvChange change
 }
 
 void Node::tick(Time now) {
-  for (auto& e : engines_) emit(sched::KvStatsReported{e->id(), e->stats()}, now);
+  for (auto& e : engines_) emit(sched::KvStatsReported{e->id(), e->stats(now)}, now);
   sched::CpuView cpu;
   cpu.tool_cores = static_cast<std::uint32_t>(std::ceil(config_.tool_cores));
   cpu.psi_some_avg10 = cpu_.pressure_avg10();

@@ -29,6 +29,10 @@ struct SimConfig {
   double tick_s = 0.05;                  // control tick period
   ToolCpuTable tool_cpu;
   double stall_s = 3600;  // no round ends, tool ends or arrivals for this long (virtual): the run fails
+  // Host memory for KV copies (offload, swap), per engine; the node's pool is
+  // engines × this, shared. 0: unlimited. InferCept's experiments give each
+  // GPU 128 GiB of swap space (research/baselines.md §3).
+  double host_kv_gib = 128;
 };
 
 struct ToolCallRecord {

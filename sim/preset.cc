@@ -48,6 +48,27 @@ constexpr StepTimeModel kQwen30bH200{.t0_us = 3000,
                                      .expert_bytes = 9437184,
                                      .hbm_bytes_per_us = 2.8e6 / kH200Bw};
 
+// H100 NVL (MARS's GPU, arXiv 2604.26963) serving Qwen3-Coder-30B-A3B-Instruct
+// (DERIVED, docs/sim.md): the model has Qwen3-30B-A3B's shape (48 layers,
+// 128 experts top-8 of 3 × 2048 × 768 BF16, 4 KV heads of 128), so the
+// H100 model is kept and scaled by the NVL's datasheet against the SXM's:
+// memory-bound terms by HBM bandwidth 3.35 → 3.9 TB/s (× 0.859), compute
+// terms by dense BF16 989.5 → 835.5 TFLOPS (× 1.184). t0 and a_seq are the
+// host's, unchanged.
+constexpr double kNvlBw = 3.35 / 3.9;
+constexpr double kNvlCompute = 989.5 / 835.5;
+constexpr StepTimeModel kQwen30bH100Nvl{.t0_us = 3000,
+                                        .weights_us = 870 * kNvlBw,
+                                        .b_us_per_token = 16.0 * kNvlCompute,
+                                        .a_pf_us_per_pair = 1.97e-3 * kNvlCompute,
+                                        .a_dec_us_per_token = 0.045 * kNvlBw,
+                                        .a_seq_us = 5.0,
+                                        .moe_layers = 48,
+                                        .experts = 128,
+                                        .top_k = 8,
+                                        .expert_bytes = 9437184,
+                                        .hbm_bytes_per_us = 2.8e6 / kNvlBw};
+
 const Preset kPresets[] = {
     {.name = "h100-llama3-8b",
      .doc = "Llama-3.1-8B BF16 on one H100 80 GB: 27,500 KV blocks (440k tokens), 8192-token steps, 1024 seqs",
@@ -55,28 +76,41 @@ const Preset kPresets[] = {
      .max_model_len = 131072,
      .step = kLlama8bH100,
      .swap_us_per_token = 3.3,
-     .swap_fixed_us = 30},
+     .swap_fixed_us = 30,
+     .kv_bytes_per_token = 131072},
     {.name = "h100-qwen3-30b-a3b",
      .doc = "Qwen3-30B-A3B BF16 (MoE, 128 experts, top-8) on one H100 80 GB: 7,200 KV blocks (115k tokens)",
      .gpu_blocks = 7200,
      .max_model_len = 114688,
      .step = kQwen30bH100,
      .swap_us_per_token = 2.5,
-     .swap_fixed_us = 30},
+     .swap_fixed_us = 30,
+     .kv_bytes_per_token = 98304},
     {.name = "h200-llama3-8b",
      .doc = "Llama-3.1-8B BF16 on one H200 141 GB: 55,600 KV blocks (890k tokens), 4.8 TB/s",
      .gpu_blocks = 55600,
      .max_model_len = 131072,
      .step = kLlama8bH200,
      .swap_us_per_token = 3.3,
-     .swap_fixed_us = 30},
+     .swap_fixed_us = 30,
+     .kv_bytes_per_token = 131072},
     {.name = "h200-qwen3-30b-a3b",
      .doc = "Qwen3-30B-A3B BF16 on one H200 141 GB: 45,000 KV blocks (720k tokens), 4.8 TB/s",
      .gpu_blocks = 45000,
      .max_model_len = 131072,
      .step = kQwen30bH200,
      .swap_us_per_token = 2.5,
-     .swap_fixed_us = 30},
+     .swap_fixed_us = 30,
+     .kv_bytes_per_token = 98304},
+    {.name = "h100nvl-qwen3-coder-30b-a3b",
+     .doc = "MARS's node: Qwen3-Coder-30B-A3B BF16 on one H100 NVL 94 GB: 16,384 KV blocks (262k tokens, "
+            "max_model_len 262,144 as MARS runs it), 3.9 TB/s",
+     .gpu_blocks = 16384,
+     .max_model_len = 262144,
+     .step = kQwen30bH100Nvl,
+     .swap_us_per_token = 2.5,
+     .swap_fixed_us = 30,
+     .kv_bytes_per_token = 98304},
 };
 
 std::unexpected<base::Error> invalid(std::string_view preset, std::string_view what) {

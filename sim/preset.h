@@ -59,8 +59,9 @@ struct Preset {
   std::uint32_t max_seqs = 1024;      // max_num_seqs
   std::uint32_t max_model_len = 131072;
   StepTimeModel step;
-  double swap_us_per_token = 0;  // host ↔ GPU copy of KV over PCIe
-  double swap_fixed_us = 0;      // per transfer
+  double swap_us_per_token = 0;          // host ↔ GPU copy of KV over PCIe
+  double swap_fixed_us = 0;              // per transfer
+  std::uint32_t kv_bytes_per_token = 0;  // BF16 K and V of every layer (sizes host memory in blocks)
 };
 
 std::span<const Preset> presets();

@@ -124,8 +124,12 @@ std::vector<std::pair<std::string_view, Number>> metric_fields(const Metrics& m)
       {"ttft_p99_s", m.ttft_p99_s},
       {"kv_hit_rate", m.kv_hit_rate},
       {"recomputed_tokens", m.recomputed_tokens},
+      {"resume_recomputed_tokens", m.resume_recomputed_tokens},
       {"preemptions", m.preemptions},
+      {"swaps", m.swaps},
       {"pinned_block_seconds", m.pinned_block_seconds},
+      {"kv_waste_block_s", m.kv_waste_block_s},
+      {"host_peak_blocks", m.host_peak_blocks},
       {"gpu_busy", m.gpu_busy},
       {"tool_cpu_util", m.tool_cpu_util},
       {"tool_stretch_mean", m.tool_stretch_mean},
@@ -363,18 +367,23 @@ std::string plot_script(const Report& report, std::map<std::string, std::string>
     min_rate = std::min(min_rate, run.rate);
   }
 
-  // Per label: "rate e2e_mean goodput_a3" by rate; the E2E CDF at the top rate.
+  // Per label: "rate e2e_mean goodput_a3" by rate (means over seeds); the E2E
+  // CDF at the top rate (every seed's sessions together).
+  const std::vector<Summary> summaries = summarize(report);
   std::vector<bool> has_cdf(d.labels.size(), false);
   std::vector<double> all_e2e;
   for (std::size_t l = 0; l < d.labels.size(); ++l) {
     std::string series;
     std::vector<double> e2e;
-    for (const Run* run : d.runs[l]) {
-      series += fmt::format("{} {} {}\n", gp_number(run->rate), gp_number(run->metrics.e2e_mean_s),
-                            gp_number(run->metrics.goodput_a3));
-      if (run->rate == d.max_rate) {
-        for (double v : run->e2e_s) {
-          if (std::isfinite(v)) e2e.push_back(v);
+    for (const Summary& sm : summaries) {
+      if (sm.policy + sm.variant != d.labels[l] || sm.runs.empty()) continue;
+      series += fmt::format("{} {} {}\n", gp_number(sm.rate), gp_number(sm.stat("e2e_mean_s").mean),
+                            gp_number(sm.stat("goodput_a3").mean));
+      if (sm.rate == d.max_rate) {
+        for (const Run* run : sm.runs) {
+          for (double v : run->e2e_s) {
+            if (std::isfinite(v)) e2e.push_back(v);
+          }
         }
       }
     }
@@ -460,14 +469,151 @@ std::string plot_script(const Report& report, std::map<std::string, std::string>
   return s;
 }
 
+// "12.3 ± 0.4", or the value alone when there is no spread to show.
+std::string pm(const Stat& s, std::string (*f)(double)) {
+  if (s.half == 0.0) return f(s.mean);
+  return f(s.mean) + " ± " + f(s.half);
+}
+
 }  // namespace
 
+void print_summary_table(std::ostream& os, const Report& report);
+
 std::string run_label(const Run& run) { return run.policy + run.variant; }
+
+double t95(std::size_t dof) {
+  // Two-sided 95 % quantiles of Student's t, 1 to 30 degrees of freedom.
+  static constexpr double kT[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                  2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                  2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  if (dof == 0) return 0.0;
+  return dof <= std::size(kT) ? kT[dof - 1] : 1.96;
+}
+
+Stat stat_of(std::span<const double> values) {
+  Stat s;
+  s.n = values.size();
+  if (s.n == 0) return s;
+  double sum = 0.0;
+  for (double v : values) sum += v;
+  s.mean = sum / static_cast<double>(s.n);
+  if (s.n < 2 || !std::isfinite(s.mean)) return s;
+  double ss = 0.0;
+  for (double v : values) ss += (v - s.mean) * (v - s.mean);
+  const double sd = std::sqrt(ss / static_cast<double>(s.n - 1));
+  s.half = t95(s.n - 1) * sd / std::sqrt(static_cast<double>(s.n));
+  return s;
+}
+
+double metric_value(const Metrics& m, std::string_view key) {
+  for (const auto& [k, v] : metric_fields(m)) {
+    if (k == key) return std::visit([](auto x) { return static_cast<double>(x); }, v);
+  }
+  return 0.0;
+}
+
+std::vector<std::string_view> metric_keys() {
+  std::vector<std::string_view> keys;
+  for (const auto& field : metric_fields(Metrics{})) keys.push_back(field.first);
+  return keys;
+}
+
+Stat Summary::stat(std::string_view key) const {
+  std::vector<double> v;
+  v.reserve(runs.size());
+  for (const Run* r : runs) v.push_back(metric_value(r->metrics, key));
+  return stat_of(v);
+}
+
+std::vector<Summary> summarize(const Report& report) {
+  std::vector<Summary> out;
+  std::map<std::pair<double, std::string>, std::size_t> index;
+  std::vector<std::string> labels;  // first-appearance order
+  std::map<std::string, std::size_t> label_rank;
+  auto rank = [&](const std::string& label) {
+    auto [it, inserted] = label_rank.try_emplace(label, label_rank.size());
+    return it->second;
+  };
+  auto entry = [&](const std::string& policy, const std::string& variant, double rate) -> Summary& {
+    auto [it, inserted] = index.try_emplace({rate, policy + variant}, out.size());
+    if (inserted) {
+      Summary s;
+      s.policy = policy;
+      s.variant = variant;
+      s.rate = rate;
+      out.push_back(std::move(s));
+    }
+    return out[it->second];
+  };
+  for (const Run& r : report.runs) {
+    rank(run_label(r));
+    Summary& s = entry(r.policy, r.variant, r.rate);
+    s.sessions = r.sessions;
+    s.runs.push_back(&r);
+  }
+  for (const FailedRun& f : report.failed) {
+    rank(f.policy + f.variant);
+    entry(f.policy, f.variant, f.rate).failed.push_back(f.seed);
+  }
+  for (Summary& s : out) {
+    std::sort(s.runs.begin(), s.runs.end(), [](const Run* a, const Run* b) { return a->seed < b->seed; });
+    std::sort(s.failed.begin(), s.failed.end());
+  }
+  std::sort(out.begin(), out.end(), [&](const Summary& a, const Summary& b) {
+    if (a.rate != b.rate) return a.rate < b.rate;
+    return label_rank.at(a.policy + a.variant) < label_rank.at(b.policy + b.variant);
+  });
+  return out;
+}
+
+std::size_t seed_count(const Report& report) {
+  std::vector<std::uint64_t> seeds;
+  for (const Run& r : report.runs) seeds.push_back(r.seed);
+  for (const FailedRun& f : report.failed) seeds.push_back(f.seed);
+  std::sort(seeds.begin(), seeds.end());
+  return static_cast<std::size_t>(std::unique(seeds.begin(), seeds.end()) - seeds.begin());
+}
+
+void print_summary_table(std::ostream& os, const Report& report) {
+  const std::vector<Summary> summaries = summarize(report);
+  Table latency;
+  latency.headers = {"label",  "rate", "seeds",    "e2e mean",   "e2e p99", "slowdown",    "gp a=3",
+                     "sess/s", "ttft", "kv hit %", "recomputed", "preempt", "pinned blk-s"};
+  auto pct = [](double f) { return fmt::format("{:.1f}", f * 100.0); };
+  auto two = [](double f) { return fmt::format("{:.2f}", f); };
+  for (std::size_t k = 0; k < summaries.size(); ++k) {
+    const Summary& s = summaries[k];
+    const bool group_start = k == 0 || s.rate != summaries[k - 1].rate;
+    std::string label = s.policy + s.variant;
+    std::string seeds = fmt::format("{}", s.runs.size());
+    if (!s.failed.empty()) seeds += fmt::format(" ({} failed)", s.failed.size());
+    if (s.runs.empty()) {
+      latency.rows.push_back({label, compact(s.rate), seeds, "failed", "", "", "", "", "", "", "", "", ""});
+    } else {
+      latency.rows.push_back({label, compact(s.rate), seeds, pm(s.stat("e2e_mean_s"), compact),
+                              compact(s.stat("e2e_p99_s").mean), pm(s.stat("slowdown_mean"), two),
+                              pm(s.stat("goodput_a3"), compact), pm(s.stat("throughput_sps"), compact),
+                              compact(s.stat("ttft_mean_s").mean), pct(s.stat("kv_hit_rate").mean),
+                              with_suffix(s.stat("recomputed_tokens").mean), with_suffix(s.stat("preemptions").mean),
+                              with_suffix(s.stat("pinned_block_seconds").mean)});
+    }
+    latency.group_start.push_back(group_start);
+  }
+  os << fmt::format(
+      "\nMean over {} seeds ± the half-width of the 95 % interval (times in s; rate, goodput, throughput in "
+      "sessions/s; gp a=3: sessions with E2E <= 3 x ideal; later columns: means)\n",
+      seed_count(report));
+  print(os, latency);
+}
 
 void print_table(std::ostream& os, const Report& report) {
   os << fmt::format("tandem-sim  preset {}  workload {}  ({} run{})\n", report.preset, report.workload,
                     report.runs.size(), report.runs.size() == 1 ? "" : "s");
   if (report.runs.empty()) return;
+  if (seed_count(report) > 1) {
+    print_summary_table(os, report);
+    return;
+  }
 
   Table latency;
   latency.headers = {"label",  "rate",   "done",   "e2e mean", "e2e p50", "e2e p90",   "e2e p99", "slowdown",
@@ -519,6 +665,7 @@ std::string report_json(const Report& report) {
     r["policy"] = run.policy;
     r["variant"] = run.variant;
     r["rate"] = run.rate;
+    r["seed"] = run.seed;
     r["sessions"] = static_cast<std::uint64_t>(run.sessions);
     r["metrics"] = std::move(metrics);
     r["wall_s"] = run.wall_s;
@@ -527,8 +674,28 @@ std::string report_json(const Report& report) {
   if (!report.failed.empty()) {
     doc["failed"] = nlohmann::ordered_json::array();
     for (const FailedRun& f : report.failed) {
-      doc["failed"].push_back({{"policy", f.policy}, {"variant", f.variant}, {"rate", f.rate}, {"reason", f.reason}});
+      doc["failed"].push_back(
+          {{"policy", f.policy}, {"variant", f.variant}, {"rate", f.rate}, {"seed", f.seed}, {"reason", f.reason}});
     }
+  }
+  doc["summary"] = nlohmann::ordered_json::array();
+  for (const Summary& s : summarize(report)) {
+    nlohmann::ordered_json e;
+    e["policy"] = s.policy;
+    e["variant"] = s.variant;
+    e["rate"] = s.rate;
+    e["seeds"] = static_cast<std::uint64_t>(s.runs.size());
+    e["failed"] = static_cast<std::uint64_t>(s.failed.size());
+    nlohmann::ordered_json mean = nlohmann::ordered_json::object();
+    nlohmann::ordered_json ci = nlohmann::ordered_json::object();
+    for (std::string_view key : metric_keys()) {
+      const Stat st = s.stat(key);
+      mean[std::string(key)] = st.mean;
+      ci[std::string(key)] = st.half;
+    }
+    e["mean"] = std::move(mean);
+    e["ci95"] = std::move(ci);
+    doc["summary"].push_back(std::move(e));
   }
   // replace: a policy name with invalid UTF-8 must not throw out of here.
   std::string text = doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -541,15 +708,15 @@ base::Result<void> write_json(const Report& report, const std::string& path) {
 }
 
 base::Result<void> write_csv(const Report& report, const std::string& path) {
-  std::string text = "preset,workload,policy,variant,rate,sessions";
+  std::string text = "preset,workload,policy,variant,rate,seed,sessions";
   for (const auto& field : metric_fields(Metrics{})) {
     text += ',';
     text += field.first;
   }
   text += ",wall_s\n";
   for (const Run& run : report.runs) {
-    text += fmt::format("{},{},{},{},{},{}", csv_field(report.preset), csv_field(report.workload),
-                        csv_field(run.policy), csv_field(run.variant), csv_number(run.rate), run.sessions);
+    text += fmt::format("{},{},{},{},{},{},{}", csv_field(report.preset), csv_field(report.workload),
+                        csv_field(run.policy), csv_field(run.variant), csv_number(run.rate), run.seed, run.sessions);
     for (const auto& field : metric_fields(run.metrics)) {
       text += ',';
       text += std::visit(

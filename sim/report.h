@@ -2,8 +2,10 @@
 // (the schema of issue 4, which other tools read), CSV and a gnuplot plot.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <ostream>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +19,7 @@ struct Run {
   std::string policy;        // registry name ("tandem", "fcfs", …)
   std::string variant;       // "" for a policy as configured; "-residency" etc. in an ablation
   double rate = 0.0;         // sessions per second offered
+  std::uint64_t seed = 1;    // the workload's seed (sessions drawn, arrivals)
   std::size_t sessions = 0;  // sessions in the workload
   Metrics metrics;
   std::vector<double> e2e_s;  // every completed session's E2E, for the CDF
@@ -28,6 +31,7 @@ struct FailedRun {
   std::string policy;
   std::string variant;
   double rate = 0.0;
+  std::uint64_t seed = 1;
   std::string reason;
 };
 
@@ -41,16 +45,56 @@ struct Report {
 // The label a run is shown under: policy + variant.
 std::string run_label(const Run& run);
 
+// Mean and 95 % confidence interval of one value over seeds: Student's t
+// with n − 1 degrees of freedom. The half-width is 0 with fewer than two
+// values (one seed says nothing about the spread).
+struct Stat {
+  double mean = 0.0;
+  double half = 0.0;  // half-width of the 95 % interval
+  std::size_t n = 0;
+  double lo() const { return mean - half; }
+  double hi() const { return mean + half; }
+};
+Stat stat_of(std::span<const double> values);
+// The two-sided 95 % quantile of Student's t with `dof` degrees of freedom
+// (1.96 beyond 30).
+double t95(std::size_t dof);
+
+// A metric of `m` by its JSON key ("e2e_mean_s", …); 0 for an unknown key.
+double metric_value(const Metrics& m, std::string_view key);
+// The JSON keys of the metrics, in schema order.
+std::vector<std::string_view> metric_keys();
+
+// One label (policy + variant) at one rate, over the seeds it ran with.
+struct Summary {
+  std::string policy;
+  std::string variant;
+  double rate = 0.0;
+  std::size_t sessions = 0;
+  std::vector<const Run*> runs;       // finished, by seed ascending
+  std::vector<std::uint64_t> failed;  // seeds that did not finish
+  // Over the finished seeds.
+  Stat stat(std::string_view key) const;
+};
+// By rate ascending, labels in the order they first appear.
+std::vector<Summary> summarize(const Report& report);
+// The distinct seeds of the report's runs and failures.
+std::size_t seed_count(const Report& report);
+
 // Human table: one row per run, grouped by rate, columns for the headline
-// metrics.
+// metrics; with several seeds, one row per label and rate instead, each
+// headline metric as mean ± the half-width of its 95 % interval.
 void print_table(std::ostream& os, const Report& report);
 
-// {"preset","workload","runs":[{"policy","rate","sessions","metrics":{...}}]}
+// {"preset","workload","runs":[{"policy","rate","seed","sessions","metrics":{...}}]}
 // with exactly the metric keys of issue 4 ("e2e_mean_s", …,
 // "tool_stretch_mean") plus "variant", "rounds_per_min", "tokens_per_s", "tool_cpu_util",
 // "makespan_s", "capped_rounds" and "completed"; runs that did not finish
-// are listed under "failed" ({"policy","variant","rate","reason"}) when there
-// are any. Errors name the path.
+// are listed under "failed" ({"policy","variant","rate","seed","reason"})
+// when there are any; "summary" holds one entry per label and rate
+// ({"policy","variant","rate","seeds","failed","mean":{...},"ci95":{...}}:
+// every metric's mean over the finished seeds and the half-width of its
+// 95 % interval). Errors name the path.
 base::Result<void> write_json(const Report& report, const std::string& path);
 // The text write_json writes.
 std::string report_json(const Report& report);

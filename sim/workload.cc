@@ -183,6 +183,10 @@ Result<SessionSpec> read_session(std::string_view line, const LineRef& ref, Trac
     session.name = it->get<std::string>();
   }
   if (session.name.empty()) session.name = fmt::format("{}:{}", ref.origin, ref.line);
+  if (auto it = doc.find("source"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string()) return ref.error("not a string or null", "source");
+    session.source = it->get<std::string>();
+  }
 
   auto rounds = doc.find("rounds");
   if (rounds == doc.end()) return ref.error("missing", "rounds");
@@ -328,10 +332,75 @@ std::vector<RoundSpec> agentic(Rng& rng) {
   return rounds;
 }
 
+// Long contexts with long pauses: interactive coding-agent sessions of the
+// kind in the second held-out set (median context about 100k tokens,
+// a human's think time between turns with p50 22 s and p90 about 14 min, 38
+// rounds per session at p50, tool time p50 8.5 s). A turn ends after a round
+// with probability 1/6; the pause that follows is the human ("human", no
+// CPU). Every other round is followed by a multi-second tool.
+constexpr std::array<ToolKind, 6> kPauseTools{{
+    {"python", 30},
+    {"pytest", 25},
+    {"bash", 15},
+    {"git", 10},
+    {"npm", 10},
+    {"pip", 10},
+}};
+
+std::vector<RoundSpec> long_pause(Rng& rng) {
+  const auto n = static_cast<std::size_t>(std::lround(std::clamp(rng.lognormal(38, 0.45), 4.0, 145.0)));
+  std::uint32_t input = tokens(rng.lognormal(60000, 0.3), 20000, 100000);
+  std::vector<RoundSpec> rounds(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    RoundSpec& r = rounds[i];
+    r.input_tokens = input;
+    r.output_tokens = tokens(rng.lognormal(200, 1.0), 1, 8192);
+    // Drawn for every round so each consumes the same draws.
+    const bool turn_ends = rng.uniform() < 1.0 / 6.0;
+    const double think = std::min(rng.lognormal(22, 2.84), 3600.0);  // p90 = 22·e^(1.2816·2.84) ≈ 840 s
+    const ToolKind& kind = pick(rng, kPauseTools);
+    const double tool = std::min(rng.lognormal(8.5, 1.2), 600.0);
+    if (i + 1 < n) {
+      r.tool = turn_ends ? "human" : std::string(kind.name);
+      r.tool_seconds = turn_ends ? think : tool;
+    }
+    input += r.output_tokens + tokens(rng.lognormal(800, 1.0), 0, 16384);
+  }
+  return rounds;
+}
+
+// MARS's long-input regime (arXiv 2604.26963 §6.1): agent tasks whose
+// request-level prompt volume — the prompt tokens of all of a task's LLM
+// calls — averages 125K to 263K. Tasks as MARS's replay runs them (at most 8
+// rounds, research/mars_code.md §2.0): rounds uniform in [4, 8], first
+// prompt lognormal(median m, sigma 0.6) clamped to [2000, 200000], each later
+// prompt = previous prompt + output (lognormal(300, 0.8), [50, 8192]) +
+// uniform [500, 3000] tokens of tool output; MARS's tool mix (as mars-short).
+// m = 12,200 gives a mean volume of about 125K, m = 31,100 about 263K
+// (workload_test checks both within 3 %).
+std::vector<RoundSpec> mars_ilr(Rng& rng, double median_first_prompt) {
+  const auto n = static_cast<std::size_t>(rng.between(4, 8));
+  std::uint32_t input = tokens(rng.lognormal(median_first_prompt, 0.6), 2000, 200000);
+  std::vector<RoundSpec> rounds(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    RoundSpec& r = rounds[i];
+    r.input_tokens = input;
+    r.output_tokens = tokens(rng.lognormal(300, 0.8), 50, 8192);
+    if (i + 1 < n) {
+      r.tool = pick(rng, kMarsTools).name;
+      r.tool_seconds = std::min(rng.lognormal(0.5, 1.5), 120.0);
+    }
+    input += r.output_tokens + static_cast<std::uint32_t>(rng.between(500, 3000));
+  }
+  return rounds;
+}
+std::vector<RoundSpec> mars_ilr_125k(Rng& rng) { return mars_ilr(rng, 12200); }
+std::vector<RoundSpec> mars_ilr_263k(Rng& rng) { return mars_ilr(rng, 31100); }
+
 using Generator = std::vector<RoundSpec> (*)(Rng&);
 
 // The doc strings restate the constants of the generators above: change both together.
-constexpr std::array<SyntheticSpec, 4> kSynthetic{{
+constexpr std::array<SyntheticSpec, 7> kSynthetic{{
     {"mars-short",
      "MARS short-input regime. Per session: rounds uniform in [4, 8]; first prompt lognormal(median 4096, "
      "sigma 0.5) tokens clamped to [1024, 16384]; each later prompt = previous prompt + previous output + "
@@ -353,8 +422,27 @@ constexpr std::array<SyntheticSpec, 4> kSynthetic{{
      "1.05/0.76, Glob 226 0.064/0.69, echo* 213 0.01/1.9, Task 41 79/0.6; a shell command past 30 s is cut to "
      "30 s (harness timeout) with probability 0.8. Overall tool seconds: median ~0.07, p90 ~5, p99 ~30, "
      "mean ~3 (trace: 0.08, 7, 30, 2.4)."},
+    {"long-pause",
+     "Long contexts, long pauses (interactive coding agents; the issue's second held-out set: median context "
+     "~100k, human think time p50 22 s / p90 ~14 min, 38 rounds p50, tool p50 8.5 s). Per session: rounds = "
+     "lognormal(median 38, sigma 0.45) rounded, clamped to [4, 145]; first prompt lognormal(median 60000, sigma "
+     "0.3) clamped to [20000, 100000]; each later prompt = previous prompt + previous output + lognormal(median "
+     "800, sigma 1.0) new tokens clamped to [0, 16384]; output lognormal(median 200, sigma 1.0) clamped to [1, "
+     "8192]; after every round but the last, with probability 1/6 the turn ends and the human thinks "
+     "(kind 'human', no CPU) lognormal(median 22 s, sigma 2.84) capped at 3600 s, else a tool drawn from "
+     "python 30%, pytest 25%, bash 15%, git 10%, npm 10%, pip 10% for lognormal(median 8.5 s, sigma 1.2) "
+     "capped at 600 s."},
+    {"mars-ilr-125k",
+     "MARS's long-input regime (arXiv 2604.26963 sec. 6.1) at its low end: mean request-level prompt volume "
+     "(prompt tokens of all of a task's calls) ~125K. Per task: rounds uniform in [4, 8]; first prompt "
+     "lognormal(median 12200, sigma 0.6) clamped to [2000, 200000]; each later prompt = previous prompt + "
+     "output + uniform [500, 3000] tool-output tokens; output lognormal(median 300, sigma 0.8) clamped to "
+     "[50, 8192]; tools as mars-short."},
+    {"mars-ilr-263k",
+     "As mars-ilr-125k at the high end of MARS's range: first prompt median 31100, mean volume ~263K."},
 }};
-constexpr std::array<Generator, 4> kGenerators{mars_short, mars_long, mars_mixed, agentic};  // kSynthetic's order
+constexpr std::array<Generator, 7> kGenerators{mars_short, mars_long,     mars_mixed,   agentic,
+                                               long_pause, mars_ilr_125k, mars_ilr_263k};  // kSynthetic's order
 static_assert(kSynthetic.size() == kGenerators.size());
 
 // ---------------------------------------------------------------------------
@@ -438,8 +526,9 @@ constexpr CpuDefault kCpuDefaults[] = {
     {"curl", 0.1},
     {"wget", 0.1},
     {"gh", 0.1},
-    // Waiting on purpose.
+    // Waiting on purpose, and a human thinking between turns (long-pause).
     {"sleep", 0.0},
+    {"human", 0.0},
     // Harness tools: in-process file I/O and bookkeeping in the agent.
     {"Read", 0.05},
     {"Edit", 0.05},
@@ -499,6 +588,18 @@ Result<std::vector<SessionSpec>> load_trace(const std::string& path, TraceStats*
     text.append(buf, static_cast<std::size_t>(n));
   }
   return parse_trace(text, path, stats);
+}
+
+std::vector<SessionSpec> filter_by_source(std::span<const SessionSpec> pool, std::span<const std::string> include,
+                                          std::span<const std::string> exclude) {
+  auto matches = [](const std::string& source, std::span<const std::string> prefixes) {
+    return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return source.starts_with(p); });
+  };
+  std::vector<SessionSpec> out;
+  for (const SessionSpec& s : pool) {
+    if ((include.empty() || matches(s.source, include)) && !matches(s.source, exclude)) out.push_back(s);
+  }
+  return out;
 }
 
 std::span<const SyntheticSpec> synthetic_workloads() { return kSynthetic; }

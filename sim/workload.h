@@ -35,6 +35,7 @@ struct RoundSpec {
 
 struct SessionSpec {
   std::string name;               // trace id, or "<workload>-<n>" for synthetic ones
+  std::string source;             // the trace's "source" (agent and model), "" for synthetic ones
   double arrival_s = 0.0;         // set by make_workload()
   std::vector<RoundSpec> rounds;  // ≥ 1; the last has no tool
 };
@@ -63,6 +64,14 @@ base::Result<std::vector<SessionSpec>> load_trace(const std::string& path, Trace
 // The same, from text already in memory (`origin` names it in errors).
 base::Result<std::vector<SessionSpec>> parse_trace(std::string_view text, std::string_view origin,
                                                    TraceStats* stats = nullptr);
+
+// The sessions of `pool` whose source starts with one of `include` (all of
+// them when `include` is empty) and with none of `exclude`, in pool order.
+// How the dev trace is split into a tuning and a validation part
+// (docs/results.md): by source, so the validation part holds agents and
+// models the tuning part never showed.
+std::vector<SessionSpec> filter_by_source(std::span<const SessionSpec> pool, std::span<const std::string> include,
+                                          std::span<const std::string> exclude);
 
 // Named synthetic generators. Each documents its parameters in `doc`.
 struct SyntheticSpec {

@@ -85,8 +85,18 @@ void KvExecutor::moved(SessionId session, KvPlace from, KvPlace to, std::uint32_
     release_if_empty(session, s);
     return;
   }
-  if (to == KvPlace::kOffloading && s.id >= 0 && s.resident > 0 &&
-      !(s.host_valid >= s.resident && s.host_tokens >= s.resident)) {
+  if (to == KvPlace::kOffloading) copy_to_host(session, s);
+}
+
+void KvExecutor::swapped(SessionId session, std::uint32_t /*tokens*/) {
+  // The sequence holds at least the swapped tokens (the whole blocks of what
+  // it computed); the copy takes all it holds, as an offload's does.
+  auto it = seqs_.find(session);
+  if (it != seqs_.end()) copy_to_host(session, it->second);
+}
+
+void KvExecutor::copy_to_host(SessionId session, Seq& s) {
+  if (s.id >= 0 && s.resident > 0 && !(s.host_valid >= s.resident && s.host_tokens >= s.resident)) {
     const auto t0 = Clock::now();
     stats_.host_bytes -= s.host.size();
     if (ctx_.state_get(s.id, s.host)) {

@@ -70,6 +70,7 @@ class KvExecutor final : public sim::KvObserver {
   void moved(SessionId session, KvPlace from, KvPlace to, std::uint32_t blocks) override;
   void computed(SessionId session, std::uint32_t first_token, std::uint32_t tokens, bool samples) override;
   void reloaded(SessionId session, std::uint32_t first_token, std::uint32_t tokens) override;
+  void swapped(SessionId session, std::uint32_t tokens) override;
 
   // A step: begin() before sim::Engine::start_step, decode() after it.
   void begin();
@@ -130,6 +131,7 @@ class KvExecutor final : public sim::KvObserver {
   SeqId ensure_id(Seq& s);
   void cut(Seq& s, std::uint32_t keep);  // positions >= keep removed
   void release_if_empty(SessionId session, Seq& s);
+  void copy_to_host(SessionId session, Seq& s);  // its state to host memory, unless a copy holds it all
   void violation(std::string what);
   void enforce_host_budget(SessionId keep);
 

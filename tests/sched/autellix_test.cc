@@ -226,7 +226,8 @@ TEST(AutellixTest, VictimOrderIsQueueThenBlocksThenArrival) {
   EXPECT_EQ(s.queue_of(12), 1);
   EXPECT_EQ(s.queue_of(13), 1);
   EXPECT_EQ(s.queue_of(14), 0);
-  EXPECT_EQ(p.preempt, (std::vector<std::uint32_t>{2, 1, 3}));
+  EXPECT_EQ(p.swap, (std::vector<std::uint32_t>{2, 1, 3})) << "the paper swaps its victims";
+  EXPECT_TRUE(p.preempt.empty());
   ASSERT_EQ(p.run.size(), 1u);
   EXPECT_EQ(p.run[0], (ScheduledChunk{0, 800}));
 }
@@ -238,7 +239,7 @@ TEST(AutellixTest, VictimTieBreaksOnLatestArrival) {
                                 req(2, 2, RequestPhase::kRunning, 100, 160, ms(2)),
                                 req(3, 3, RequestPhase::kRunning, 100, 160, ms(1))};
   StepPlan p = plan(s, input(v, 0));
-  EXPECT_EQ(p.preempt, (std::vector<std::uint32_t>{1}));
+  EXPECT_EQ(p.swap, (std::vector<std::uint32_t>{1}));
   // r3 (arrival 1) runs second: running order is (queue, arrival); then r1's freed blocks feed it.
   ASSERT_EQ(p.run.size(), 2u);
   EXPECT_EQ(p.run[0], (ScheduledChunk{0, 1}));
@@ -253,9 +254,20 @@ TEST(AutellixTest, VictimAlreadyScheduledGivesBackItsChunk) {
   std::vector<StepRequest> v = {req(1, 1, RequestPhase::kRunning, 100, 159, ms(0)),
                                 req(2, 2, RequestPhase::kRunning, 50, 80, ms(1))};
   StepPlan p = plan(s, input(v, 0));
-  EXPECT_EQ(p.preempt, (std::vector<std::uint32_t>{0}));
+  EXPECT_EQ(p.swap, (std::vector<std::uint32_t>{0}));
   ASSERT_EQ(p.run.size(), 1u);
   EXPECT_EQ(p.run[0], (ScheduledChunk{1, 1}));
+}
+
+TEST(AutellixTest, RecomputeVictimsAsTheMarsRepoDoes) {
+  AutellixParams params;
+  params.swap_preempt = false;
+  AutellixStepScheduler s(params);
+  std::vector<StepRequest> v = {req(1, 1, RequestPhase::kRunning, 100, 159, ms(0)),
+                                req(2, 2, RequestPhase::kRunning, 50, 80, ms(1))};
+  StepPlan p = plan(s, input(v, 0));
+  EXPECT_EQ(p.preempt, (std::vector<std::uint32_t>{0}));
+  EXPECT_TRUE(p.swap.empty());
 }
 
 TEST(AutellixTest, ParamsFromRegistrySpecs) {
@@ -302,6 +314,7 @@ TEST(AutellixTest, Deterministic) {
   for (std::size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].run, b[i].run) << i;
     EXPECT_EQ(a[i].preempt, b[i].preempt) << i;
+    EXPECT_EQ(a[i].swap, b[i].swap) << i;
   }
 }
 

@@ -77,6 +77,24 @@ TEST(InferceptTest, WithoutSwapLongToolDiscards) {
   EXPECT_EQ(s.on_round_end(round_end(1, 3, 2000), ms(0)).decision, KeepDecision::kPin);
 }
 
+TEST(InferceptTest, FixedModesAreInferceptsBaselines) {
+  // api_policy D, P and S: the same decision at every tool call, whatever the wastes.
+  const auto decide = [](int mode, double tool_ms) {
+    InferceptParams p;
+    p.mode = mode;
+    InferceptStepScheduler s(p);
+    s.on_tool_end(1, 1, milliseconds(static_cast<std::int64_t>(tool_ms)), ms(0));
+    return s.on_round_end(round_end(1, 1, 2000), ms(1000));
+  };
+  EXPECT_EQ(decide(1, 10).decision, KeepDecision::kDrop);
+  EXPECT_EQ(decide(1, 60000).decision, KeepDecision::kDrop);
+  const KeepPlan pin = decide(2, 60000);
+  EXPECT_EQ(pin.decision, KeepDecision::kPin);
+  EXPECT_NEAR(static_cast<double>(ns_after(pin.until, ms(1000))), 0.2e9, 1e3) << "the min-waste policy's TTL";
+  EXPECT_EQ(decide(3, 10).decision, KeepDecision::kOffload);
+  EXPECT_EQ(decide(0, 10).decision, KeepDecision::kPin) << "mode 0 is the min-waste choice";
+}
+
 TEST(InferceptTest, DearSwapLetsDiscardWin) {
   InferceptParams p;
   p.swap_s_per_token = 1e-4;  // W_s = 2·1e-4·1360·2000 = 544 > W_d = 400
@@ -159,9 +177,23 @@ TEST(InferceptTest, VictimIsTheLastRunningRequest) {
   st.pins = {{9, 100, ms(0), ms(99999)}};
   st.free_blocks = 0;
   StepPlan p = st.run(s, ms(10));
-  EXPECT_EQ(p.preempt, (std::vector<std::uint32_t>{2, 1}));
+  EXPECT_EQ(p.swap, (std::vector<std::uint32_t>{2, 1})) << "InferCept swaps its victims out";
+  EXPECT_TRUE(p.preempt.empty());
   EXPECT_TRUE(p.unpin.empty());                               // InferCept does not trade pins for running requests
   EXPECT_EQ(p.run, (std::vector<ScheduledChunk>{{0, 400}}));  // no admission in a step that preempted
+}
+
+TEST(InferceptTest, RecomputeVictimsAsTheMarsRepoDoes) {
+  InferceptParams p;
+  p.swap_preempt = false;
+  InferceptStepScheduler s(p);
+  Step st;
+  st.reqs = {req(1, 1, RequestPhase::kRunning, 2000, 1600, ms(0)), req(2, 2, RequestPhase::kRunning, 100, 160, ms(1)),
+             req(3, 3, RequestPhase::kRunning, 100, 320, ms(2))};
+  st.free_blocks = 0;
+  StepPlan plan = st.run(s, ms(10));
+  EXPECT_EQ(plan.preempt, (std::vector<std::uint32_t>{2, 1}));
+  EXPECT_TRUE(plan.swap.empty());
 }
 
 TEST(InferceptTest, PinHousekeeping) {
@@ -234,6 +266,7 @@ TEST(InferceptTest, Deterministic) {
   for (std::size_t i = 0; i < a.first.size(); ++i) {
     EXPECT_EQ(a.first[i].run, b.first[i].run) << i;
     EXPECT_EQ(a.first[i].preempt, b.first[i].preempt) << i;
+    EXPECT_EQ(a.first[i].swap, b.first[i].swap) << i;
     EXPECT_EQ(a.first[i].unpin, b.first[i].unpin) << i;
     EXPECT_EQ(a.second[i].decision, b.second[i].decision) << i;
     EXPECT_EQ(a.second[i].until, b.second[i].until) << i;

@@ -425,6 +425,43 @@ TEST(MarsControl, LongAdmittedAtOnceWhenNothingIsInFlightUpToTheCap) {
   EXPECT_EQ(c.last_mode(), MarsMode::kLowPressureFcfs);
 }
 
+TEST(MarsControl, WithoutTheLongCapLongSessionsEnterByKvFitAlone) {
+  // tandem's addition 10: as above, but all three enter at once.
+  Host h;
+  h.join(1, 100000);
+  h.kv(100000, 90000);
+  h.cores(8);
+  h.live(100, 1000, at(0));  // something in flight: no needle wait either
+  h.waiting(1, 60000, at(0));
+  h.waiting(2, 70000, at(0.1));
+  h.waiting(3, 55000, at(0.2));
+  MarsControl c(defaults());
+  c.no_long_cap();
+  EXPECT_EQ(h.tick(c, at(1)), (Ids{1, 2, 3}));
+  EXPECT_TRUE(c.long_in_flight().empty()) << "nothing counts as long";
+}
+
+TEST(MarsControl, PinnedBlocksCountAsFreeWhenAsked) {
+  // tandem's addition 9: 900 of 1000 blocks pinned, 50 free. MARS sees 95 %
+  // used (overloaded); counting the pins as room, 5 %.
+  Host h;
+  h.join(1, 1000);
+  KvPoolStats s;
+  s.blocks_total = 1000;
+  s.blocks_free = 50;
+  s.blocks_pinned = 900;
+  ASSERT_TRUE(h.model.observe(KvStatsReported{1, s}, at(0)));
+  MarsControl mars(defaults());
+  h.tick(mars, at(0));
+  EXPECT_NEAR(mars.kv_usage(), 0.95, 1e-12);
+  EXPECT_TRUE(mars.kv_overloaded());
+  MarsControl ours(defaults());
+  ours.pinned_is_free();
+  h.tick(ours, at(0));
+  EXPECT_NEAR(ours.kv_usage(), 0.05, 1e-12);
+  EXPECT_FALSE(ours.kv_overloaded());
+}
+
 TEST(MarsControl, ShortFirstNeedleTakesSmallestLongFirst) {
   Host h;
   h.join(1, 100000);

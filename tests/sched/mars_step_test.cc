@@ -119,6 +119,37 @@ struct Engine {
 
 // ---- levels and quanta ------------------------------------------------------
 
+TEST(MarsFill, ALonePrefillTakesTheUnusedBudgetOnlyWhenAsked) {
+  // One new request of 20,000 tokens: MARS gives it quantum 0 (2048) of the
+  // 8192-token budget; with fill_idle_budget it takes all 8192.
+  const std::vector<StepRequest> lone = {waiting(1, 20000, at_ms(0))};
+  MarsStepScheduler mars;
+  StepPlan a;
+  mars.plan(input(lone, 10000), at_ms(1), a);
+  ASSERT_EQ(a.run.size(), 1u);
+  EXPECT_EQ(a.run[0].tokens, 2048u);
+  MarsStepParams p;
+  p.fill_idle_budget = true;
+  MarsStepScheduler filled(p);
+  StepPlan b;
+  filled.plan(input(lone, 10000), at_ms(1), b);
+  ASSERT_EQ(b.run.size(), 1u);
+  EXPECT_EQ(b.run[0].tokens, 8192u);
+  // A decode in the step: the quanta stand, nobody's step grows.
+  const std::vector<StepRequest> mixed = {running(2, 100, 120, at_ms(0), at_ms(0)), waiting(1, 20000, at_ms(0))};
+  MarsStepScheduler filled2(p);
+  StepPlan c;
+  filled2.plan(input(mixed, 10000), at_ms(1), c);
+  ASSERT_EQ(c.run.size(), 2u);
+  EXPECT_EQ(c.run[1].tokens, 2048u);
+  // Not enough blocks for the rest: the chunk keeps what it had.
+  MarsStepScheduler filled3(p);
+  StepPlan d;
+  filled3.plan(input(lone, 200), at_ms(1), d);
+  ASSERT_EQ(d.run.size(), 1u);
+  EXPECT_EQ(d.run[0].tokens, 2048u);
+}
+
 TEST(MarsLevels, FromRemainingPrefillTokens) {
   MarsStepScheduler s;
   EXPECT_EQ(s.level_for(1000), 0u);

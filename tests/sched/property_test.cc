@@ -123,11 +123,16 @@ Outcome run_toy_engine(std::string_view policy, std::uint64_t seed, int sessions
     }
     const std::size_t n_running = running.size();
     std::vector<bool> preempted(reqs.size(), false);
-    for (std::uint32_t i : plan.preempt) {
-      EXPECT_LT(i, n_running) << policy << ": only running requests can be preempted";
-      if (i < n_running) preempted[i] = true;
+    // This toy engine has no host memory: a swap is a preemption by recompute.
+    for (const auto* list : {&plan.preempt, &plan.swap}) {
+      for (std::uint32_t i : *list) {
+        EXPECT_LT(i, n_running) << policy << ": only running requests can be preempted";
+        if (i >= n_running) continue;
+        EXPECT_FALSE(preempted[i]) << policy << ": request " << i << " preempted twice in one plan";
+        preempted[i] = true;
+      }
     }
-    out.preemptions += plan.preempt.size();
+    out.preemptions += plan.preempt.size() + plan.swap.size();
     std::vector<Req> all(running.begin(), running.end());
     all.insert(all.end(), waiting.begin(), waiting.end());
     for (std::uint32_t i = 0; i < all.size(); ++i) {

@@ -67,14 +67,31 @@ TEST(Residency, KeepBoundaryWithoutOffload) {
 }
 
 TEST(Residency, WithOffloadKeepingMustBeatTheReload) {
-  // Keeping only spares the 0.033 s reload, which never beats 0.2 s of held
-  // memory; at a tenth of the price (hold 0.02) P > 0.6055 keeps.
+  // Keeping only spares the offload: the 0.03303 s reload plus the blocks
+  // held while the copy crosses the link (625 × 0.03303 s × price), which
+  // never beats 0.2 s of held memory; at a tenth of the price (hold 0.02)
+  // offload costs 0.03303 + 625 × 0.03303 × 3.2e-5 = 0.033691 and P > 0.59363 keeps.
   EXPECT_EQ(decide_residency(pressured(1.0, true), {}).residence, Residence::kOffload);
-  ResidencyInput cheap = pressured(0.61, true);
+  ResidencyInput cheap = pressured(0.60, true);
   cheap.price = 3.2e-5;
   EXPECT_EQ(decide_residency(cheap, {}).residence, Residence::kKeep);
-  cheap.p_return_within_horizon = 0.60;
+  EXPECT_NEAR(decide_residency(cheap, {}).offload_cost, 0.03303 + 625 * 0.03303 * 3.2e-5, 1e-12);
+  cheap.p_return_within_horizon = 0.59;
   EXPECT_EQ(decide_residency(cheap, {}).residence, Residence::kOffload);
+}
+
+TEST(Residency, ABackedUpLinkMakesReleaseCheaperThanOffload) {
+  // Full price: offload = 0.03303 + 625 × (wait + 0.03303) × 3.2e-4, which
+  // passes the 0.265 s recompute once the copies queued ahead take more
+  // than (0.265 − 0.03303) / 0.2 − 0.03303 = 1.1268 s.
+  ResidencyInput in = pressured(0.02, true);
+  in.link_wait_s = 1.1;
+  EXPECT_EQ(decide_residency(in, {}).residence, Residence::kOffload);
+  in.link_wait_s = 1.2;
+  EXPECT_EQ(decide_residency(in, {}).residence, Residence::kDrop);
+  in.offload_allowed = false;
+  in.link_wait_s = 0;
+  EXPECT_EQ(decide_residency(in, {}).residence, Residence::kDrop) << "no host room: release";
 }
 
 TEST(Residency, ShortContextsAreDroppedNotOffloaded) {

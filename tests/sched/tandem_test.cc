@@ -23,6 +23,8 @@ TandemParams all_off() {
   TandemParams t;
   t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.knee_quanta = t.kv_admission =
       t.engine_window = false;
+  t.pin_admission = t.long_admission = t.prompt_projection = t.queue_admission = t.pending_restore = t.host_prices =
+      t.pooled_prior = t.swap_preempt = t.fill_idle_budget = false;
   return t;
 }
 
@@ -281,6 +283,112 @@ TEST(Tandem, RestoreGoesToTheEngineWithMostRoomWithLocalityBonus) {
       << "without the global queue a session returns only to its own engine";
 }
 
+TEST(Tandem, AFullHostDisplacesACopyOnlyForASessionBackSooner) {
+  // Full GPU pool, a 60 s pytest 0.1 s in: offloading pays. Host memory holds
+  // 1000 blocks, 950 in use: this copy (500 blocks) would evict the oldest.
+  auto decide = [](Duration oldest_idle, bool host_prices) {
+    Node node(1000, 0);
+    node.teach(kPytest, seconds(60));
+    node.acting(1, 8000, kPytest, at(0));
+    KvPoolStats kv;
+    kv.blocks_total = 1000;
+    kv.blocks_free = 0;
+    kv.host_blocks_total = 1000;
+    kv.blocks_offloaded = 950;
+    kv.host_oldest_idle = oldest_idle;
+    EXPECT_TRUE(node.model.observe(KvStatsReported{kE, kv}, at(50)));
+    TandemParams p;
+    p.growth_check = false;
+    p.host_prices = host_prices;
+    TandemControl c({}, p);
+    return tick(c, node.model, at(100));
+  };
+  // The oldest copy has idled 1 h: by every tool this node has seen (60 s), it
+  // is expected back later than this pytest, so it goes.
+  EXPECT_TRUE(has(decide(std::chrono::hours(1), true), ActionKind::kOffload, 1));
+  // It has idled 1 s: it is expected back in about a minute, as is this session,
+  // which is 0.1 s into a 60 s call — no sooner, so no displacement: released.
+  auto a = decide(seconds(1), true);
+  EXPECT_FALSE(has(a, ActionKind::kOffload, 1));
+  EXPECT_TRUE(has(a, ActionKind::kUnpin, 1));
+  EXPECT_TRUE(has(decide(seconds(1), false), ActionKind::kOffload, 1)) << "without the addition: the LRU decides";
+}
+
+TEST(Tandem, PromptProjectionCountsWholePromptsOfAdmittedRounds) {
+  // 1000 blocks, 100 allocated (session 1's pinned pytest KV). Three admitted
+  // rounds of 4300-token prompts, not yet prefilled: each will hold
+  // ceil((4300 + 256) / 16) = 285 blocks; with the pin, (855 + 100) / 1000 > 0.9.
+  Node node(1000, 900);
+  node.teach(kPytest, seconds(60));
+  node.acting(1, 1600, kPytest, at(0));
+  KvPoolStats kv;
+  kv.blocks_total = 1000;
+  kv.blocks_free = 900;
+  kv.blocks_pinned = 100;
+  ASSERT_TRUE(node.model.observe(KvStatsReported{kE, kv}, at(1)));
+  for (SessionId s = 10; s < 13; ++s) {
+    ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 4300, 0, 275}, at(1)));
+    ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(1)));
+  }
+  TandemParams p;
+  p.residency = false;
+  TandemControl with({}, p);
+  auto a = tick(with, node.model, at(10));
+  EXPECT_TRUE(has(a, ActionKind::kPause, 1)) << "the prompts still to be prefilled overflow the pool";
+  p.prompt_projection = false;
+  TandemControl without({}, p);
+  EXPECT_FALSE(has(tick(without, node.model, at(10)), ActionKind::kPause, 1))
+      << "allocated 100 + growth 48 of 1000: no overflow seen";
+}
+
+TEST(Tandem, NewSessionsWaitBehindAPausedRoundThatCannotBeRestored) {
+  // Two admitted rounds will hold 441 blocks each (0.882 of the pool, under
+  // pause_pressure 0.9). Session 1 is paused with its next round waiting; it
+  // needs (1600 + 256) / 16 = 116 blocks, which resume_pressure 0.8 cannot give.
+  Node node(1000, 1000);
+  node.acting(1, 1600, kGrep, at(0));
+  ASSERT_TRUE(node.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(10), {}}, at(0)));
+  ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kPaused, at(1)));
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{1, kE, 1, 1700, 1600, 116}, at(1)));
+  for (SessionId s = 10; s < 12; ++s) {
+    ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 6800, 0, 441}, at(1)));
+    ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(1)));
+  }
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{20, kE, 0, 160, 0, 11}, at(2)));  // a new, small session
+  TandemParams p;
+  p.residency = false;
+  TandemControl with({}, p);
+  auto a = tick(with, node.model, at(10));
+  EXPECT_FALSE(has(a, ActionKind::kRestore, 1));
+  EXPECT_FALSE(has(a, ActionKind::kAdmit, 20)) << "the paused session is first in the one queue";
+  p.queue_admission = false;
+  TandemControl without({}, p);
+  EXPECT_TRUE(has(tick(without, node.model, at(10)), ActionKind::kAdmit, 20)) << "MARS alone admits it";
+}
+
+TEST(Tandem, PausedSessionsWhoseRoundWaitsAreRestoredFirst) {
+  // Room for one restore of 516 blocks under resume_pressure 0.8. Session 1 was
+  // paused first but its tool still runs; session 2's next round waits.
+  Node node(1000, 1000);
+  node.acting(1, 8000, kPytest, at(0));
+  node.acting(2, 8000, kGrep, at(0));
+  ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kPaused, at(1)));
+  ASSERT_TRUE(node.model.observe(ToolEnded{2, kGrep, 1, 0, milliseconds(10), {}}, at(2)));
+  ASSERT_TRUE(node.model.sessions().transition(2, SessionState::kPaused, at(2)));
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{2, kE, 1, 8100, 8000, 513}, at(2)));
+  TandemParams p;
+  p.residency = false;
+  TandemControl pending({}, p);
+  auto a = tick(pending, node.model, at(10));
+  EXPECT_TRUE(has(a, ActionKind::kRestore, 2));
+  EXPECT_FALSE(has(a, ActionKind::kRestore, 1));
+  p.pending_restore = false;
+  TandemControl oldest({}, p);
+  auto b = tick(oldest, node.model, at(10));
+  EXPECT_TRUE(has(b, ActionKind::kRestore, 1)) << "oldest first";
+  EXPECT_FALSE(has(b, ActionKind::kRestore, 2));
+}
+
 // ---- step half ----------------------------------------------------------------
 
 StepRequest running(std::uint64_t id, std::uint32_t computed, std::uint32_t blocks) {
@@ -433,7 +541,43 @@ TEST(TandemStep, AllAdditionsOffPlansAsMars) {
     tandem.plan(in, at(step * 20), b);
     ASSERT_EQ(a.run, b.run) << step;
     ASSERT_EQ(a.preempt, b.preempt) << step;
+    ASSERT_TRUE(b.swap.empty()) << step;
   }
+}
+
+TEST(TandemStep, SwapPreemptSwapsMarsVictims) {
+  std::mt19937_64 rng(4);
+  MarsStepScheduler mars(MarsStepParams{});
+  TandemParams only = all_off();
+  only.swap_preempt = true;
+  TandemStepScheduler tandem({}, only);
+  std::size_t victims = 0;
+  for (int step = 0; step < 200; ++step) {
+    std::vector<StepRequest> reqs;
+    for (std::uint64_t id = 1; id <= 6; ++id) {
+      StepRequest r;
+      r.id = id;
+      r.session = id;
+      r.phase = id <= 3 ? RequestPhase::kRunning : RequestPhase::kWaiting;
+      r.prompt_tokens = 500 + static_cast<std::uint32_t>(rng() % 20000);
+      r.computed_tokens = r.phase == RequestPhase::kRunning ? static_cast<std::uint32_t>(rng() % r.prompt_tokens) : 0;
+      r.blocks_held = (r.computed_tokens + 15) / 16;
+      r.arrival = at(static_cast<std::int64_t>(id));
+      reqs.push_back(r);
+    }
+    StepInput in;
+    in.free_blocks = static_cast<std::uint32_t>(rng() % 300);
+    in.requests = reqs;
+    StepPlan a;
+    StepPlan b;
+    mars.plan(in, at(step * 20), a);
+    tandem.plan(in, at(step * 20), b);
+    ASSERT_EQ(a.run, b.run) << step;
+    ASSERT_EQ(a.preempt, b.swap) << step;
+    ASSERT_TRUE(b.preempt.empty()) << step;
+    victims += b.swap.size();
+  }
+  EXPECT_GT(victims, 0u) << "the test must preempt";
 }
 
 TEST(Tandem, AdmissionIgnoresTheCpuGateThatMarsApplies) {

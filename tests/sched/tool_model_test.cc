@@ -44,6 +44,28 @@ TEST(ToolModel, ConditionalReturnProbability) {
   EXPECT_LT(m.p_return_within(3, seconds(100), seconds(1)), 0.05);
 }
 
+TEST(ToolModel, APooledPriorJudgesAnUnseenKindByEveryToolSeen) {
+  ToolDurationModel m;
+  for (int i = 0; i < 100; ++i) m.observe(7, seconds(10));  // every tool on this node takes 10 s
+  // Kind 9 was never seen. The dev traces' log-normal says it is most likely done in 5 s
+  // (Φ((ln 5 − ln 0.08)/2) ≈ 0.98); the pool says almost surely not.
+  const double lognormal = 0.5 * std::erfc(-((std::log(5.0) - std::log(0.08)) / 2.0) / std::sqrt(2.0));
+  EXPECT_NEAR(m.cdf(9, seconds(5)), lognormal, 1e-9);
+  EXPECT_NEAR(m.cdf(9, seconds(5), true), 4.0 * lognormal / 104.0, 1e-9) << "(100 · 0 + 4 · prior) / 104";
+  EXPECT_GT(m.p_return_within(9, seconds(0), seconds(1)), 0.85);
+  EXPECT_LT(m.p_return_within(9, seconds(0), seconds(1), true), 0.05);
+  EXPECT_NEAR(m.mean_s(9, true), (1000.0 + 4 * 0.08 * std::exp(2.0)) / 104.0, 1e-9);
+}
+
+TEST(ToolModel, ExpectedRemainingTime) {
+  ToolDurationModel m(ToolModelParams{0.08, 2.0, 0.0001, 256, 0});  // essentially data-only
+  for (int i = 1; i <= 10; ++i) m.observe(3, seconds(i));           // 1..10 s
+  // Just started: the mean, 5.5 s; after 5 s, 6..10 are left: 8 − 5 = 3 s.
+  EXPECT_NEAR(m.remaining_s(3, seconds(0), 100), 5.5, 0.1);
+  EXPECT_NEAR(m.remaining_s(3, seconds(5), 100), 3.0, 0.1);
+  EXPECT_NEAR(m.remaining_s(3, seconds(0), 2), 1.9, 0.05) << "E[min(T, 2)] = 1 + 0.9";
+}
+
 TEST(ToolModel, WindowForgetsOldSamples) {
   ToolDurationModel m(ToolModelParams{0.08, 2.0, 0.0001, 4});
   for (int i = 0; i < 4; ++i) m.observe(5, seconds(100));

@@ -30,6 +30,8 @@ expect_error "unknown argument '--bogus'" --bogus
 printf '{"id":"a","rounds":[{"input_tokens":10,"output_tokens":5,"tool":null}]}\n{"id":"b","rounds":[{"input_tokens":"many"}]}\n' >"$dir/bad.jsonl"
 expect_error "bad.jsonl:2" --trace "$dir/bad.jsonl" --preset h100-llama3-8b --rate 1
 expect_error "$dir/missing.jsonl" --trace "$dir/missing.jsonl" --preset h100-llama3-8b --rate 1
+expect_error "leave no session" --trace "$trace" --preset h100-llama3-8b --rate 1 --exclude-source "tandem tests"
+expect_error "apply to --trace only" --synthetic mars-short --preset h100-llama3-8b --rate 1 --source x
 
 # A small run of every policy on the trace, with the ablation.
 "$sim" --trace "$trace" --preset h100-llama3-8b --rate 0.2 --sessions 12 --policies all --ablate --quiet \
@@ -43,7 +45,7 @@ need = {"e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "slowdown_mean", "g
         "goodput_a3", "throughput_sps", "ttft_mean_s", "ttft_p99_s", "kv_hit_rate", "recomputed_tokens",
         "preemptions", "pinned_block_seconds", "gpu_busy", "tool_stretch_mean"}
 runs = r["runs"]
-assert len(runs) == 7 + 8, len(runs)
+assert len(runs) == 7 + 17, len(runs)
 for run in runs:
     assert {"policy", "rate", "sessions", "metrics"} <= run.keys(), run.keys()
     missing = need - run["metrics"].keys()
@@ -51,5 +53,19 @@ for run in runs:
     assert run["sessions"] == 12 and run["metrics"]["completed"] == 12, run
     assert run["metrics"]["e2e_mean_s"] > 0 and run["metrics"]["slowdown_mean"] >= 0.999, run
 PY
-[ "$(wc -l <"$dir/r.csv")" -eq 16 ] || fail "CSV should have a header and 15 rows"
+[ "$(wc -l <"$dir/r.csv")" -eq 25 ] || fail "CSV should have a header and 24 rows"
+# Several seeds: one run per seed, a summary per policy and rate, the verdict over the means.
+"$sim" --trace "$trace" --source "tandem tests" --preset h100-llama3-8b --rate 0.2 --sessions 6 --seeds 3 \
+  --policies fcfs,tandem --quiet --json "$dir/s.json" >"$dir/seeds" || fail "seeded run failed: $(cat "$dir/seeds")"
+grep -q "Mean over 3 seeds" "$dir/seeds" || fail "no summary table: $(cat "$dir/seeds")"
+grep -q "means over 3 seeds" "$dir/seeds" || fail "no verdict over seeds: $(cat "$dir/seeds")"
+python3 - "$dir/s.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert sorted({run["seed"] for run in r["runs"]}) == [1, 2, 3], r["runs"]
+assert len(r["runs"]) == 6 and len(r["summary"]) == 2, (len(r["runs"]), len(r["summary"]))
+for s in r["summary"]:
+    assert s["seeds"] == 3 and s["failed"] == 0, s
+    assert set(s["mean"]) == set(s["ci95"]) and "e2e_mean_s" in s["mean"], s
+PY
 echo "cli_test: ok"

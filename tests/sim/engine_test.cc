@@ -49,11 +49,15 @@ struct Recorder final : EngineHost {
 class Scripted final : public sched::StepScheduler {
  public:
   std::string_view name() const override { return "scripted"; }
-  void plan(const sched::StepInput& in, Time now, sched::StepPlan& out) override { vllm_.plan(in, now, out); }
+  void plan(const sched::StepInput& in, Time now, sched::StepPlan& out) override {
+    vllm_.plan(in, now, out);
+    if (swap) std::swap(out.preempt, out.swap);
+  }
   sched::KeepPlan on_round_end(const sched::RoundEndInfo&, Time now) override {
     return {keep, now + std::chrono::seconds(100)};
   }
   sched::KeepDecision keep = sched::KeepDecision::kRelease;
+  bool swap = false;  // preempt victims by swapping them to host memory
 
  private:
   sched::VllmV1StepScheduler vllm_;
@@ -246,6 +250,54 @@ TEST(Engine, ControlPinTakesCachedBlocksAndUnpinReturnsThem) {
   EXPECT_EQ(f.engine.stats().blocks_free, 100u);
   f.engine.account(now + 1s);
   EXPECT_NEAR(f.counters.pinned_block_seconds, 6.0, 1e-9);
+}
+
+TEST(Engine, PreemptionBySwapKeepsTheVictimsWorkInHostMemory) {
+  // The scenario above, victims swapped: their full blocks come back from the
+  // host (10 µs a token on the link, in the step) instead of being recomputed.
+  Fixture recompute(8);
+  recompute.submit(1, 1, 60, 40, 0, kT0);
+  recompute.submit(2, 1, 60, 40, 0, kT0);
+  recompute.run(kT0);
+  Fixture swapped(8);
+  swapped.sched.swap = true;
+  HostPool pool;
+  swapped.engine.set_host_pool(&pool);
+  swapped.submit(1, 1, 60, 40, 0, kT0);
+  swapped.submit(2, 1, 60, 40, 0, kT0);
+  swapped.run(kT0);
+  EXPECT_GT(swapped.counters.swaps, 0u);
+  EXPECT_EQ(swapped.counters.swaps, swapped.counters.preemptions) << "every victim found room on the host";
+  EXPECT_LT(swapped.counters.recomputed_tokens, recompute.counters.recomputed_tokens);
+  EXPECT_GT(pool.peak_blocks(), 0u);
+  EXPECT_EQ(swapped.host.done.size(), 2u);
+  EXPECT_EQ(swapped.engine.violations(), 0u);
+  EXPECT_EQ(swapped.counters.computed_tokens, swapped.counters.new_tokens + swapped.counters.recomputed_tokens);
+  EXPECT_EQ(swapped.counters.resume_recomputed_tokens, 0u) << "recomputes after a preemption are not resumptions";
+}
+
+TEST(HostPool, EvictsTheLeastRecentlyUsedCopyToMakeRoom) {
+  HostPool pool(10);  // blocks
+  std::map<SessionId, SessionContent> c;
+  EXPECT_TRUE(pool.store(1, c[1], 64, 16, kT0));       // 4 blocks
+  EXPECT_TRUE(pool.store(2, c[2], 64, 16, kT0 + 1s));  // 4
+  EXPECT_EQ(pool.used_blocks(), 8u);
+  EXPECT_EQ(pool.oldest_idle(kT0 + 3s), 3s) << "session 1's copy, stored at 0";
+  pool.touch(1, kT0 + 2s);                             // 1 is now the most recently used
+  EXPECT_TRUE(pool.store(3, c[3], 48, 16, kT0 + 3s));  // 3 blocks: 11 > 10, session 2 goes
+  EXPECT_EQ(c[2].host_tokens, 0u);
+  EXPECT_EQ(c[1].host_tokens, 64u);
+  EXPECT_EQ(c[3].host_tokens, 48u);
+  EXPECT_EQ(pool.used_blocks(), 7u);
+  EXPECT_EQ(pool.evicted_blocks(), 4u);
+  EXPECT_FALSE(pool.store(4, c[4], 16 * 11, 16, kT0)) << "larger than the pool";
+  EXPECT_EQ(c[4].host_tokens, 0u);
+  pool.cut(1, c[1], 20, 16);  // a rewritten context keeps one full block
+  EXPECT_EQ(c[1].host_tokens, 16u);
+  EXPECT_EQ(pool.used_blocks(), 4u);
+  pool.cut(3, c[3], 0, 16);  // its session ended
+  EXPECT_EQ(pool.used_blocks(), 1u);
+  EXPECT_EQ(pool.peak_blocks(), 8u);
 }
 
 }  // namespace

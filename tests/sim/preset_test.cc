@@ -69,6 +69,22 @@ TEST(StepTime, H200IsFasterOnMemoryBoundStepsOnly) {
   EXPECT_GT(preset("h200-llama3-8b").gpu_blocks, preset("h100-llama3-8b").gpu_blocks);
 }
 
+TEST(StepTime, H100NvlScalesTheQwenModelByTheDatasheet) {
+  const Preset& nvl = preset("h100nvl-qwen3-coder-30b-a3b");
+  const StepTimeModel& h100 = preset("h100-qwen3-30b-a3b").step;
+  // Weight- and expert-bound decode: faster by 3.9 / 3.35 TB/s on the memory terms.
+  const double bw = 3.35 / 3.9;
+  EXPECT_NEAR(nvl.step.linear_us(1), h100.linear_us(1) * bw, 1e-6);
+  // Compute-bound prefill: slower by 989.5 / 835.5 TFLOPS.
+  EXPECT_NEAR(nvl.step.linear_us(8192), h100.linear_us(8192) * 989.5 / 835.5, 1e-6);
+  // MARS runs max_model_len 262,144 at gpu_memory_utilization 0.90: one such
+  // request fits the pool (1.5 MiB blocks of 16 tokens).
+  EXPECT_EQ(nvl.max_model_len, 262144u);
+  EXPECT_GE(static_cast<std::uint64_t>(nvl.gpu_blocks) * nvl.block_size, nvl.max_model_len);
+  // 0.90 x 93.1 GiB - 56.87 weights - 2.68 activations - 0.27 non-torch, over 1.5 MiB: within 1 % of the pool.
+  EXPECT_NEAR((0.90 * 93.1 - 56.87 - 2.68 - 0.27) * 1024 / 1.5, nvl.gpu_blocks, 0.01 * nvl.gpu_blocks);
+}
+
 TEST(Preset, EveryBuiltInPresetIsValid) {
   for (const Preset& p : presets()) EXPECT_TRUE(validate(p)) << p.name;
 }

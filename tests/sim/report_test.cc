@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -172,6 +173,51 @@ TEST(PrintTable, ShowsLabelsAndRatesGroupedByRate) {
   }
 }
 
+TEST(Stat, MeanAndStudentInterval) {
+  const double v[] = {1.0, 2.0, 3.0, 4.0, 5.0};
+  const sim::Stat s = sim::stat_of(v);
+  EXPECT_EQ(s.n, 5u);
+  EXPECT_DOUBLE_EQ(s.mean, 3.0);
+  // sd = sqrt(2.5), t(4) = 2.776: half = 2.776 * sqrt(2.5) / sqrt(5).
+  EXPECT_NEAR(s.half, 2.776 * std::sqrt(2.5) / std::sqrt(5.0), 1e-12);
+  const double one[] = {7.0};
+  EXPECT_EQ(sim::stat_of(one).half, 0.0) << "one value has no spread";
+  EXPECT_EQ(sim::stat_of({}).n, 0u);
+  EXPECT_DOUBLE_EQ(sim::t95(1), 12.706);
+  EXPECT_DOUBLE_EQ(sim::t95(1000), 1.96);
+}
+
+TEST(Summary, GroupsSeedsByLabelAndRateAndKeepsFailures) {
+  Report rep;
+  for (std::uint64_t seed : {2, 1}) {
+    sim::Run r;
+    r.policy = "fcfs";
+    r.rate = 0.5;
+    r.seed = seed;
+    r.metrics.e2e_mean_s = 10.0 * static_cast<double>(seed);
+    rep.runs.push_back(r);
+  }
+  sim::Run t;
+  t.policy = "tandem";
+  t.rate = 0.25;
+  rep.runs.push_back(t);
+  rep.failed.push_back({"fcfs", "", 0.5, 3, "livelock"});
+  const auto sums = sim::summarize(rep);
+  ASSERT_EQ(sums.size(), 2u);
+  EXPECT_EQ(sums[0].rate, 0.25) << "by rate ascending";
+  const sim::Summary& f = sums[1];
+  ASSERT_EQ(f.runs.size(), 2u);
+  EXPECT_EQ(f.runs[0]->seed, 1u) << "by seed";
+  EXPECT_EQ(f.failed, std::vector<std::uint64_t>{3});
+  EXPECT_DOUBLE_EQ(f.stat("e2e_mean_s").mean, 15.0);
+  EXPECT_EQ(sim::seed_count(rep), 3u);
+  std::ostringstream os;
+  print_table(os, rep);
+  EXPECT_NE(os.str().find("Mean over 3 seeds"), std::string::npos) << os.str();
+  EXPECT_NE(os.str().find("1 failed"), std::string::npos) << os.str();
+  EXPECT_NE(os.str().find("15.0 ± "), std::string::npos) << os.str();
+}
+
 TEST(PrintTable, EmptyReportPrintsOnlyTheHeading) {
   std::ostringstream os;
   Report rep;
@@ -193,19 +239,40 @@ TEST_F(ReportFiles, JsonRoundTrip) {
   const auto doc = nlohmann::json::parse(text);
   std::set<std::string> top;
   for (const auto& item : doc.items()) top.insert(item.key());
-  EXPECT_EQ(top, (std::set<std::string>{"preset", "workload", "runs"}));
+  EXPECT_EQ(top, (std::set<std::string>{"preset", "workload", "runs", "summary"}));
   EXPECT_EQ(doc["preset"], "h100-llama8b");
   EXPECT_EQ(doc["workload"], "swe_mix");
   ASSERT_TRUE(doc["runs"].is_array());
   ASSERT_EQ(doc["runs"].size(), rep.runs.size());
 
-  const std::set<std::string> run_keys = {"policy", "variant", "rate", "sessions", "metrics", "wall_s"};
-  const std::set<std::string> metric_keys = {
-      "e2e_mean_s",    "e2e_p50_s",         "e2e_p90_s",         "e2e_p99_s",      "slowdown_mean",
-      "goodput_a1",    "goodput_a2",        "goodput_a3",        "throughput_sps", "ttft_mean_s",
-      "ttft_p99_s",    "kv_hit_rate",       "recomputed_tokens", "preemptions",    "pinned_block_seconds",
-      "gpu_busy",      "tool_stretch_mean", "rounds_per_min",    "tool_cpu_util",  "makespan_s",
-      "capped_rounds", "completed",         "tokens_per_s"};
+  const std::set<std::string> run_keys = {"policy", "variant", "rate", "seed", "sessions", "metrics", "wall_s"};
+  const std::set<std::string> metric_keys = {"e2e_mean_s",
+                                             "e2e_p50_s",
+                                             "e2e_p90_s",
+                                             "e2e_p99_s",
+                                             "slowdown_mean",
+                                             "goodput_a1",
+                                             "goodput_a2",
+                                             "goodput_a3",
+                                             "throughput_sps",
+                                             "ttft_mean_s",
+                                             "ttft_p99_s",
+                                             "kv_hit_rate",
+                                             "recomputed_tokens",
+                                             "preemptions",
+                                             "pinned_block_seconds",
+                                             "gpu_busy",
+                                             "tool_stretch_mean",
+                                             "rounds_per_min",
+                                             "tool_cpu_util",
+                                             "makespan_s",
+                                             "capped_rounds",
+                                             "completed",
+                                             "tokens_per_s",
+                                             "resume_recomputed_tokens",
+                                             "swaps",
+                                             "kv_waste_block_s",
+                                             "host_peak_blocks"};
   for (std::size_t i = 0; i < rep.runs.size(); ++i) {
     const auto& jr = doc["runs"][i];
     const sim::Run& run = rep.runs[i];
@@ -220,6 +287,7 @@ TEST_F(ReportFiles, JsonRoundTrip) {
     EXPECT_EQ(jr["variant"], run.variant);
     EXPECT_EQ(jr["rate"].get<double>(), run.rate);
     EXPECT_EQ(jr["sessions"].get<std::uint64_t>(), run.sessions);
+    EXPECT_EQ(jr["seed"].get<std::uint64_t>(), run.seed);
     EXPECT_EQ(jr["wall_s"].get<double>(), run.wall_s);
     const auto& jm = jr["metrics"];
     const Metrics& m = run.metrics;
@@ -273,20 +341,20 @@ TEST_F(ReportFiles, CsvHasAHeaderAndOneRowPerRun) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   ASSERT_EQ(lines.size(), rep.runs.size() + 1);
-  EXPECT_TRUE(lines[0].starts_with("preset,workload,policy,variant,rate,sessions,e2e_mean_s,")) << lines[0];
+  EXPECT_TRUE(lines[0].starts_with("preset,workload,policy,variant,rate,seed,sessions,e2e_mean_s,")) << lines[0];
   EXPECT_NE(lines[0].find(",tool_stretch_mean,"), std::string::npos);
   EXPECT_NE(lines[0].find(",completed,"), std::string::npos);
   EXPECT_TRUE(lines[0].ends_with(",wall_s"));
-  // 6 identity columns, 23 metrics, wall_s.
-  EXPECT_EQ(std::count(lines[0].begin(), lines[0].end(), ','), 29);
+  // 7 identity columns, 27 metrics, wall_s.
+  EXPECT_EQ(std::count(lines[0].begin(), lines[0].end(), ','), 34);
   const std::string quoted = "\"mix, \"\"quoted\"\"\"";
   for (std::size_t i = 1; i < lines.size(); ++i) {
     EXPECT_TRUE(lines[i].starts_with("h100-llama8b," + quoted + ",")) << lines[i];
     // The quoted field holds one comma of its own.
-    EXPECT_EQ(std::count(lines[i].begin(), lines[i].end(), ','), 30) << lines[i];
+    EXPECT_EQ(std::count(lines[i].begin(), lines[i].end(), ','), 35) << lines[i];
   }
-  EXPECT_TRUE(lines[6].starts_with("h100-llama8b," + quoted + ",tandem,-residency,1,20,2000,")) << lines[6];
-  EXPECT_NE(lines[1].find(",1234567,3,4500.25,"), std::string::npos) << lines[1];
+  EXPECT_TRUE(lines[6].starts_with("h100-llama8b," + quoted + ",tandem,-residency,1,1,20,2000,")) << lines[6];
+  EXPECT_NE(lines[1].find(",1234567,0,3,0,4500.25,"), std::string::npos) << lines[1];
 }
 
 TEST(ReportErrors, UnwritablePathIsNamed) {

@@ -10,8 +10,9 @@ namespace tandem::sim {
 namespace {
 
 Run run(std::string policy, double rate, double e2e, double slowdown, double goodput, double throughput,
-        std::string variant = "") {
+        std::string variant = "", std::uint64_t seed = 1) {
   Run r;
+  r.seed = seed;
   r.policy = std::move(policy);
   r.variant = std::move(variant);
   r.rate = rate;
@@ -61,12 +62,63 @@ TEST(Verdict, ShortfallsAreReportedAndTiesAreNot) {
 TEST(Verdict, AFailedRunIsInfinitelySlow) {
   Report rep;
   rep.runs = {run("tandem", 1, 500, 5.0, 0.1, 1.0)};
-  rep.failed = {{"autellix", "", 1, "livelock"}};
+  rep.failed = {{"autellix", "", 1, 1, "livelock"}};
   Verdict v = judge(rep);
   ASSERT_EQ(v.points.size(), 1u);
   EXPECT_TRUE(v.points[0].lowest_e2e);
   ASSERT_TRUE(v.knee_rate);
   EXPECT_TRUE(v.knee_met);
+}
+
+TEST(Verdict, SeedsAreAveragedAndTheRatioHasAnInterval) {
+  Report rep;
+  // Seed 1: tandem 100 vs fcfs 200 (2x); seed 2: 100 vs 400 (4x).
+  rep.runs = {run("fcfs", 1, 200, 4, 0.5, 1, "", 1), run("tandem", 1, 100, 2, 0.9, 1, "", 1),
+              run("fcfs", 1, 400, 8, 0.3, 1, "", 2), run("tandem", 1, 100, 2, 0.9, 1, "", 2)};
+  Verdict v = judge(rep);
+  EXPECT_EQ(v.seeds, 2u);
+  ASSERT_EQ(v.points.size(), 1u);
+  const VerdictPoint& p = v.points[0];
+  EXPECT_EQ(p.seeds, 2u);
+  EXPECT_DOUBLE_EQ(p.best_other_e2e.mean, 300);
+  EXPECT_DOUBLE_EQ(p.e2e_ratio, 3.0) << "ratio of the means";
+  EXPECT_DOUBLE_EQ(p.seed_ratio.mean, 3.0);
+  // Two values 2 and 4: sd = sqrt(2), t(1) = 12.706, half = 12.706 * sqrt(2) / sqrt(2).
+  EXPECT_NEAR(p.seed_ratio.half, 12.706, 1e-9);
+  ASSERT_TRUE(v.knee_rate);
+  EXPECT_TRUE(v.knee_met);
+}
+
+TEST(Verdict, AnIntervalTieCountsOnlyAtLightLoad) {
+  // tandem is 1 % slower on the mean, but the seeds disagree on the sign.
+  auto make = [](double slowdown) {
+    Report rep;
+    rep.runs = {run("fcfs", 1, 100, slowdown, 1, 1, "", 1), run("tandem", 1, 104, slowdown, 1, 1, "", 1),
+                run("fcfs", 1, 100, slowdown, 1, 1, "", 2), run("tandem", 1, 98, slowdown, 1, 1, "", 2),
+                run("fcfs", 1, 100, slowdown, 1, 1, "", 3), run("tandem", 1, 101, slowdown, 1, 1, "", 3)};
+    return judge(rep);
+  };
+  Verdict light = make(1.2);
+  EXPECT_TRUE(light.points[0].lowest_e2e);
+  EXPECT_TRUE(light.points[0].e2e_tie_by_interval);
+  Verdict loaded = make(2.0);
+  EXPECT_FALSE(loaded.points[0].lowest_e2e) << "above light load the mean must be lower";
+  EXPECT_FALSE(loaded.lowest_everywhere);
+}
+
+TEST(Verdict, OursFailingAtOneSeedFailsThePoint) {
+  Report rep;
+  rep.runs = {run("fcfs", 1, 100, 1, 1, 1, "", 1), run("tandem", 1, 50, 1, 1, 1, "", 1),
+              run("fcfs", 1, 100, 1, 1, 1, "", 2)};
+  rep.failed = {{"tandem", "", 1, 2, "livelock"}};
+  Verdict v = judge(rep);
+  ASSERT_EQ(v.points.size(), 1u);
+  EXPECT_TRUE(v.points[0].ours_failed);
+  EXPECT_FALSE(v.points[0].lowest_e2e);
+  EXPECT_FALSE(v.lowest_everywhere);
+  std::ostringstream os;
+  print_verdict(os, v);
+  EXPECT_NE(os.str().find("FAILED"), std::string::npos) << os.str();
 }
 
 }  // namespace

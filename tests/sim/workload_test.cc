@@ -72,6 +72,8 @@ TEST(ParseTrace, ReadsRoundsOfGoodLines) {
 
   const SessionSpec& s1 = (*sessions)[0];
   EXPECT_EQ(s1.name, "s1");
+  EXPECT_EQ(s1.source, "x");
+  EXPECT_EQ((*sessions)[1].source, "") << "no source field";
   ASSERT_EQ(s1.rounds.size(), 2u);
   EXPECT_EQ(s1.rounds[0].input_tokens, 100u);
   EXPECT_EQ(s1.rounds[0].output_tokens, 20u);
@@ -92,6 +94,34 @@ TEST(ParseTrace, ReadsRoundsOfGoodLines) {
   EXPECT_EQ(stats.sessions, 2u);
   EXPECT_EQ(stats.rounds, 4u);
   EXPECT_EQ(stats.dropped_rounds, 0u);
+}
+
+TEST(FilterBySource, KeepsPrefixesAndDropsExclusions) {
+  std::vector<SessionSpec> pool(4);
+  pool[0].source = "swecontextbench/claude-code/sonnet-4.5";
+  pool[1].source = "agentcgroup/claude-code/haiku-3.5";
+  pool[2].source = "agentcgroup/claude-code/glm-4.7-flash-local";
+  pool[3].source = "terminal-bench/mini-swe-agent/sonnet-4";
+  for (std::size_t i = 0; i < pool.size(); ++i) pool[i].name = std::to_string(i);
+  auto names = [](const std::vector<SessionSpec>& v) {
+    std::string out;
+    for (const SessionSpec& s : v) out += s.name;
+    return out;
+  };
+  const std::vector<std::string> none;
+  const std::vector<std::string> swe = {"swecontextbench"};
+  const std::vector<std::string> agent = {"agentcgroup", "terminal-bench"};
+  const std::vector<std::string> glm = {"agentcgroup/claude-code/glm"};
+  EXPECT_EQ(names(filter_by_source(pool, swe, none)), "0");
+  EXPECT_EQ(names(filter_by_source(pool, none, swe)), "123") << "the complement, in pool order";
+  EXPECT_EQ(names(filter_by_source(pool, agent, glm)), "13");
+  EXPECT_EQ(names(filter_by_source(pool, none, none)), "0123");
+}
+
+TEST(ParseTrace, ANonStringSourceIsAnError) {
+  auto r = parse_trace(R"({"id":"a","source":3,"rounds":[{"input_tokens":5,"output_tokens":1}]})", "t.jsonl");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("(field source)"), std::string::npos) << r.error().message();
 }
 
 TEST(ParseTrace, SessionWithoutIdIsNamedByOriginAndLine) {
@@ -305,7 +335,8 @@ TEST(Synthetic, ListsTheGeneratorsWithDocs) {
     names.emplace(s.name);
     EXPECT_GT(s.doc.size(), 40u) << s.name;
   }
-  for (const char* want : {"mars-short", "mars-long", "mars-mixed", "agentic"}) {
+  for (const char* want :
+       {"mars-short", "mars-long", "mars-mixed", "agentic", "long-pause", "mars-ilr-125k", "mars-ilr-263k"}) {
     EXPECT_TRUE(names.contains(want)) << want;
   }
 }
@@ -470,6 +501,43 @@ TEST(Synthetic, AgenticMatchesTheDevTraceShape) {
   EXPECT_GT(quantile(tool_s, 0.9), 3.0);
   EXPECT_LT(quantile(tool_s, 0.9), 10.0);
   EXPECT_NEAR(quantile(tool_s, 0.99), 30.0, 8.0);
+}
+
+TEST(Synthetic, LongPauseHasLongContextsHumanPausesAndMultiSecondTools) {
+  auto pool = pool_of("long-pause", 2000, 5);
+  std::vector<double> rounds, input, think, tool;
+  for (const SessionSpec& s : pool) {
+    rounds.push_back(static_cast<double>(s.rounds.size()));
+    for (std::size_t k = 0; k < s.rounds.size(); ++k) {
+      const RoundSpec& r = s.rounds[k];
+      input.push_back(r.input_tokens);
+      if (k + 1 == s.rounds.size()) continue;
+      (r.tool == "human" ? think : tool).push_back(r.tool_seconds);
+    }
+  }
+  // The issue's second held-out set: median context ~100k, think time p50 22 s and
+  // p90 ~14 min, 38 rounds at p50, tool time p50 8.5 s.
+  EXPECT_NEAR(quantile(rounds, 0.5), 38.0, 3.0);
+  EXPECT_NEAR(quantile(input, 0.5), 100000.0, 10000.0);
+  EXPECT_NEAR(quantile(think, 0.5), 22.0, 3.0);
+  EXPECT_NEAR(quantile(think, 0.9), 840.0, 150.0);
+  EXPECT_NEAR(quantile(tool, 0.5), 8.5, 1.0);
+  EXPECT_NEAR(static_cast<double>(think.size()) / static_cast<double>(think.size() + tool.size()), 1.0 / 6.0, 0.02);
+  EXPECT_EQ(ToolCpuTable().demand("human"), 0.0) << "a human thinking uses no tool core";
+}
+
+TEST(Synthetic, MarsIlrSpansTheMarsPromptVolumes) {
+  // MARS sec. 6.1: mean request-level prompt volume (all of a task's prompts) 125K-263K.
+  for (const auto& [name, volume] : {std::pair{"mars-ilr-125k", 125000.0}, std::pair{"mars-ilr-263k", 263000.0}}) {
+    auto pool = pool_of(name, 4000, 2);
+    double sum = 0;
+    for (const SessionSpec& s : pool) {
+      EXPECT_GE(s.rounds.size(), 4u);
+      EXPECT_LE(s.rounds.size(), 8u) << "MARS's agent loop runs at most 8 rounds";
+      for (const RoundSpec& r : s.rounds) sum += r.input_tokens;
+    }
+    EXPECT_NEAR(sum / static_cast<double>(pool.size()), volume, 0.03 * volume) << name;
+  }
 }
 
 // ---------------------------------------------------------------------------
