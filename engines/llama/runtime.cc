@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -77,7 +78,12 @@ void init(std::string_view tag, bool verbose) {
   std::call_once(once, [&] {
     g_tag = std::string(tag);
     llama_log_set(log_cb, nullptr);
-    if (std::strlen(TANDEM_LLAMA_BACKEND_DIR) > 0) ggml_backend_load_all_from_path(TANDEM_LLAMA_BACKEND_DIR);
+    // The prebuilt libraries load their backends (CPU variants, CUDA) as
+    // modules from a folder: $TANDEM_LLAMA_BACKEND_DIR, else the one the
+    // build found them in. A source build links its backends in ("").
+    const char* env = std::getenv("TANDEM_LLAMA_BACKEND_DIR");
+    const char* dir = env != nullptr && *env != '\0' ? env : TANDEM_LLAMA_BACKEND_DIR;
+    if (std::strlen(dir) > 0) ggml_backend_load_all_from_path(dir);
     llama_backend_init();
   });
 }
