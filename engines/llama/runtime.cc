@@ -119,6 +119,20 @@ base::Result<std::unique_ptr<Model>> Model::load(const ModelOptions& options) {
       return base::make_error(EINVAL, fmt::format("{}: GGUF version {} (llama.cpp reads 2 and 3)", path, version));
     }
   }
+  if (options.gpu_layers != 0) {
+    // llama.cpp would quietly run every layer on the CPU instead.
+    bool gpu = false;
+    for (std::size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+      const auto type = ggml_backend_dev_type(ggml_backend_dev_get(i));
+      gpu = gpu || type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU;
+    }
+    if (!gpu) {
+      return base::make_error(ENODEV, fmt::format("{} layers asked for on a GPU, but llama.cpp has no GPU backend "
+                                                  "(this build: {}; a prebuilt CUDA backend is libggml-cuda.so in "
+                                                  "$TANDEM_LLAMA_BACKEND_DIR, and needs the NVIDIA driver)",
+                                                  options.gpu_layers, TANDEM_LLAMA_BUILD));
+    }
+  }
   llama_model_params p = llama_model_default_params();
   p.n_gpu_layers = options.gpu_layers;
   take_errors();

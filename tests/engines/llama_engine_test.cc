@@ -322,5 +322,19 @@ TEST(LlamaModel, MissingAndInvalidFilesAreNamed) {
   EXPECT_NE(m.error().context().find("not a GGUF"), std::string::npos) << m.error().context();
 }
 
+TEST(LlamaModel, LayersOnAGpuWithoutOneAreRefusedNotRunOnTheCpu) {
+  init("llama_engine_test", false);
+  bool gpu = false;
+  for (const std::string& d : devices()) gpu = gpu || d.rfind("CUDA", 0) == 0;
+  auto m = Model::load({tiny_model(), -1});
+  if (gpu) {
+    EXPECT_TRUE(m) << m.error().context();
+  } else {
+    ASSERT_FALSE(m);
+    EXPECT_EQ(m.error().code(), ENODEV);
+    EXPECT_NE(m.error().context().find("no GPU backend"), std::string::npos) << m.error().context();
+  }
+}
+
 }  // namespace
 }  // namespace tandem::llama
