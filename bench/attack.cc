@@ -894,9 +894,7 @@ int usage(const char* why) {
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   std::vector<std::string> only;
   int soak_seconds = 0;
   std::string json_path;
@@ -969,4 +967,16 @@ int main(int argc, char** argv) {
   }
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
   return all ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    // bad_alloc, a JSON error, …
+    std::fprintf(stderr, "attack: %s\n", e.what());
+    return 1;
+  }
 }

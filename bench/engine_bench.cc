@@ -442,6 +442,14 @@ int grid(const Options& o) {
 }
 
 int run_main(int argc, char** argv) {
+  // The model goes before main returns: freed by a static destructor, its
+  // CUDA buffers would meet a driver that is shutting down (an abort at exit).
+  struct DropModel {
+    DropModel() = default;
+    DropModel(const DropModel&) = delete;
+    DropModel& operator=(const DropModel&) = delete;
+    ~DropModel() { g_model.reset(); }
+  } drop_model;
   Options o;
   std::vector<std::string_view> args(argv + 1, argv + argc);
   for (std::size_t i = 0; i < args.size(); ++i) {

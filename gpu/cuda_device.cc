@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gpu/cuda_loader.h"
+#include "gpu/partition.h"
 
 namespace tandem::gpu {
 namespace {
@@ -193,7 +194,14 @@ class CudaDevice final : public DeviceApi {
                       .total_memory = bytes};
   }
 
-  base::Result<SmResource> sm_resource() override { return to_sm(all_); }
+  base::Result<SmResource> sm_resource() override {
+    SmResource res = to_sm(all_);
+    // How many groups of the smallest size the driver really makes (GPCs).
+    if (res.sm_count > 0 && res.min_partition_size > 0) {
+      if (auto n = split_group_count(block_size(res)); n) res.groups = *n;
+    }
+    return res;
+  }
 
   base::Result<std::uint32_t> split_group_count(std::uint32_t min_count) override {
     std::lock_guard lock(mu_);

@@ -99,6 +99,11 @@ struct SmResource {
   std::uint32_t sm_count = 0;
   std::uint32_t min_partition_size = 0;
   std::uint32_t alignment = 0;
+  // Groups of the smallest size (partition.h's block) one split makes, as the
+  // driver counts them (cuDevSmResourceSplitByCount's query); 0: unknown,
+  // taken as sm_count / block. The GPC structure can make it fewer: an H200
+  // (132 SMs) splits into 15 groups of 8 and 12 remaining, not 16 and 4.
+  std::uint32_t groups = 0;
   bool operator==(const SmResource&) const = default;
 };
 

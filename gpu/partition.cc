@@ -19,7 +19,13 @@ base::Result<void> validate_device(const SmResource& d) {
   return {};
 }
 
-std::uint32_t remainder_of(const SmResource& d) { return d.sm_count % block_size(d); }
+// Groups of the block one split makes: the driver's count when known.
+std::uint32_t groups_of(const SmResource& d) {
+  const std::uint32_t most = d.sm_count / block_size(d);
+  return d.groups > 0 ? std::min(d.groups, most) : most;
+}
+
+std::uint32_t remainder_of(const SmResource& d) { return d.sm_count - (groups_of(d) * block_size(d)); }
 
 // "48 or 56" / "8": the feasible counts either side of `sms`.
 std::string nearest(const SmResource& d, std::uint32_t sms) {
@@ -45,7 +51,7 @@ std::vector<std::uint32_t> feasible_sm_counts(const SmResource& device) {
   if (!validate_device(device)) return out;
   std::uint32_t b = block_size(device);
   std::uint32_t rem = remainder_of(device);
-  for (std::uint32_t k = 0; k <= device.sm_count / b; ++k) {
+  for (std::uint32_t k = 0; k <= groups_of(device); ++k) {
     if (k > 0 && k * b >= device.min_partition_size) out.push_back(k * b);
     if (rem > 0 && k * b + rem >= device.min_partition_size) out.push_back((k * b) + rem);
   }
@@ -72,7 +78,7 @@ base::Result<PartitionPlan> plan_partitions(const SmResource& device, std::span<
   if (stages.empty()) return base::make_error(EINVAL, "no stages to partition");
   PartitionPlan plan;
   plan.group_sm_count = block_size(device);
-  plan.group_count = device.sm_count / plan.group_sm_count;
+  plan.group_count = groups_of(device);
   plan.remaining_sm_count = remainder_of(device);
   const std::uint32_t b = plan.group_sm_count;
   const std::uint32_t rem = plan.remaining_sm_count;
@@ -126,6 +132,11 @@ base::Result<PartitionPlan> plan_partitions(const SmResource& device, std::span<
   if (total > device.sm_count) {
     return base::make_error(
         EINVAL, fmt::format("stages need {} SMs ({}), the device has {}", total, breakdown, device.sm_count));
+  }
+  if (next_group > plan.group_count) {
+    return base::make_error(EINVAL, fmt::format("stages need {} groups of {} SMs ({}), a split of the device makes {} "
+                                                "(and {} SMs remaining)",
+                                                next_group, b, breakdown, plan.group_count, rem));
   }
   plan.unused_sm_count = device.sm_count - total;
   return plan;

@@ -5,9 +5,12 @@
 //
 // The split cuts the device into groups of the smallest size a split allows,
 // the block: minSmPartitionSize rounded up to smCoscheduledAlignment (8 on
-// Hopper). On an H100 (132 SMs) that is 16 groups of 8 and a remainder of 4.
+// Hopper). Arithmetic says 132 SMs make 16 groups of 8 and a remainder of 4,
+// but the driver counts by GPC: an H200 (132 SMs) makes 15 groups of 8 and a
+// remainder of 12, so the plan follows SmResource::groups, the driver's count.
 // Resources of one split may be combined, so a stage can get k blocks (k·8 SMs)
-// or k blocks plus the remainder (k·8 + 4): 48 = 6 blocks, 84 = 10 blocks + 4.
+// or k blocks plus the remainder (k·8 + 12 there): 48 = 6 blocks, 92 = 10
+// blocks + 12.
 // Only one stage can take the remainder, and the header warns that it "does
 // not have the same functional or performance guarantees" as the groups.
 // Stages take consecutive blocks in the order requested.
@@ -58,7 +61,8 @@ std::uint32_t block_size(const SmResource& device);
 
 // Every SM count one stage can get, ascending: k blocks (k ≥ 1, at least the
 // minimum partition) and, when the split leaves a remainder, k blocks plus it.
-// 132/8/8 gives 8, 12, 16, 20, …, 128, 132.
+// 132/8/8 with the arithmetic's 16 groups gives 8, 12, 16, 20, …, 128, 132;
+// with an H200's 15 groups, 8, 12, 16, 20, …, 120, 124 (= 14·8 + 12), 132.
 std::vector<std::uint32_t> feasible_sm_counts(const SmResource& device);
 
 // `fraction` of the device as the nearest feasible count; EINVAL naming the
@@ -68,7 +72,7 @@ base::Result<std::uint32_t> sms_for_fraction(const SmResource& device, std::stri
 // The plan for `stages`; EINVAL naming the stage and the numbers when a count
 // is below the minimum partition, not expressible from the split's pieces,
 // a second stage wants the remainder, a name repeats, or the stages need more
-// SMs than the device has.
+// SMs, or more groups, than the device has.
 base::Result<PartitionPlan> plan_partitions(const SmResource& device, std::span<const StageRequest> stages);
 
 // EIO unless `split` is what `plan` expects (group count, sizes, remainder).

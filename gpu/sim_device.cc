@@ -66,8 +66,10 @@ base::Result<DeviceInfo> SimDevice::info() {
 }
 
 base::Result<SmResource> SimDevice::sm_resource() {
-  return SmResource{
+  SmResource res{
       .sm_count = config_.sm_count, .min_partition_size = config_.min_partition_size, .alignment = config_.alignment};
+  if (auto n = split_group_count(config_.min_partition_size); n) res.groups = *n;
+  return res;
 }
 
 base::Result<std::uint32_t> SimDevice::split_group_count(std::uint32_t min_count) {
@@ -82,6 +84,8 @@ base::Result<std::uint32_t> SimDevice::split_group_count(std::uint32_t min_count
                     fmt::format("minCount {} rounds up to {} SMs, more than the resource's {}", min_count, group,
                                 config_.sm_count));
   }
+  const std::uint32_t smallest = round_up(config_.min_partition_size, config_.alignment);
+  if (group == smallest && config_.block_groups > 0) return std::min(config_.block_groups, config_.sm_count / group);
   return config_.sm_count / group;
 }
 

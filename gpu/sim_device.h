@@ -11,7 +11,8 @@
 //   minCount that rounds up past the SM count is
 //   CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION (assumed: the header does not
 //   say). The real driver may make fewer groups than this arithmetic because
-//   of GPC structure; the simulated one never does.
+//   of GPC structure (an H200: 15 of 8, not 16); the simulated one does at
+//   the smallest size when SimDeviceConfig::block_groups says so.
 // - cuDevResourceGenerateDesc: no pieces is CUDA_ERROR_INVALID_VALUE, a piece
 //   this device never produced is CUDA_ERROR_INVALID_VALUE, pieces from two
 //   splits (or the same piece twice, assumed) are
@@ -72,6 +73,10 @@ struct SimDeviceConfig {
   std::uint32_t sm_count = 132;          // H100 SXM, H200
   std::uint32_t min_partition_size = 8;  // compute capability 9.0+
   std::uint32_t alignment = 8;
+  // Groups a split at the smallest size makes, as a real driver counts them
+  // (GPC structure); 0: sm_count / size. An H200 made 15 (of 8 SMs, and 12
+  // remaining). Splits at larger sizes use the arithmetic.
+  std::uint32_t block_groups = 0;
   std::uint64_t memory_bytes = 80ull << 30;
   // Host↔device copy bandwidth (pinned memory), bytes per second; PCIe 5.0 x16
   // moves about 50 GB/s each way in practice.

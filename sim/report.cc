@@ -568,6 +568,7 @@ std::vector<Summary> summarize(const Report& report) {
 
 std::size_t seed_count(const Report& report) {
   std::vector<std::uint64_t> seeds;
+  seeds.reserve(report.runs.size() + report.failed.size());
   for (const Run& r : report.runs) seeds.push_back(r.seed);
   for (const FailedRun& f : report.failed) seeds.push_back(f.seed);
   std::sort(seeds.begin(), seeds.end());

@@ -37,6 +37,7 @@ struct Entry {
 
 Stat stat_over(const Entry& e, double Metrics::*field) {
   std::vector<double> v;
+  v.reserve(e.by_seed.size());
   for (const auto& [seed, m] : e.by_seed) v.push_back(m->*field);
   return stat_of(v);
 }

@@ -29,27 +29,35 @@ namespace tandem::llama {
 namespace {
 
 std::atomic<bool> g_verbose{false};
-std::string g_tag = "llama";
-// llama.cpp's error lines since the last take_errors(), for load failures.
-std::mutex g_errors_mu;
-std::string g_errors;
+// What the log callback uses. Never destroyed: llama.cpp's CUDA backend logs
+// from static destructors, after a program's statics may be gone (seen as a
+// garbage tag at exit on an H200).
+struct LogState {
+  std::string tag = "llama";
+  std::mutex errors_mu;
+  std::string errors;  // llama.cpp's error lines since the last take_errors(), for load failures
+};
+LogState& log_state() {
+  static auto* state = new LogState;  // NOLINT(cppcoreguidelines-owning-memory): deliberately leaked
+  return *state;
+}
 
 void log_cb(ggml_log_level level, const char* text, void* /*user*/) {
   if (text == nullptr) return;
   const bool error = level == GGML_LOG_LEVEL_ERROR;
   if (error) {
-    std::lock_guard lock(g_errors_mu);
-    if (g_errors.size() < 4096) g_errors += text;
+    std::lock_guard lock(log_state().errors_mu);
+    if (log_state().errors.size() < 4096) log_state().errors += text;
   }
   if (error || level == GGML_LOG_LEVEL_WARN || g_verbose.load(std::memory_order_relaxed)) {
-    std::fprintf(stderr, "%s: %s", g_tag.c_str(), text);
+    std::fprintf(stderr, "%s: %s", log_state().tag.c_str(), text);
   }
 }
 
 std::string take_errors() {
-  std::lock_guard lock(g_errors_mu);
+  std::lock_guard lock(log_state().errors_mu);
   std::string e;
-  e.swap(g_errors);
+  e.swap(log_state().errors);
   while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
   for (char& c : e) {
     if (c == '\n') c = ';';
@@ -76,7 +84,7 @@ void init(std::string_view tag, bool verbose) {
   static std::once_flag once;
   g_verbose.store(verbose, std::memory_order_relaxed);
   std::call_once(once, [&] {
-    g_tag = std::string(tag);
+    log_state().tag = std::string(tag);
     llama_log_set(log_cb, nullptr);
     // The prebuilt libraries load their backends (CPU variants, CUDA) as
     // modules from a folder: $TANDEM_LLAMA_BACKEND_DIR, else the one the

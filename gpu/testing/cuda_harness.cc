@@ -96,7 +96,12 @@ base::Result<Driver> load_driver() {
   cuda_loader::resolve(get, "cuStreamGetCtx", abi, &d.stream_get_ctx, &missing);
   cuda_loader::resolve(get, "cuDevicePrimaryCtxRelease", abi, &d.primary_ctx_release, &missing);
   cuda_loader::resolve(get, "cuCtxSetCurrent", abi, &d.ctx_set_current, &missing);
-  cuda_loader::resolve(get, "cuCtxSynchronize", abi, &d.ctx_synchronize, &missing);
+  // From ABI 13000 on, cuGetProcAddress answers "cuCtxSynchronize" with
+  // cuCtxSynchronize_v2(CUcontext), which the header does not map the name
+  // to: called as the void version it reads a garbage context
+  // (CUDA_ERROR_CONTEXT_IS_DESTROYED, seen on an H200 with driver 580.159).
+  // Ask for the 12.x entry point, which keeps the void signature.
+  cuda_loader::resolve(get, "cuCtxSynchronize", std::min(abi, 12090), &d.ctx_synchronize, &missing);
   cuda_loader::resolve(get, "cuLibraryLoadData", abi, &d.library_load_data, &missing);
   cuda_loader::resolve(get, "cuLibraryUnload", abi, &d.library_unload, &missing);
   cuda_loader::resolve(get, "cuLibraryGetKernel", abi, &d.library_get_kernel, &missing);
@@ -272,6 +277,8 @@ base::Result<void> CudaHarness::launch(std::string_view kernel, Dim3 grid, Dim3 
 }
 
 base::Result<DevicePtr> CudaHarness::alloc(std::uint64_t bytes) {
+  // The primary context, whatever another party left current in this thread.
+  if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
   CUdeviceptr p = 0;
   if (CUresult r = s_->d->mem_alloc(&p, bytes); r != CUDA_SUCCESS) {
     return s_->d->error("cuMemAlloc", r, fmt::format("{} bytes", bytes));
@@ -281,6 +288,8 @@ base::Result<DevicePtr> CudaHarness::alloc(std::uint64_t bytes) {
 }
 
 base::Result<void> CudaHarness::free(DevicePtr ptr) {
+  // The primary context, whatever another party left current in this thread.
+  if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
   auto it = s_->allocations.find(static_cast<CUdeviceptr>(ptr));
   if (it == s_->allocations.end()) {
     return cu_error("cuMemFree", kCudaErrorInvalidValue, fmt::format("{:#x} was not allocated here", ptr));
@@ -291,6 +300,8 @@ base::Result<void> CudaHarness::free(DevicePtr ptr) {
 }
 
 base::Result<void> CudaHarness::memset_d32(DevicePtr ptr, std::uint32_t value, std::uint64_t count) {
+  // The primary context, whatever another party left current in this thread.
+  if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
   if (CUresult r = s_->d->memset_d32(static_cast<CUdeviceptr>(ptr), value, count); r != CUDA_SUCCESS) {
     return s_->d->error("cuMemsetD32", r, fmt::format("{} words at {:#x}", count, ptr));
   }
@@ -300,6 +311,8 @@ base::Result<void> CudaHarness::memset_d32(DevicePtr ptr, std::uint32_t value, s
 }
 
 base::Result<void> CudaHarness::copy_to_host(void* dst, DevicePtr src, std::uint64_t bytes) {
+  // The primary context, whatever another party left current in this thread.
+  if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
   // The legacy stream does not wait for non-blocking streams' kernels.
   if (auto done = synchronize(); !done) return done;
   if (CUresult r = s_->d->memcpy_dtoh(dst, static_cast<CUdeviceptr>(src), bytes); r != CUDA_SUCCESS) {
@@ -309,6 +322,8 @@ base::Result<void> CudaHarness::copy_to_host(void* dst, DevicePtr src, std::uint
 }
 
 base::Result<void> CudaHarness::copy_to_device(DevicePtr dst, const void* src, std::uint64_t bytes) {
+  // The primary context, whatever another party left current in this thread.
+  if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
   if (CUresult r = s_->d->memcpy_htod(static_cast<CUdeviceptr>(dst), src, bytes); r != CUDA_SUCCESS) {
     return s_->d->error("cuMemcpyHtoD", r, fmt::format("{} bytes to {:#x}", bytes, dst));
   }
@@ -343,6 +358,8 @@ base::Result<void> CudaHarness::stream_synchronize(void* stream) {
 }
 
 base::Result<void> CudaHarness::synchronize() {
+  // The primary context, whatever another party left current in this thread.
+  if (auto c = make_current(); !c) return base::propagate(std::move(c.error()));
   if (CUresult r = s_->d->ctx_synchronize(); r != CUDA_SUCCESS) return s_->d->error("cuCtxSynchronize", r);
   return {};
 }

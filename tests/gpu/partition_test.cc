@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <vector>
 
 namespace tandem::gpu {
 namespace {
@@ -110,6 +112,28 @@ TEST(Partition, FeasibleCountsOnH100) {
   ASSERT_EQ(a100.size(), 27u);
   EXPECT_EQ(a100.front(), 4u);
   EXPECT_EQ(a100.back(), 108u);
+}
+
+TEST(Partition, TheDriversGroupCountDecidesWhatIsFeasible) {
+  // An H200's split: 15 groups of 8 and 12 SMs remaining (its GPCs).
+  constexpr SmResource kH200{.sm_count = 132, .min_partition_size = 8, .alignment = 8, .groups = 15};
+  const std::vector<std::uint32_t> f = feasible_sm_counts(kH200);
+  EXPECT_TRUE(std::binary_search(f.begin(), f.end(), 12u));
+  EXPECT_TRUE(std::binary_search(f.begin(), f.end(), 120u));
+  EXPECT_TRUE(std::binary_search(f.begin(), f.end(), 124u));
+  EXPECT_FALSE(std::binary_search(f.begin(), f.end(), 128u)) << "16 groups of 8 do not exist";
+  EXPECT_FALSE(std::binary_search(f.begin(), f.end(), 4u));
+  auto p = plan(kH200, {{"decode", 44u}, {"prefill", 88u}});
+  ASSERT_TRUE(p) << p.error().message();
+  EXPECT_EQ(p->group_count, 15u);
+  EXPECT_EQ(p->remaining_sm_count, 12u);
+  EXPECT_TRUE(p->stages[0].uses_remainder);  // 4·8 + 12
+  EXPECT_EQ(p->stages[1].group_count, 11u);
+  // 128 SMs are 16 groups: one more than the split makes.
+  auto too_many = plan(kH200, {{"a", 64u}, {"b", 64u}});
+  ASSERT_FALSE(too_many);
+  EXPECT_NE(too_many.error().message().find("a split of the device makes 15"), std::string::npos)
+      << too_many.error().message();
 }
 
 TEST(Partition, FractionsRoundToTheNearestFeasibleCount) {

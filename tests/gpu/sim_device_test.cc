@@ -34,7 +34,8 @@ TEST(SimDevice, ReportsItsConfiguration) {
   EXPECT_EQ(info->sm_count, 132u);
   EXPECT_EQ(info->total_memory, 80ull << 30);
   EXPECT_EQ(d->device_count().value(), 1);
-  EXPECT_EQ(d->sm_resource().value(), (SmResource{.sm_count = 132, .min_partition_size = 8, .alignment = 8}));
+  EXPECT_EQ(d->sm_resource().value(),
+            (SmResource{.sm_count = 132, .min_partition_size = 8, .alignment = 8, .groups = 16}));
   EXPECT_EQ(d->backend(), "sim");
   EXPECT_EQ(d->h2d_copy_ns(50'000'000'000ull), 1'000'000'000u);  // 50 GB at 50 GB/s
   EXPECT_EQ(d->d2h_copy_ns(1), 1u);                              // rounded up
@@ -44,6 +45,29 @@ TEST(SimDevice, ReportsItsConfiguration) {
   EXPECT_FALSE(SimDevice::create({.min_partition_size = 200}));
   EXPECT_FALSE(SimDevice::create({.ordinal = 1}));
   EXPECT_FALSE(SimDevice::create({.h2d_bytes_per_s = 0}));
+}
+
+TEST(SimDevice, AGpcLimitedSplitMakesFewerGroupsAndALargerRemainder) {
+  // What an H200 did: 15 groups of 8 and 12 SMs remaining, not 16 and 4.
+  SimDeviceConfig c;
+  c.block_groups = 15;
+  auto made = SimDevice::create(c);
+  ASSERT_TRUE(made) << made.error().message();
+  SimDevice& d = **made;
+  EXPECT_EQ(d.sm_resource().value().groups, 15u);
+  EXPECT_EQ(d.split_group_count(8).value(), 15u);
+  EXPECT_EQ(d.split_group_count(16).value(), 8u) << "larger groups: the arithmetic";
+  auto split = d.split_by_count(16, 8);
+  ASSERT_TRUE(split);
+  EXPECT_EQ(split->groups.size(), 15u);
+  EXPECT_EQ(split->remaining_sm_count, 12u);
+  // The planner, given that resource, plans what the split makes.
+  auto plan = plan_partitions(d.sm_resource().value(), std::vector<StageRequest>{{"decode", 20u}, {"prefill", 112u}});
+  ASSERT_TRUE(plan) << plan.error().message();
+  EXPECT_EQ(plan->group_count, 15u);
+  EXPECT_EQ(plan->remaining_sm_count, 12u);
+  EXPECT_TRUE(plan->stages[0].uses_remainder);
+  EXPECT_TRUE(check_split(*plan, *split));
 }
 
 TEST(SimDevice, SplitRoundsUpToGranularityAndKeepsTheRemainder) {
