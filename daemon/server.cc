@@ -1832,6 +1832,7 @@ void Server::apply(const sched::Action& a, Time now) {
     }
     case K::kPin: {
       log_event(now, LogKind::kPin, a.session, {a.value - base::to_ns(now)});
+      table.set_pinned(a.session, true);  // the host plane protects pinned sessions' tools
       ipc::Pin p;
       p.until_ns = std::max<std::int64_t>(a.value, 1);
       send_directive(engine, directive_slot(p, a.session, now));
@@ -1839,6 +1840,7 @@ void Server::apply(const sched::Action& a, Time now) {
     }
     case K::kUnpin:
       log_event(now, LogKind::kUnpin, a.session);
+      table.set_pinned(a.session, false);
       send_directive(engine, directive_slot(ipc::Unpin{}, a.session, now));
       break;
     case K::kDrop:

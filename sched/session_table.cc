@@ -108,6 +108,21 @@ bool SessionTable::abort_round(SessionId id, Time now) {
   return true;
 }
 
+bool SessionTable::set_pinned(SessionId id, bool pinned) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second.state == SessionState::kDone) return false;
+  Session& s = it->second;
+  if (pinned && s.residency == Residency::kResident) {
+    s.residency = Residency::kPinned;
+    return true;
+  }
+  if (!pinned && s.residency == Residency::kPinned) {
+    s.residency = Residency::kResident;
+    return true;
+  }
+  return false;
+}
+
 std::size_t SessionTable::reap_done() {
   // Walks the DONE index, not the table: a host reaps every tick.
   auto& done = by_state_[static_cast<std::size_t>(SessionState::kDone)];

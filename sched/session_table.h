@@ -68,6 +68,12 @@ class SessionTable {
   // false if the session is unknown, done, or has no round in flight.
   bool abort_round(SessionId id, Time now);
 
+  // A PIN (`pinned`) or UNPIN directive went to the session's engine: a
+  // resident session becomes PINNED, a pinned one RESIDENT again. Returns
+  // false and changes nothing for an unknown or finished session, or one
+  // whose KV is not on the GPU (dropped, offloaded: nothing to pin).
+  bool set_pinned(SessionId id, bool pinned);
+
   // Removes sessions in DONE; call once the policies have seen them.
   std::size_t reap_done();
 

@@ -63,7 +63,7 @@ class CapturedLog {
 
 // Every ctl command a reader or an admin can send, with its arguments.
 const std::vector<std::pair<std::string, std::vector<std::string>>>& every_ctl_command() {
-  static const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> kCommands = {
       {"status", {}},
       {"engines", {}},
       {"sessions", {}},
@@ -82,7 +82,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& every_ctl_c
       {"undrain", {}},
       {kBadName, {}},
   };
-  return commands;
+  return kCommands;
 }
 
 TEST(ServerInProcess, NonUtf8NamesGetThroughNoCtlCommand) {

@@ -133,6 +133,25 @@ TEST(SessionTable, KvChangesSetResidency) {
   EXPECT_EQ(t.find(kA)->residency, Residency::kDropped);
 }
 
+TEST(SessionTable, PinAndUnpinMarkOnlyResidentKv) {
+  SessionTable t;
+  ASSERT_TRUE(t.apply(submit(kA, 0), at(0)));
+  ASSERT_TRUE(t.transition(kA, S::kReasoning, at(1)));
+  ASSERT_TRUE(t.apply(end(kA, 0, true), at(2)));
+  ASSERT_EQ(t.find(kA)->residency, Residency::kResident);
+  EXPECT_TRUE(t.set_pinned(kA, true));
+  EXPECT_EQ(t.find(kA)->residency, Residency::kPinned);
+  EXPECT_FALSE(t.set_pinned(kA, true)) << "already pinned";
+  EXPECT_TRUE(t.set_pinned(kA, false));
+  EXPECT_EQ(t.find(kA)->residency, Residency::kResident);
+  ASSERT_TRUE(t.set_pinned(kA, true));
+  ASSERT_TRUE(t.apply(KvChanged{kA, kE, KvChange::kEvicted, 70}, at(3)));
+  EXPECT_EQ(t.find(kA)->residency, Residency::kDropped) << "the engine's report wins";
+  EXPECT_FALSE(t.set_pinned(kA, true)) << "nothing on the GPU to pin";
+  EXPECT_EQ(t.find(kA)->residency, Residency::kDropped);
+  EXPECT_FALSE(t.set_pinned(0xB, true)) << "unknown session";
+}
+
 // Property: whatever the event soup, counts match the table, nothing crashes,
 // and every session that closes reaches DONE.
 TEST(SessionTable, RandomEventStreamsKeepCountsConsistent) {
