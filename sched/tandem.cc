@@ -5,11 +5,32 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
 namespace tandem::sched {
+namespace {
+
+// An engine that runs, queues and pins nothing, with no admitted round on its
+// way to it. Projections (rounds submitted behind paused sessions count as
+// queued KV; a growth allowance can make a session bigger than the whole
+// pool) must never keep it empty: paused sessions would wait for room that
+// the rounds they hold back claim, and new sessions would wait behind them,
+// a deadlock a live replay on a 128-block pool hit. Restores and admissions
+// give such an engine one session anyway.
+bool engine_idle(const NodeModel& model, const EngineView& e) {
+  if (!e.has_stats || e.kv.blocks_total == 0 || e.kv.running_seqs > 0 || e.kv.waiting_seqs > 0 ||
+      e.kv.blocks_pinned > 0) {
+    return false;
+  }
+  const auto admitted = model.sessions().in_state(SessionState::kReasoning);
+  return std::none_of(admitted.begin(), admitted.end(),
+                      [&](const Session* s) { return s->engine == e.id && s->round_in_flight; });
+}
+
+}  // namespace
 
 TandemParams tandem_params(const PolicyParams& p) {
   TandemParams t;
@@ -125,6 +146,7 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
   // behind paused sessions whose rounds wait to be restored, and enters
   // only if its round fits under resume_pressure on its engine, as a
   // restore would.
+  std::set<EngineId> forced;  // idle engines given a session this tick
   for (const Action& a : mars_out_.list()) {
     if (a.kind != ActionKind::kAdmit || !p_.queue_admission || !p_.growth_check) {
       out.add_action(a);
@@ -142,7 +164,9 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
         std::ceil((static_cast<double>(s->prompt_tokens) + p_.growth_decode_tokens) / bs) / e->kv.blocks_total;
     double& pr = pressure_[s->engine];
     const double limit = std::max(p_.resume_pressure, std::min(1.0, need));
-    if (pr + need > limit) continue;
+    // An idle engine takes one new session whatever the projection says (see
+    // engine_idle()): projections must not keep it empty.
+    if (pr + need > limit && !(engine_idle(model, *e) && forced.insert(s->engine).second)) continue;
     pr += need;
     out.add_action(a);
   }
@@ -352,8 +376,33 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
     }
     return false;
   };
+  // Progress (engine_idle()): the oldest paused session with a round waiting
+  // goes to an idle engine, its own first.
+  auto restore_onto_idle = [&] {
+    const Session* oldest = nullptr;
+    for (const Session* s : model.sessions().in_state(SessionState::kPaused)) {
+      if (!s->round_in_flight) continue;
+      if (oldest == nullptr || std::tie(s->state_since, s->id) < std::tie(oldest->state_since, oldest->id)) oldest = s;
+    }
+    if (oldest == nullptr) return false;
+    EngineId target = kNoEngine;
+    if (const EngineView* own = model.engine(oldest->engine); own != nullptr && engine_idle(model, *own)) {
+      target = oldest->engine;
+    } else if (p_.global_queue) {
+      for (const auto& [eid, e] : model.engines()) {
+        if (engine_idle(model, e)) {
+          target = eid;
+          break;
+        }
+      }
+    }
+    if (target == kNoEngine) return false;
+    out.restore(oldest->id, target);
+    return true;
+  };
   if (!room_somewhere) {  // nothing can be restored: skip sorting the paused
     paused_waiting_ = any_paused_round();
+    if (paused_waiting_) restore_onto_idle();
     return;
   }
   std::vector<const Session*> paused(model.sessions().in_state(SessionState::kPaused).begin(),
@@ -365,6 +414,7 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
     const bool pb = p_.pending_restore && !b->round_in_flight;
     return std::tie(pa, a->state_since, a->id) < std::tie(pb, b->state_since, b->id);
   });
+  bool restored = false;
   for (const Session* s : paused) {
     EngineId best = kNoEngine;
     double best_room = 0;
@@ -392,8 +442,10 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
       continue;
     }
     out.restore(s->id, best);
+    restored = true;
     pressure[best] += static_cast<double>(need_blocks) / model.engine(best)->kv.blocks_total;
   }
+  if (!restored && paused_waiting_) restore_onto_idle();
   pressure_ = pressure;
 }
 

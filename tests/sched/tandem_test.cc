@@ -366,6 +366,30 @@ TEST(Tandem, NewSessionsWaitBehindAPausedRoundThatCannotBeRestored) {
   EXPECT_TRUE(has(tick(without, node.model, at(10)), ActionKind::kAdmit, 20)) << "MARS alone admits it";
 }
 
+TEST(Tandem, AnIdleEngineGetsAPausedRoundEvenIfItsProjectionDoesNotFit) {
+  // What a live replay on a 128-block pool deadlocked on: session 1 is paused
+  // with its next round waiting and needs (1900 + 256) / 16 = 135 blocks, more
+  // than the whole pool; a new session's round is queued behind it. The
+  // engine runs, queues and pins nothing.
+  Node node(128, 128);
+  node.stats(128, at(0), kE, 128);
+  node.acting(1, 1900, kGrep, at(0));
+  ASSERT_TRUE(node.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(10), {}}, at(0)));
+  ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kPaused, at(1)));
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{1, kE, 1, 2000, 1900, 135}, at(1)));
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{20, kE, 0, 1800, 0, 113}, at(2)));
+  node.stats(128, at(3), kE, 128);
+  TandemParams p;
+  p.residency = false;
+  TandemControl c({}, p);
+  auto a = tick(c, node.model, at(10));
+  EXPECT_TRUE(has(a, ActionKind::kRestore, 1)) << "the idle engine takes the oldest paused round";
+  // Once it runs there, the engine is not idle: nothing more is forced.
+  ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kReasoning, at(11), kE));
+  auto b = tick(c, node.model, at(12));
+  EXPECT_FALSE(has(b, ActionKind::kAdmit, 20)) << "the restored round is on its way to the engine";
+}
+
 TEST(Tandem, PausedSessionsWhoseRoundWaitsAreRestoredFirst) {
   // Room for one restore of 516 blocks under resume_pressure 0.8. Session 1 was
   // paused first but its tool still runs; session 2's next round waits.
