@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,6 +64,34 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_stop{false};  // SIGINT/SIGTERM or the run's timeout
+
+// The sessions' HTTP clients. Once the run stops, their requests are cut
+// (httplib's stop() shuts the socket from another thread): a stalled engine
+// would otherwise hold each read for its hour-long timeout.
+std::mutex g_clients_mu;
+std::set<httplib::Client*> g_clients;
+
+class ClientRegistration {
+ public:
+  explicit ClientRegistration(httplib::Client* c) : c_(c) {
+    std::lock_guard lock(g_clients_mu);
+    g_clients.insert(c_);
+  }
+  ~ClientRegistration() {
+    std::lock_guard lock(g_clients_mu);
+    g_clients.erase(c_);
+  }
+  ClientRegistration(const ClientRegistration&) = delete;
+  ClientRegistration& operator=(const ClientRegistration&) = delete;
+
+ private:
+  httplib::Client* c_;
+};
+
+void stop_clients() {
+  std::lock_guard lock(g_clients_mu);
+  for (httplib::Client* c : g_clients) c->stop();
+}
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -429,6 +458,7 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
   cli.set_read_timeout(3600);
   cli.set_keep_alive(true);
   cli.set_tcp_nodelay(true);  // the request goes out in two writes: Nagle would hold the second for a delayed ACK
+  const ClientRegistration registered(&cli);
   std::string prompt = log.name;
   for (std::size_t r = 0; r < spec.rounds.size() && log.error.empty(); ++r) {
     const sim::RoundSpec& round = spec.rounds[r];
@@ -643,8 +673,12 @@ int run(const ReplayFlags& flags) {
   std::vector<SessionLog> logs(workload->sessions.size());
   std::vector<std::thread> threads;
   threads.reserve(logs.size());
+  std::atomic<std::size_t> finished{0};
   for (std::size_t i = 0; i < logs.size(); ++i) {
-    threads.emplace_back([&, i] { run_session(workload->sessions[i], i, logs[i], sh); });
+    threads.emplace_back([&, i] {
+      run_session(workload->sessions[i], i, logs[i], sh);
+      finished.fetch_add(1);
+    });
   }
   // Progress every 5 s; the timeout stops the rest.
   bool timed_out = false;
@@ -661,6 +695,12 @@ int run(const ReplayFlags& flags) {
                  logs.size(), sh.tools.load());
       next += std::chrono::seconds(5);
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // Stopped: cut the requests in flight until every session has seen it (a
+  // session may start a request between its check and this).
+  while (g_stop.load() && finished.load() < threads.size()) {
+    stop_clients();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   for (auto& t : threads) t.join();
