@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -496,14 +497,20 @@ int tandem_engine_plan_step(tandem_client* client, const tandem_step_input* inpu
     if (ret_plan == nullptr) return invalid(c, fn, "ret_plan is NULL");
     tandem_step_input in{};
     if (!read_sized(input, sizeof in, in)) return invalid(c, fn, "input->sz is too small");
+    // The fields up to n_unpin are the first version of the struct; one
+    // that ends there gets swaps as preemptions (Coordinator::plan).
+    constexpr std::size_t kFirstPlanSize = offsetof(tandem_step_plan, n_unpin) + sizeof(uint32_t);
+    constexpr std::size_t kSwapEnd = offsetof(tandem_step_plan, n_swap) + sizeof(uint32_t);
     tandem_step_plan plan{};
-    if (!read_sized(ret_plan, sizeof plan, plan)) return invalid(c, fn, "ret_plan->sz is too small");
+    if (!read_sized(ret_plan, kFirstPlanSize, plan)) return invalid(c, fn, "ret_plan->sz is too small");
+    if (ret_plan->sz < kSwapEnd) plan.swap = nullptr;
     std::string error;
     int r = c.coordinator().plan(in, plan, error);
     if (r != 0) return c.fail(-r, fmt::format("{}: {}", fn, error));
     ret_plan->n_run = plan.n_run;
     ret_plan->n_preempt = plan.n_preempt;
     ret_plan->n_unpin = plan.n_unpin;
+    if (ret_plan->sz >= kSwapEnd) ret_plan->n_swap = plan.n_swap;
     return 0;
   });
 }

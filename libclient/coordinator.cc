@@ -100,7 +100,16 @@ int Coordinator::plan(const tandem_step_input& in, tandem_step_plan& out, std::s
 
   // The scheduler's contract bounds these; check before writing into arrays
   // the caller sized from it.
-  if (plan_.run.size() > in.n_requests || plan_.preempt.size() > in.n_requests || plan_.unpin.size() > in.n_pinned) {
+  // A caller with no room for swaps gets them as preemptions by recompute:
+  // dropping one would leave a running request without the blocks the step
+  // needs (the live stall this field was added for).
+  const bool swaps = out.swap != nullptr;
+  if (!swaps) {
+    plan_.preempt.insert(plan_.preempt.end(), plan_.swap.begin(), plan_.swap.end());
+    plan_.swap.clear();
+  }
+  if (plan_.run.size() > in.n_requests || plan_.preempt.size() + plan_.swap.size() > in.n_requests ||
+      plan_.unpin.size() > in.n_pinned) {
     error = fmt::format("policy {} returned an oversized plan", name_);
     return -EIO;
   }
@@ -114,9 +123,11 @@ int Coordinator::plan(const tandem_step_input& in, tandem_step_plan& out, std::s
     out.run[i] = tandem_chunk{plan_.run[i].request, plan_.run[i].tokens};
   for (std::size_t i = 0; i < plan_.preempt.size(); ++i) out.preempt[i] = plan_.preempt[i];
   for (std::size_t i = 0; i < plan_.unpin.size(); ++i) out.unpin[i] = plan_.unpin[i];
+  for (std::size_t i = 0; i < plan_.swap.size(); ++i) out.swap[i] = plan_.swap[i];
   out.n_run = static_cast<std::uint32_t>(plan_.run.size());
   out.n_preempt = static_cast<std::uint32_t>(plan_.preempt.size());
   out.n_unpin = static_cast<std::uint32_t>(plan_.unpin.size());
+  out.n_swap = static_cast<std::uint32_t>(plan_.swap.size());
   return 0;
 }
 

@@ -93,16 +93,19 @@ void TandemStepScheduler::plan(const sched::StepInput& in, sched::Time now, sche
     run_.resize(requests_.size());
     preempt_.resize(requests_.size());
     unpin_.resize(pinned_.size());
+    swap_.resize(requests_.size());
     tandem_step_plan plan{};
     plan.sz = sizeof plan;
     plan.run = run_.data();
     plan.preempt = preempt_.data();
     plan.unpin = unpin_.data();
+    plan.swap = swap_.data();
     const int rc = tandem_engine_plan_step(client_, &ci, &plan);
     const auto n = static_cast<std::uint32_t>(requests_.size());
-    if (rc == 0 && plan.n_run <= n && plan.n_preempt <= n && plan.n_unpin <= pinned_.size()) {
+    if (rc == 0 && plan.n_run <= n && plan.n_preempt <= n && plan.n_swap <= n && plan.n_unpin <= pinned_.size()) {
       for (std::uint32_t i = 0; i < plan.n_run; ++i) out.run.push_back({run_[i].request, run_[i].tokens});
       out.preempt.assign(preempt_.begin(), preempt_.begin() + plan.n_preempt);
+      out.swap.assign(swap_.begin(), swap_.begin() + plan.n_swap);
       out.unpin.assign(unpin_.begin(), unpin_.begin() + plan.n_unpin);
       return;
     }

@@ -47,6 +47,7 @@ class TandemStepScheduler final : public sched::StepScheduler {
   std::vector<tandem_pinned_kv> pinned_;
   std::vector<tandem_chunk> run_;
   std::vector<std::uint32_t> preempt_;
+  std::vector<std::uint32_t> swap_;
   std::vector<std::uint64_t> unpin_;
   std::uint64_t failures_ = 0;
   std::string first_failure_;

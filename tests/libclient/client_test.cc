@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -384,15 +385,17 @@ tandem_step_request request(std::uint64_t id, std::uint32_t phase, std::uint32_t
 }
 
 struct PlanBuffers {
-  explicit PlanBuffers(std::size_t n) : run(n), preempt(n), unpin(n + 1) {
+  explicit PlanBuffers(std::size_t n) : run(n), preempt(n), unpin(n + 1), swap(n) {
     plan.sz = sizeof plan;
     plan.run = run.data();
     plan.preempt = preempt.data();
     plan.unpin = unpin.data();
+    plan.swap = swap.data();
   }
   std::vector<tandem_chunk> run;
   std::vector<std::uint32_t> preempt;
   std::vector<std::uint64_t> unpin;
+  std::vector<std::uint32_t> swap;
   tandem_step_plan plan{};
 };
 
@@ -905,6 +908,62 @@ TEST(FakeDaemon, LargeResyncIsSplitInBatches) {
   EXPECT_EQ(snap->size(), static_cast<std::size_t>(kSessions));
   EXPECT_EQ(daemon.resync_messages, 3) << "256 + 256 + 88";
   tandem_close(c);
+}
+
+// A policy that preempts by swapping (autellix's default) reaches the
+// engine's swap array; a caller built against the first, shorter
+// tandem_step_plan, or with no swap array, gets those preemptions as
+// recomputes. None may be lost: a running request left without the blocks
+// its step needs stalls the engine (a live replay under tandem did).
+TEST(FakeDaemon, SwapPreemptionsReachTheEngineWhateverItsPlanStruct) {
+  TempDir dir;
+  FakeDaemon daemon(dir.path());
+  auto o = options(dir.path().c_str());
+  auto p = engine_params();
+  Client c;
+  ASSERT_EQ(Client::open_engine(&o, p, c), 0);
+  ASSERT_NO_FATAL_FAILURE(connect(c.get(), daemon, 7, "autellix"));
+  ASSERT_STREQ(c.policy(), "autellix") << c.last_error();
+  // r0 needs a third block for its next token and none is free: one of the
+  // two running requests is preempted.
+  const tandem_step_request reqs[] = {request(0, TANDEM_REQ_RUNNING, 32, 32, 2),
+                                      request(1, TANDEM_REQ_RUNNING, 48, 48, 3)};
+  tandem_step_input in{};
+  in.sz = sizeof in;
+  in.token_budget = 100;
+  in.max_seqs = 8;
+  in.block_size = 16;
+  in.free_blocks = 0;
+  in.requests = reqs;
+  in.n_requests = 2;
+
+  PlanBuffers full(2);
+  ASSERT_EQ(c.plan_step(in, full.plan), 0) << c.last_error();
+  EXPECT_EQ(full.plan.n_preempt, 0u);
+  ASSERT_EQ(full.plan.n_swap, 1u);
+  const std::uint32_t victim = full.swap[0];
+  ASSERT_EQ(full.plan.n_run, 1u);
+  EXPECT_NE(full.run[0].request, victim);
+
+  PlanBuffers old(2);
+  old.plan.sz = offsetof(tandem_step_plan, swap);
+  old.plan.n_swap = 77;  // past the caller's sz: never written
+  ASSERT_EQ(c.plan_step(in, old.plan), 0) << c.last_error();
+  ASSERT_EQ(old.plan.n_preempt, 1u);
+  EXPECT_EQ(old.preempt[0], victim);
+  EXPECT_EQ(old.plan.n_swap, 77u);
+
+  PlanBuffers no_array(2);
+  no_array.plan.swap = nullptr;
+  ASSERT_EQ(c.plan_step(in, no_array.plan), 0) << c.last_error();
+  ASSERT_EQ(no_array.plan.n_preempt, 1u);
+  EXPECT_EQ(no_array.preempt[0], victim);
+  EXPECT_EQ(no_array.plan.n_swap, 0u);
+
+  PlanBuffers too_short(2);
+  too_short.plan.sz = offsetof(tandem_step_plan, n_unpin);
+  EXPECT_EQ(c.plan_step(in, too_short.plan), -EINVAL);
+  EXPECT_NE(std::strstr(c.last_error(), "ret_plan->sz"), nullptr);
 }
 
 TEST(FakeDaemon, PolicyConfigSwitchesThePolicyAndBadOnesAreIgnored) {

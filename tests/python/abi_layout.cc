@@ -176,6 +176,8 @@ void print_layouts() {
   FIELD(tandem_step_plan, n_preempt);
   FIELD(tandem_step_plan, unpin);
   FIELD(tandem_step_plan, n_unpin);
+  FIELD(tandem_step_plan, swap);
+  FIELD(tandem_step_plan, n_swap);
 
   SIZE(tandem_round_end_info);
   FIELD(tandem_round_end_info, sz);

@@ -246,8 +246,9 @@ class FailOpenTest(unittest.TestCase):
             self.assertLessEqual(sum(c.tokens for c in plan.run), ENGINE["token_budget"])
             self.assertEqual(plan.preempt, [])
             self.assertEqual(plan.unpin, [])
+            self.assertEqual(plan.swap, [])
             # An empty step plans nothing.
-            self.assertEqual(eng.plan_step([], free_blocks=500), tandem.StepPlan([], [], []))
+            self.assertEqual(eng.plan_step([], free_blocks=500), tandem.StepPlan([], [], [], []))
 
     def test_keep_decision_answers(self):
         with self.engine() as eng:

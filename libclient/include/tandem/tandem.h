@@ -432,6 +432,14 @@ typedef struct tandem_step_plan {
   uint32_t n_preempt;
   uint64_t* unpin;
   uint32_t n_unpin;
+  /* Running requests to preempt by swapping: their KV goes to host memory
+   * before its blocks are freed, and is reloaded when they run again. An
+   * engine without host memory treats them as `preempt`. Sized like
+   * `preempt`; a request is in at most one of the two. A caller whose struct
+   * ends before this field, or whose `swap` is NULL, gets them in `preempt`:
+   * a preemption is never dropped. */
+  uint32_t* swap;
+  uint32_t n_swap;
 } tandem_step_plan;
 
 /* Plans one step. Errors: -EPERM (not an engine), -EINVAL (bad input: NULL

@@ -201,7 +201,7 @@ Chunk = collections.namedtuple("Chunk", ["request", "tokens"])
 
 # What plan_step() decided: chunks to run, request indices to preempt,
 # sessions whose pins to release.
-StepPlan = collections.namedtuple("StepPlan", ["run", "preempt", "unpin"])
+StepPlan = collections.namedtuple("StepPlan", ["run", "preempt", "unpin", "swap"])
 
 # How a tool call started by Runner.tool_spawn() ended (tandem_tool_result).
 # exit_code: >= 0 the exit status, < 0 minus the signal; reason: a
@@ -673,7 +673,8 @@ class Engine(_Client):
         ones in running order, then waiting and preempted ones in arrival
         order. `pinned`: PinnedKV values. The step limits default to the ones
         the engine was opened with; `now_ns` to time.monotonic_ns().
-        Returns a StepPlan whose chunk and preempt entries index `requests`.
+        Returns a StepPlan whose chunk, preempt and swap entries index
+        `requests` (swap: preempt with the KV copied to host memory first).
         """
         reqs = [r if isinstance(r, StepRequest) else StepRequest(*r) for r in requests]
         pins = [p if isinstance(p, PinnedKV) else PinnedKV(*p) for p in pinned]
@@ -721,7 +722,8 @@ class Engine(_Client):
         run = (_ffi.Chunk * max(len(reqs), 1))()
         preempt = (ctypes.c_uint32 * max(len(reqs), 1))()
         unpin = (ctypes.c_uint64 * max(len(pins), 1))()
-        plan = _ffi.StepPlanC(run=run, preempt=preempt, unpin=unpin)
+        swap = (ctypes.c_uint32 * max(len(reqs), 1))()
+        plan = _ffi.StepPlanC(run=run, preempt=preempt, unpin=unpin, swap=swap)
         self._check(
             self._lib.tandem_engine_plan_step(self._h(), ctypes.byref(inp), ctypes.byref(plan)),
             "tandem_engine_plan_step",
@@ -730,10 +732,12 @@ class Engine(_Client):
         n_run = min(plan.n_run, len(reqs))
         n_preempt = min(plan.n_preempt, len(reqs))
         n_unpin = min(plan.n_unpin, len(pins))
+        n_swap = min(plan.n_swap, len(reqs))
         return StepPlan(
             run=[Chunk(run[i].request, run[i].tokens) for i in range(n_run)],
             preempt=[preempt[i] for i in range(n_preempt)],
             unpin=[unpin[i] for i in range(n_unpin)],
+            swap=[swap[i] for i in range(n_swap)],
         )
 
     def keep_decision(

@@ -240,6 +240,8 @@ class StepPlanC(_Sized):
         ("n_preempt", c_uint32),
         ("unpin", POINTER(c_uint64)),
         ("n_unpin", c_uint32),
+        ("swap", POINTER(c_uint32)),
+        ("n_swap", c_uint32),
     ]
 
 
