@@ -1,4 +1,4 @@
-/* tandem's eBPF telemetry (issue 6, DESIGN.md §5, docs/telemetry.md): the
+/* tandem's eBPF telemetry (issue 6, docs/architecture.md "Host plane", docs/telemetry.md): the
  * kernel side of bpf::Telemetry in eBPF mode.
  *
  * What it measures, only for tasks whose cgroup-v2 cgroup is in `tracked`

@@ -1,4 +1,4 @@
-// Host telemetry for tool processes (issue 6, DESIGN.md §5, docs/telemetry.md):
+// Host telemetry for tool processes (issue 6, docs/architecture.md "Host plane", docs/telemetry.md):
 // per-group on-CPU time, run-queue delay and process lifecycle, where a group
 // (e.g. a session) is a set of tracked cgroup-v2 cgroups.
 //

@@ -1,5 +1,5 @@
 /* vmlinux.h for x86_64: every type of the kernel, for the CO-RE programs in
- * bpf/ (CONVENTIONS.md "eBPF"). GENERATED — do not edit. Regenerate with
+ * bpf/ (docs/contributing.md "eBPF"). GENERATED — do not edit. Regenerate with
  *
  *   bpftool btf dump file /sys/kernel/btf/vmlinux format c > vmlinux.h
  *   (then put this comment back on top)

@@ -1,4 +1,4 @@
-// The cgroup manager (issue 6, DESIGN.md §5): tandem's tree of cgroups for
+// The cgroup manager (issue 6, docs/architecture.md "Host plane"): tandem's tree of cgroups for
 // engines and tool calls, on cgroup v2, v1, or both (hybrid).
 //
 // Subtree. The manager works only inside its delegated subtree: by default

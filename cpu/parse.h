@@ -1,5 +1,5 @@
 // Pure parsers for what cgroupfs and procfs say about CPU and memory
-// (issue 6, DESIGN.md §5): PSI, cpu.stat, memory.events, cpu.max, and a
+// (issue 6, docs/architecture.md "Host plane"): PSI, cpu.stat, memory.events, cpu.max, and a
 // process's cgroup membership. Each takes the file's text and reads nothing
 // else; errors (EINVAL) name the file kind and the offending text. Reading the
 // files (by held directory fd) lives with the cgroup manager.

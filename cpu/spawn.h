@@ -1,5 +1,5 @@
 // Starting a tool process directly inside its cgroups, and waiting for it
-// (issue 6, DESIGN.md §5 "Tool launch").
+// (issue 6, docs/architecture.md "Host plane").
 //
 // The daemon creates a tool call's cgroup(s) and hands the runner directory
 // fds; spawn() starts the command so that it never runs outside them:

@@ -1,5 +1,5 @@
 // tandemctl: asks tandemd about its state over the control socket
-// (DESIGN.md §3, §8; docs/tandemctl.md).
+// (docs/architecture.md "Wire records", "Processes"; docs/tandemctl.md).
 //
 // One connection per invocation: Hello{CtlRead} → Welcome (or Error), then
 // one CtlRequest → one CtlResponse. Every receive is bounded by SO_RCVTIMEO,

@@ -1,4 +1,4 @@
-// tandemd's configuration (DESIGN.md §8): /etc/tandem/tandemd.toml parsed
+// tandemd's configuration (docs/architecture.md "Processes"): /etc/tandem/tandemd.toml parsed
 // into plain structs, validated, then compiled into an immutable object the
 // daemon loop holds by shared_ptr.
 //
@@ -11,7 +11,7 @@
 // turned into base::Error.
 //
 // A reload builds a whole new CompiledConfig and swaps the pointer only when
-// that succeeded, so a bad file changes nothing (DESIGN.md §7).
+// that succeeded, so a bad file changes nothing (docs/architecture.md "Trust model").
 #pragma once
 
 #include <sys/types.h>

@@ -1,5 +1,5 @@
 // HostEffects: the narrow interface through which a policy's CPU and GPU
-// actions, and the runners' tool calls, reach the host (CONVENTIONS.md "The
+// actions, and the runners' tool calls, reach the host (docs/contributing.md "The
 // daemon": side effects go through interfaces, tests substitute recorders).
 //
 // The host plane (daemon/host_plane.h: cgroups, tool placement, memory

@@ -1,4 +1,4 @@
-// GpuPlane: tandemd's GPU plane (DESIGN.md §6) — per engine, the KV
+// GpuPlane: tandemd's GPU plane (docs/architecture.md "GPU plane") — per engine, the KV
 // accounting mirror's projected demand, Nova's SM-partition choice and
 // Nova's weight-offload plan.
 //

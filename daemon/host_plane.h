@@ -1,4 +1,4 @@
-// HostPlane: the daemon's host side (issue 6, DESIGN.md §5, docs/host.md).
+// HostPlane: the daemon's host side (issue 6, docs/architecture.md "Host plane", docs/host.md).
 // It implements HostEffects on real cgroups (cpu/cgroup.h) and telemetry
 // (bpf/telemetry.h):
 //

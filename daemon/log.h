@@ -1,4 +1,4 @@
-// tandemd's log lines (DESIGN.md §8): one line per message on stderr,
+// tandemd's log lines (docs/architecture.md "Processes"): one line per message on stderr,
 // prefixed with its sd-daemon priority ("<6>" info, "<4>" warn, …), which
 // journald turns into priorities.
 //

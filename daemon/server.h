@@ -1,5 +1,5 @@
 // Server: tandemd's core — the io_uring loop, the client registry, the ring
-// pump, the control tick and the ctl server (DESIGN.md §3, §7, §8).
+// pump, the control tick and the ctl server (docs/architecture.md "Wire records", "Trust model", "Processes").
 //
 // One thread owns everything here. Inputs arrive as io_uring completions
 // (daemon/uring.h): the signalfd (SIGTERM/SIGINT stop, SIGHUP reloads), a

@@ -2,7 +2,7 @@
 //
 // Every input of tandemd — signals, the control-tick timer, the listening
 // socket, client sockets, pidfds, doorbell eventfds — is one armed operation
-// whose completion carries a 64-bit tag (CONVENTIONS.md "The daemon"). The
+// whose completion carries a 64-bit tag (docs/contributing.md "The daemon"). The
 // loop decodes the tag (Tag below) and dispatches; nothing else waits.
 //
 // Operations are one-shot: the handler re-arms what it still wants. An

@@ -1,4 +1,4 @@
-// The CUDA driver backend of DeviceApi (DESIGN.md §6). libcuda.so.1 is
+// The CUDA driver backend of DeviceApi (docs/architecture.md "GPU plane"). libcuda.so.1 is
 // loaded with dlopen at run time, never linked, so every tandem binary runs
 // on machines without a driver; the entry points are resolved with
 // cuGetProcAddress at the ABI of the cuda.h the backend was compiled against

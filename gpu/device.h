@@ -1,4 +1,4 @@
-// DeviceApi: the GPU calls tandem's SM partitioning needs (DESIGN.md §6),
+// DeviceApi: the GPU calls tandem's SM partitioning needs (docs/architecture.md "GPU plane"),
 // shaped after the CUDA 13.0 driver's green-context flow
 // (research/gpu_and_ipc.md A.1, A.2):
 //

@@ -1,4 +1,4 @@
-// LayerStreamer: layer-wise weight offload (Nova; DESIGN.md §6). A model's L
+// LayerStreamer: layer-wise weight offload (Nova; docs/architecture.md "GPU plane"). A model's L
 // layers of S bytes each live in pinned host memory; only K device slots of S
 // bytes are resident, and while the engine computes layer i the copy engine
 // brings layer i+K into the slot layer i frees. The device keeps K·S bytes of

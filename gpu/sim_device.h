@@ -1,5 +1,5 @@
 // SimDevice: a DeviceApi with no GPU behind it, for tests and for machines
-// without a driver (DESIGN.md §6). It follows the CUDA 13.0 driver's rules
+// without a driver (docs/architecture.md "GPU plane"). It follows the CUDA 13.0 driver's rules
 // for green contexts, as documented in cuda.h, and returns the same CUresult
 // names:
 //

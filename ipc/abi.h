@@ -1,6 +1,6 @@
 // The shared-memory ABI: every struct that lives in a segment both sides map.
 //
-// Rules (DESIGN.md §3, CONVENTIONS.md "Shared memory"):
+// Rules (docs/architecture.md "Wire records", docs/contributing.md "Shared memory"):
 //   - offsets, never pointers; fixed-width fields, explicit padding;
 //   - static_asserts pin every size and offset, so a layout change is a
 //     compile error until kAbiVersion is bumped;

@@ -1,4 +1,4 @@
-// Channel: the per-client segment of DESIGN.md §3 and its two doorbells.
+// Channel: the per-client segment of docs/architecture.md "Wire records" and its two doorbells.
 //
 // One sealed memfd holds the event ring (client → daemon), the directive ring
 // (daemon → client) and the status page (daemon → client); two eventfds wake

@@ -1,4 +1,4 @@
-// Socket messages (DESIGN.md §3): one flatbuffers `wire::Message` per
+// Socket messages (docs/architecture.md "Wire records"): one flatbuffers `wire::Message` per
 // SOCK_SEQPACKET datagram, with up to kMaxMessageFds fds attached (SCM_RIGHTS).
 //
 // Receiving is where the trust boundary is. recv_message() reads exactly one

@@ -2,7 +2,7 @@
 //
 // Every record is a POD of exactly one slot: a 24-byte RecordHeader (type,
 // version, flags, session id, monotonic timestamp) and a 40-byte payload.
-// static_asserts pin sizes and offsets. The table is DESIGN.md §3's.
+// static_asserts pin sizes and offsets. The table is the one in docs/architecture.md "Wire records".
 //
 // Decoding is copy-then-validate: the slot was already copied out of shared
 // memory by the ring; decode() checks the type, the direction it travelled,

@@ -1,6 +1,6 @@
 // ShmSegment: a sealed memfd holding a validated header and typed regions.
 //
-// The daemon creates one segment per client (DESIGN.md §3): create() sizes a
+// The daemon creates one segment per client (docs/architecture.md "Wire records"): create() sizes a
 // memfd, writes the header, and seals it against grow and shrink, so a peer
 // can never make our mapping fault. The client attach()es the fd it received:
 // the header is read with pread() and validated *before* anything is mapped,

@@ -2,7 +2,7 @@
 // table, and (engines) the in-process coordinator. tandem.h's functions are
 // thin checks in front of these methods (api.cc).
 //
-// Connection state machine (DESIGN.md §3, §7). Nothing here ever blocks on
+// Connection state machine (docs/architecture.md "Wire records", "Trust model"). Nothing here ever blocks on
 // the daemon: the socket is non-blocking and each state advances inside
 // whatever call comes next.
 //

@@ -1,4 +1,4 @@
-// Actions: the only way a policy changes the world (DESIGN.md §4).
+// Actions: the only way a policy changes the world (docs/architecture.md "Policies").
 //
 // A policy appends actions during tick(); the host (daemon or simulator)
 // applies them in order. Each action is a small POD, so a tick's output is a

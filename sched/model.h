@@ -17,7 +17,7 @@
 
 namespace tandem::sched {
 
-// The daemon's mirror of one engine's KV pool (DESIGN.md §6).
+// The daemon's mirror of one engine's KV pool (docs/architecture.md "GPU plane").
 struct EngineView {
   EngineId id = kNoEngine;
   EngineParams params;

@@ -1,4 +1,4 @@
-// The two halves of a policy (DESIGN.md §4).
+// The two halves of a policy (docs/architecture.md "Policies").
 //
 // ControlPolicy — node level, in the daemon's control loop (and the
 // simulator's): fed every event, asked to tick() every control_interval, and

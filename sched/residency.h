@@ -1,4 +1,4 @@
-// Expected-value KV residency: tandem's addition 1 (DESIGN.md §4).
+// Expected-value KV residency: tandem's addition 1 (docs/architecture.md "Policies").
 //
 // While a session's tool runs, its KV is worth keeping only while the work it
 // saves outweighs what it costs the sessions that want the memory:

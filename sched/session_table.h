@@ -1,4 +1,4 @@
-// SessionTable: every live session and the state machine of DESIGN.md §1.
+// SessionTable: every live session and the state machine of docs/architecture.md "Sessions".
 //
 // The host (daemon or simulator) owns the table. It applies each event with
 // apply(), then hands the table to policies read-only; a policy's admit,

@@ -1,9 +1,9 @@
-// Nova's SM partitioning between stages, the pure part (DESIGN.md §6).
+// Nova's SM partitioning between stages, the pure part (docs/architecture.md "GPU plane").
 //
 // Nova (arXiv 2509.21301) splits one GPU's SMs between stages and moves SMs
 // from decode to prefill as prefill work piles up:
 //
-//   SM_dec = max(SM_min, SM_op − α·(N_pend − 1))          (DESIGN.md §6)
+//   SM_dec = max(SM_min, SM_op − α·(N_pend − 1))
 //
 // where SM_op is decode's operating point, read off the Pareto front of a
 // profile of decode latency and throughput against SM count. This file holds
@@ -21,7 +21,7 @@
 //                      offers and returns the index to publish, with a
 //                      hold-down on moves towards more decode SMs.
 //
-// The research notes hold no Nova text beyond DESIGN.md §6's formula, so the
+// Only the formula above was available to us, not the paper's text, so the
 // front's axes, the knee rule, N_pend's clamp, the defaults and the
 // hysteresis are tandem's choices; each is argued where it is defined and in
 // docs/sched.md "SM partitioning (Nova)". The daemon's GPU plane

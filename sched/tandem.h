@@ -1,4 +1,4 @@
-// tandem: everything MARS does, plus the five additions of DESIGN.md §4, each
+// tandem: everything MARS does, plus the five additions of docs/architecture.md "Policies", each
 // behind a switch so the simulator can ablate it.
 //
 // Control half (TandemControl) wraps MarsControl, which keeps doing AIMD

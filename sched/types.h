@@ -1,4 +1,4 @@
-// The vocabulary of the policy core (DESIGN.md §1): ids, session states, KV
+// The vocabulary of the policy core (docs/architecture.md "Sessions"): ids, session states, KV
 // residency, and the events every policy is fed.
 //
 // sched/ is pure: no syscalls, no clock reads, no threads. Time arrives as an
@@ -24,7 +24,7 @@ using ToolKind = std::uint64_t;   // base::tool_kind_id(name); 0 = unknown
 
 inline constexpr EngineId kNoEngine = ~EngineId{0};
 
-// DESIGN.md §1:
+// docs/architecture.md "Sessions":
 //   (new) ─submit→ WAITING ─admit→ REASONING ─round_end(tool)→ ACTING ─tool_end→ REASONING
 //   REASONING (at a round end) or ACTING ─pause→ PAUSED ─restore→ REASONING
 //   any ─close/owner died→ DONE

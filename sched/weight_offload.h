@@ -1,4 +1,4 @@
-// Nova's layer-wise weight offload, the daemon's policy (DESIGN.md §6). Pure:
+// Nova's layer-wise weight offload, the daemon's policy (docs/architecture.md "GPU plane"). Pure:
 // no I/O, no clock; one decision per control tick.
 //
 // An engine streams an offloaded weight module's L layers through K device

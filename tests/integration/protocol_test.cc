@@ -1,6 +1,6 @@
 // The real tandemd against clients that break the protocol: each is refused
 // with a clear error, and a well-behaved client connected beside it keeps
-// being served (DESIGN.md §7 "Trust").
+// being served (docs/architecture.md "Trust model").
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

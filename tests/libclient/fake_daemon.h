@@ -251,7 +251,8 @@ inline void connect(tandem_client* c, FakeDaemon& daemon, std::uint32_t client_i
                     std::uint32_t event_slots = 64) {
   ASSERT_TRUE(pump_until(c, [&] { return daemon.accept(0); })) << "the client never connected";
   daemon.handshake(client_id, policy, event_slots);
-  ASSERT_TRUE(pump_until(c, [&] { return tandem_connected(c) == 1; })) << "no Welcome processed: " << tandem_last_error(c);
+  ASSERT_TRUE(pump_until(c, [&] { return tandem_connected(c) == 1; }))
+      << "no Welcome processed: " << tandem_last_error(c);
 }
 
 }  // namespace tandem::libclient_testing

@@ -1,4 +1,4 @@
-// SessionTable: the state machine of DESIGN.md §1, the event orders that ring
+// SessionTable: the state machine of docs/architecture.md "Sessions", the event orders that ring
 // interleaving produces, and rejection (counted, never a crash) of the rest.
 #include "sched/session_table.h"
 

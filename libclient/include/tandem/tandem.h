@@ -1,5 +1,5 @@
 /* libtandem: the client library inference engines and agent runtimes link to
- * talk to tandemd (DESIGN.md §3, §7).
+ * talk to tandemd (docs/architecture.md "Wire records", "Trust model").
  *
  * Conventions
  *   - Opaque handles. Every function that can fail returns 0 or a negative
@@ -49,7 +49,7 @@ extern "C" {
 #define TANDEM_API
 #endif
 
-/* No function throws; C++ sees that in the type (CONVENTIONS.md). */
+/* No function throws; C++ sees that in the type (docs/contributing.md). */
 #ifdef __cplusplus
 #define TANDEM_NOEXCEPT noexcept
 #else

@@ -1,4 +1,4 @@
-/* libtandem GPU plane (DESIGN.md §6): the engine's green-context pool, the
+/* libtandem GPU plane (docs/architecture.md "GPU plane"): the engine's green-context pool, the
  * records that tell tandemd about it (partitions, stage profiles, weight
  * modules), and the daemon's answers read from the engine's status page (the
  * partition to run, the weight modules to offload).
