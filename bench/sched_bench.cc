@@ -50,7 +50,7 @@ Stats summarize(std::vector<double>& us) {
 void build_node(NodeModel& model, std::size_t sessions, std::mt19937_64& rng) {
   for (EngineId e = 0; e < 4; ++e) {
     EngineParams p;
-    p.total_blocks = 27500;  // calibration.md h100-llama3-8b
+    p.total_blocks = 27500;  // [calibration] h100-llama3-8b
     (void)model.observe(EngineJoined{e, p}, at_ms(0));
     KvPoolStats kv;
     kv.blocks_total = 27500;

@@ -1,6 +1,6 @@
 // DeviceApi: the GPU calls tandem's SM partitioning needs (docs/architecture.md "GPU plane"),
 // shaped after the CUDA 13.0 driver's green-context flow
-// (research/gpu_and_ipc.md A.1, A.2):
+// ([gpu_and_ipc] A.1, A.2):
 //
 //   sm_resource()            cuDeviceGetDevResource(dev, &r, CU_DEV_RESOURCE_TYPE_SM)
 //   split_group_count(m)     cuDevSmResourceSplitByCount(NULL, &nb, &all, NULL, 0, m)

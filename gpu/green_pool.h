@@ -1,5 +1,5 @@
 // GreenContextPool: an engine's pre-built set of SM partitions (docs/architecture.md "GPU plane";
-// research/gpu_and_ipc.md A.2–A.3). ONE split of the device's SMs into
+// [gpu_and_ipc] A.2–A.3). ONE split of the device's SMs into
 // blocks; every partition's per-stage green context is combined from that
 // split's pieces (contexts of different partitions overlap, which the driver
 // allows), each with one stream; switching partitions at a forward-pass

@@ -1,4 +1,4 @@
-// NVML telemetry (research/gpu_and_ipc.md A.5, docs/nvml.md): the NVIDIA
+// NVML telemetry ([gpu_and_ipc] A.5, docs/nvml.md): the NVIDIA
 // Management Library loaded with dlopen (never linked, so tandem builds and
 // runs without a driver), and a sampler that reads every device's slow-loop
 // state: name, UUID, utilisation, memory, clocks, power, temperature and the

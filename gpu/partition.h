@@ -1,4 +1,4 @@
-// SM partition planning (docs/architecture.md "GPU plane"; research/gpu_and_ipc.md A.2): pure
+// SM partition planning (docs/architecture.md "GPU plane"; [gpu_and_ipc] A.2): pure
 // arithmetic from a device's SM resource and the SMs each stage wants to the
 // ONE split a GreenContextPool executes and the pieces each stage's green
 // context combines.

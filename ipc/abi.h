@@ -25,7 +25,7 @@ inline constexpr std::uint64_t kSegmentMagic = 0x31474553444e4154ull;  // "TANDS
 inline constexpr std::uint32_t kAbiVersion = 1;
 
 // x86's adjacent-line prefetcher pulls cache lines in pairs, so indices owned by
-// different cores sit 128 bytes apart, not 64 (gpu_and_ipc.md B.3).
+// different cores sit 128 bytes apart, not 64 ([gpu_and_ipc] B.3).
 inline constexpr std::size_t kIndexAlign = 128;
 inline constexpr std::size_t kSlotSize = 64;
 inline constexpr std::uint32_t kMinRingSlots = 2;

@@ -1,7 +1,7 @@
 // Doorbell: wakes a sleeping ring consumer without a syscall on the awake path.
 //
 // The pattern of io_uring's SQPOLL NEED_WAKEUP flag and folly's TurnSequencer
-// (gpu_and_ipc.md B.2): a flag word in shared memory (RingControl::
+// ([gpu_and_ipc] B.2): a flag word in shared memory (RingControl::
 // consumer_waiting) plus an eventfd both processes hold.
 //
 //   consumer:  spin a while on the ring; then  flag = 1; full fence;

@@ -1,6 +1,6 @@
 // SpscRing: a single-producer single-consumer ring of 64-byte slots in shared memory.
 //
-// Indices are io_uring's (gpu_and_ipc.md B.1): free-running u32 `tail`
+// Indices are io_uring's ([gpu_and_ipc] B.1): free-running u32 `tail`
 // (producer-owned) and `head` (consumer-owned) on separate 128-byte blocks, a
 // power-of-two slot count, slot = index & mask.
 //

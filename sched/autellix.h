@@ -1,5 +1,5 @@
 // autellix: program-level attained service (PLAS) MLFQ, as the MARS preview
-// repo configures it (research/mars_code.md §4; baselines.md §4).
+// repo configures it ([mars_code] §4; [baselines] §4).
 //
 // Every session (program) accumulates attained service: each token its
 // requests are scheduled, across rounds. A request takes its queue from its

@@ -1,6 +1,6 @@
 // continuum: TTL pinning of a round's KV while its tool runs, with
 // program-level FCFS — as the MARS preview repo configures `continuum` and
-// `continuum_dy` (research/mars_code.md §2.5, §2.7, §4; baselines.md §2).
+// `continuum_dy` ([mars_code] §2.5, §2.7, §4; [baselines] §2).
 //
 // At a round end that a tool follows, the KV is pinned for a TTL:
 //   fixed (`continuum`): TTL = ttl_s (2.0 s) iff the running mean of that tool

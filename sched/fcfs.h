@@ -1,4 +1,4 @@
-// fcfs: no coordination — vLLM V1's default scheduler (research/baselines.md §5).
+// fcfs: no coordination — vLLM V1's default scheduler ([baselines] §5).
 //
 // Control half: admits every session as soon as it is waiting.
 // Step half, per step:

@@ -1,6 +1,6 @@
 // infercept: FCFS vLLM V1 steps, plus a min-waste choice at every tool call
 // among preserve (pin), discard (recompute later) and swap (offload)
-// (research/baselines.md §3; research/mars_code.md §4).
+// ([baselines] §3; [mars_code] §4).
 //
 // At a round end that a tool follows, with C = the round's context tokens
 // (capped at max_model_len), C_o = the other running requests' context,

@@ -1,5 +1,5 @@
 // MARS's admission controller (AIMD over dual pressure) and PackQueue.
-// Section numbers (§) refer to research/mars_code.md.
+// Section numbers (§) refer to [mars_code].
 #include "sched/mars_control.h"
 
 #include <algorithm>

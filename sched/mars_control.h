@@ -1,5 +1,5 @@
 // mars (control half): MARS's External Control Plane as its preview code does
-// it (research/mars_code.md §2.1, §2.2; replay runner `_fill_active_mars`,
+// it ([mars_code] §2.1, §2.2; replay runner `_fill_active_mars`,
 // run_experiment.py L1958–2550 at 7e649f3).
 //
 // Every tick:
@@ -25,7 +25,7 @@
 // `tandem` policy is where they belong.
 //
 // Deviations and judgement calls are commented at the code that makes them,
-// each naming its section of research/mars_code.md.
+// each naming its section of [mars_code].
 #pragma once
 
 #include <cstdint>

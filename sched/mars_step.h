@@ -1,6 +1,6 @@
-// mars-mlfq: MARS's engine-side step scheduler (research/mars_code.md §2.3–2.5).
+// mars-mlfq: MARS's engine-side step scheduler ([mars_code] §2.3–2.5).
 //
-// It is vLLM V1's step (sched/fcfs.h, research/baselines.md §5) with three
+// It is vLLM V1's step (sched/fcfs.h, [baselines] §5) with three
 // changes:
 //   1. Order. Running requests run in (effective level, last scheduled,
 //      arrival) order. Waiting requests are taken as MARS's MarsRequestQueue
@@ -26,7 +26,7 @@
 //      priority branch does the same). Nothing is admitted in a step that
 //      preempted.
 // At a round end the KV is released to the prefix cache: MARS never pins
-// (mars_code.md §2.6).
+// ([mars_code] §2.6).
 //
 // Judgement calls (see also MarsStepParams):
 //   * MLFQ state lives here, keyed by StepRequest::id. It is swept every step:

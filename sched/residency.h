@@ -20,7 +20,7 @@
 // MARS-API's preserve / swap / discard.
 //
 // Units are GPU-seconds. Costs come from the calibrated step-time model
-// (research/calibration.md §0, h100-llama3-8b): recomputing c tokens costs
+// ([calibration] §0, h100-llama3-8b): recomputing c tokens costs
 // b·c + a_pf·c²/2; reloading costs swap_per_token·c + swap_fixed.
 #pragma once
 
@@ -31,7 +31,7 @@
 namespace tandem::sched {
 
 struct CostModel {
-  double prefill_us_per_token = 20.0;     // b (calibration.md §0, llama3-8b)
+  double prefill_us_per_token = 20.0;     // b ([calibration] §0, llama3-8b)
   double attention_us_per_pair = 1.3e-3;  // a_pf
   double swap_us_per_token = 3.3;         // 128 KiB/token at 40 GB/s
   double swap_fixed_us = 30.0;

@@ -96,7 +96,7 @@ std::uint32_t sm_op(std::span<const ProfileRow> front);
 // The device side of SM_dec and the formula's constants.
 struct SmDecParams {
   std::uint32_t total = 132;      // SMs on the device (H100 SXM / H200: 132)
-  std::uint32_t granularity = 8;  // partition alignment (Hopper: 8; gpu_and_ipc.md A.1)
+  std::uint32_t granularity = 8;  // partition alignment (Hopper: 8; [gpu_and_ipc] A.1)
   std::uint32_t sm_min = 16;      // decode floor (SGLang PD-mux keeps decode >= 16; A.3)
   double alpha = 8.0;             // SMs moved to prefill per extra pending prefill
 };
@@ -121,7 +121,7 @@ std::uint32_t sm_dec(std::uint32_t sm_op, std::uint32_t n_pend, const SmDecParam
 // at least SM_dec decode SMs, or the largest if none has enough.
 //
 // Hysteresis: a switch drains in-flight work (SGLang synchronizes both
-// streams before it changes partition; gpu_and_ipc.md A.3), so flapping
+// streams before it changes partition; [gpu_and_ipc] A.3), so flapping
 // costs. Moves to fewer decode SMs — prefill needs them now — apply at once;
 // moves to more decode SMs apply only once `grow_hold` consecutive decisions
 // have all wanted more than the current partition, and then go to the

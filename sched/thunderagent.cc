@@ -1,4 +1,4 @@
-// ThunderAgent's capacity scheduling (research/baselines.md §1.4 as released,
+// ThunderAgent's capacity scheduling ([baselines] §1.4 as released,
 // §1.5 as fixed). "Released:" comments name what router.py does differently.
 #include "sched/thunderagent.h"
 

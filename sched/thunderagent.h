@@ -1,5 +1,5 @@
 // thunderagent: ThunderAgent's program-level pause/restore as a control half
-// (research/baselines.md §1). Its step half is plain vLLM V1 (fcfs.h): the
+// ([baselines] §1). Its step half is plain vLLM V1 (fcfs.h): the
 // released system is an HTTP proxy in front of unmodified engines, and its
 // only actuators are "hold this program's next call" and "send it to that
 // backend" — here admit, pause and restore(session, engine).
@@ -38,7 +38,7 @@
 //     placement is restricted to that engine (see the .cc). Restores pick the
 //     engine freely (a different engine means recompute, as in ThunderAgent).
 //
-// The variant implemented is the "fixed" one of baselines.md §1.5 (the paper's
+// The variant implemented is the "fixed" one of [baselines] §1.5 (the paper's
 // semantics); every place where it differs from the released router.py
 // (§1.4) is commented in the .cc, and `released_pause_loop` / `decay_mode`
 // reproduce the released behaviour.
@@ -72,7 +72,7 @@ inline constexpr ParamSpec kThunderAgentParams[] = {
     {"acting_weight", 1.0, 0.0, 1.0,
      "weight w of ACTING programs' tokens where no decay applies (router.py --acting-token-weight)"},
     {"decay_mode", 2.0, 0.0, 2.0,
-     "0 none, 1 resume only (released router.py), 2 check + admission + resume (paper Eq. 7; baselines.md §1.5)"},
+     "0 none, 1 resume only (released router.py), 2 check + admission + resume (paper Eq. 7; [baselines] §1.5)"},
     {"decay_half_life_s", 1.0, 1e-3, 3600.0,
      "h in f(t) = 2^-(t/h), t = seconds since the program entered ACTING (router.py: h = 1 s)"},
     {"resume_timeout_s", 1800.0, 1.0, 1e7,

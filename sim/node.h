@@ -31,7 +31,7 @@ struct SimConfig {
   double stall_s = 3600;  // no round ends, tool ends or arrivals for this long (virtual): the run fails
   // Host memory for KV copies (offload, swap), per engine; the node's pool is
   // engines × this, shared. 0: unlimited. InferCept's experiments give each
-  // GPU 128 GiB of swap space (research/baselines.md §3).
+  // GPU 128 GiB of swap space ([baselines] §3).
   double host_kv_gib = 128;
 };
 

@@ -1,4 +1,4 @@
-// Presets and the step-time model (calibration.md §0, §5, §7).
+// Presets and the step-time model ([calibration] §0, §5, §7).
 #include "sim/preset.h"
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 namespace tandem::sim {
 namespace {
 
-// H100 80 GB, vLLM at gpu_memory_utilization 0.90 (calibration.md §5).
+// H100 80 GB, vLLM at gpu_memory_utilization 0.90 ([calibration] §5).
 constexpr StepTimeModel kLlama8bH100{.t0_us = 500,
                                      .weights_us = 5500,
                                      .b_us_per_token = 20.0,

@@ -372,7 +372,7 @@ std::vector<RoundSpec> long_pause(Rng& rng) {
 // MARS's long-input regime (arXiv 2604.26963 §6.1): agent tasks whose
 // request-level prompt volume — the prompt tokens of all of a task's LLM
 // calls — averages 125K to 263K. Tasks as MARS's replay runs them (at most 8
-// rounds, research/mars_code.md §2.0): rounds uniform in [4, 8], first
+// rounds, [mars_code] §2.0): rounds uniform in [4, 8], first
 // prompt lognormal(median m, sigma 0.6) clamped to [2000, 200000], each later
 // prompt = previous prompt + output (lognormal(300, 0.8), [50, 8192]) +
 // uniform [500, 3000] tokens of tool output; MARS's tool mix (as mars-short).

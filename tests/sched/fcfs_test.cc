@@ -1,4 +1,4 @@
-// fcfs: vLLM V1's step, pinned to hand-computed plans (research/baselines.md §5.2).
+// fcfs: vLLM V1's step, pinned to hand-computed plans ([baselines] §5.2).
 #include "sched/fcfs.h"
 
 #include <vector>

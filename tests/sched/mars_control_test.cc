@@ -1,4 +1,4 @@
-// mars control half: every rule of research/mars_code.md §2.1–2.2 pinned to a
+// mars control half: every rule of [mars_code] §2.1–2.2 pinned to a
 // hand-computed expectation, driven through a NodeModel fed events at virtual
 // times.
 #include "sched/mars_control.h"

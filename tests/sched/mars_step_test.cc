@@ -1,7 +1,7 @@
 // MarsStepScheduler: MARS's MLFQ levels, quanta, demotion and aging; running
 // and waiting order; priority-aligned victims; chunk halving; vLLM's "no
 // admission in a step that preempted"; determinism. Every expectation is
-// computed by hand from research/mars_code.md §2.3–2.5 (block size 16).
+// computed by hand from [mars_code] §2.3–2.5 (block size 16).
 #include "sched/mars_step.h"
 
 #include <algorithm>

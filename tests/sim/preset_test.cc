@@ -1,4 +1,4 @@
-// The step-time model against calibration.md §7's hand-derived numbers, and
+// The step-time model against [calibration] §7's hand-derived numbers, and
 // preset validation.
 #include "sim/preset.h"
 
