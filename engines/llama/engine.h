@@ -122,6 +122,8 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
 
   const sim::Preset& preset() const { return preset_; }
   tandem_engine_params engine_params() const;
+  // The shape of the step the last tick() ran (tick()'s thread).
+  const sim::StepShape& last_shape() const { return engine_.last_shape(); }
 
   // sim::EngineHost (engine thread).
   void first_token(sim::EngineId engine, const sim::RoundWork& work, Time now) override;
