@@ -553,7 +553,13 @@ int run_main(int argc, char** argv) {
   }
   if (!o.grid.empty()) return grid(o);
   json out = {{"model", o.model}, {"llama", std::string(build_info())}};
-  if (o.overhead) out["overhead"] = overhead(o);
+  // A part that could not measure every row has said why on stderr; the
+  // rows it did measure are still written, and the exit status says so.
+  bool complete = true;
+  if (o.overhead) {
+    out["overhead"] = overhead(o);
+    complete = complete && out["overhead"].size() == o.sessions.size();
+  }
   if (o.offload) out["offload"] = offload(o);
   if (o.resume) out["resume"] = resume(o);
   if (!o.json.empty()) {
@@ -566,7 +572,7 @@ int run_main(int argc, char** argv) {
     std::fwrite(text.data(), 1, text.size(), f);
     std::fclose(f);
   }
-  return 0;
+  return complete ? 0 : 1;
 }
 
 }  // namespace
