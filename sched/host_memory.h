@@ -45,7 +45,7 @@ enum class MemoryLevel : std::uint8_t { kNormal, kHigh, kCritical };
 struct MemoryCall {
   SessionId session = 0;
   std::uint32_t call = 0;
-  bool sampled = true;            // its usage was read this period (else no stall tracking)
+  bool sampled = true;             // its usage was read this period (else no stall tracking)
   std::uint64_t memory_bytes = 0;  // at the last sample
   std::uint64_t limit_high = 0;    // memory.high it was given (0 = none)
   bool stalled = false;            // stalled at its memory limit now

@@ -156,8 +156,8 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
   // Addition 18: host memory's share of admission.
   const bool host_gate = p_.host_admission && host_control(model, now);
   const HostMemoryView& mem = model.host_memory();
-  const std::uint64_t live_now = table.count(SessionState::kReasoning) + table.count(SessionState::kActing) +
-                                 table.count(SessionState::kPaused);
+  const std::uint64_t live_now =
+      table.count(SessionState::kReasoning) + table.count(SessionState::kActing) + table.count(SessionState::kPaused);
   std::uint64_t host_admitted = 0;
   auto host_allows = [&] {
     if (!host_gate) return true;

@@ -39,17 +39,19 @@ const std::vector<MemDefault>& defaults() {
     const double explore = kExploreMean * kP95OverMean;
     const double git = kGitMean * kP95OverMean;
     std::vector<MemDefault> v = {
-        {"pytest", kTests},   {"unittest", kTests}, {"nosetests", kTests}, {"tox", kTests},     {"make", kTests},
-        {"cargo", kTests},    {"go", kTests},       {"gcc", kTests},       {"g++", kTests},     {"mvn", kTests},
-        {"gradle", kTests},   {"npm", kInstall},    {"pip", kInstall},     {"pip3", kInstall},  {"uv", kInstall},
-        {"conda", kInstall},  {"poetry", kInstall}, {"venv", kInstall},    {"apt", kInstall},   {"apt-get", kInstall},
-        {"python", kPython},  {"python3", kPython}, {"jupyter", kPython},  {"notebook", kPython}, {"node", kPython},
-        {"git", git},         {"Read", explore},    {"Grep", explore},     {"Glob", explore},   {"ls", explore},
-        {"find", explore},    {"cat", explore},     {"grep", explore},     {"head", explore},   {"tail", explore},
-        {"sed", explore},     {"awk", explore},     {"wc", explore},       {"nl", explore},     {"pwd", explore},
-        {"which", explore},   {"echo", explore},    {"rm", explore},       {"mkdir", explore},  {"chmod", explore},
-        {"Edit", explore},    {"Write", explore},   {"TodoWrite", explore}, {"Task", explore},  {"WebFetch", explore},
-        {"WebSearch", explore}, {"human", 0.0},
+        {"pytest", kTests},   {"unittest", kTests},  {"nosetests", kTests},  {"tox", kTests},
+        {"make", kTests},     {"cargo", kTests},     {"go", kTests},         {"gcc", kTests},
+        {"g++", kTests},      {"mvn", kTests},       {"gradle", kTests},     {"npm", kInstall},
+        {"pip", kInstall},    {"pip3", kInstall},    {"uv", kInstall},       {"conda", kInstall},
+        {"poetry", kInstall}, {"venv", kInstall},    {"apt", kInstall},      {"apt-get", kInstall},
+        {"python", kPython},  {"python3", kPython},  {"jupyter", kPython},   {"notebook", kPython},
+        {"node", kPython},    {"git", git},          {"Read", explore},      {"Grep", explore},
+        {"Glob", explore},    {"ls", explore},       {"find", explore},      {"cat", explore},
+        {"grep", explore},    {"head", explore},     {"tail", explore},      {"sed", explore},
+        {"awk", explore},     {"wc", explore},       {"nl", explore},        {"pwd", explore},
+        {"which", explore},   {"echo", explore},     {"rm", explore},        {"mkdir", explore},
+        {"chmod", explore},   {"Edit", explore},     {"Write", explore},     {"TodoWrite", explore},
+        {"Task", explore},    {"WebFetch", explore}, {"WebSearch", explore}, {"human", 0.0},
     };
     return v;
   }();
@@ -81,7 +83,8 @@ double tool_memory_at(const ToolMemDraw& d, double x) {
 }
 
 ToolMemTable::ToolMemTable() {
-  for (const MemDefault& d : defaults()) table_.emplace(std::string(d.kind), ToolMemDist{median_of(d.p95_mb, kSigma), kSigma});
+  for (const MemDefault& d : defaults())
+    table_.emplace(std::string(d.kind), ToolMemDist{median_of(d.p95_mb, kSigma), kSigma});
   fallback_ = ToolMemDist{median_of(kInstall, kSigma), kSigma};  // a shell command of unknown mix
 }
 

@@ -79,7 +79,7 @@ calibration (docs/sim.md "Calibrating from a real engine")
 constexpr std::string_view kAdditions[] = {
     "residency",       "cost_eviction", "cpu_weights",   "global_queue",   "growth_check",      "knee_quanta",
     "kv_admission",    "engine_window", "pin_admission", "long_admission", "prompt_projection", "queue_admission",
-    "pending_restore", "host_prices",   "pooled_prior",  "swap_preempt",   "fill_idle_budget", "host_admission"};
+    "pending_restore", "host_prices",   "pooled_prior",  "swap_preempt",   "fill_idle_budget",  "host_admission"};
 
 struct Options {
   std::string trace;
@@ -381,8 +381,9 @@ int run(const Options& o) {
   base_config.retry_delay_s = o.retry_delay_s;
   base_config.tool_mem_scale = o.tool_mem_scale;
   if (!base_config.tool_mem && (o.host_mem_gib || o.session_mem_mib || o.tool_mem_scale != 1)) {
-    return usage_error("--host-mem-gib, --session-mem-mib and --tool-mem-scale need --tool-mem (or --synthetic "
-                       "agentic-mem)");
+    return usage_error(
+        "--host-mem-gib, --session-mem-mib and --tool-mem-scale need --tool-mem (or --synthetic "
+        "agentic-mem)");
   }
 
   // Policies: validate every name and parameter before running anything.

@@ -97,7 +97,7 @@ class Node final : public EngineHost {
     bool stalled = false;
     bool frozen = false;
     bool throttled = false;
-    double limit = 0;  // memory.high the host rule set (0: none)
+    double limit = 0;      // memory.high the host rule set (0: none)
     bool waiting = false;  // killed, to be run again at retry_at
     Time retry_at{};
     std::optional<Time> stalled_since;
@@ -129,9 +129,9 @@ class Node final : public EngineHost {
   sched::Actions actions_;
   // Host memory.
   bool mem_on_ = false;
-  double mem_capacity_ = 0;  // bytes
-  double baseline_ = 0;      // bytes per counted session
-  std::size_t counted_ = 0;  // sessions whose baseline is resident
+  double mem_capacity_ = 0;                       // bytes
+  double baseline_ = 0;                           // bytes per counted session
+  std::size_t counted_ = 0;                       // sessions whose baseline is resident
   std::map<std::uint64_t, HostTool> host_tools_;  // ordered: deterministic kill ties and rule order
   std::optional<sched::HostMemoryRule> rule_;
   HostPsi psi_;

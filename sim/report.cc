@@ -638,8 +638,8 @@ void print_memory_table(std::ostream& os, const Report& report) {
   if (!models_host_memory(report)) return;
   const std::vector<Summary> summaries = summarize(report);
   Table t;
-  t.headers = {"label",    "rate",    "oom kills", "mem kills",    "rerun tool s", "frozen s",
-               "stall s",  "stranded blk-s", "peak GiB", "psi some %", "psi full %"};
+  t.headers = {"label",   "rate",           "oom kills", "mem kills",  "rerun tool s", "frozen s",
+               "stall s", "stranded blk-s", "peak GiB",  "psi some %", "psi full %"};
   for (std::size_t k = 0; k < summaries.size(); ++k) {
     const Summary& s = summaries[k];
     if (s.runs.empty()) continue;
@@ -707,7 +707,6 @@ void print_table(std::ostream& os, const Report& report) {
   print_table_inner(os, report);
   print_memory_table(os, report);
 }
-
 
 std::string report_json(const Report& report) {
   // ordered_json keeps the documented key order, which makes diffs readable.

@@ -446,8 +446,8 @@ constexpr std::array<SyntheticSpec, 8> kSynthetic{{
      "against P95s of 233-518 MB per command, and peak memory varying 20x across tasks, CV 147 %). Turns the "
      "host memory model on (docs/sim.md \"Host memory\")."},
 }};
-constexpr std::array<Generator, 8> kGenerators{mars_short, mars_long,     mars_mixed,    agentic,
-                                               long_pause, mars_ilr_125k, mars_ilr_263k, agentic};  // kSynthetic's order
+constexpr std::array<Generator, 8> kGenerators{mars_short,    mars_long,     mars_mixed, agentic, long_pause,
+                                               mars_ilr_125k, mars_ilr_263k, agentic};  // kSynthetic's order
 constexpr std::size_t kAgenticMem = 7;  // draws a memory scale per session
 static_assert(kSynthetic.size() == kGenerators.size());
 

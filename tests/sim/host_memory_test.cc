@@ -157,7 +157,8 @@ TEST(NodeHostMemory, ABurstAboveCapacityIsKilledAndRunAgain) {
   // Median 1073.7 MB (P95 = median · e^(1.6449 · 0.6079) = 2919 MB): half the attempts fit.
   ASSERT_TRUE(d.tool_mem_table.apply("pytest=2919:0.6079"));
   Workload many;
-  for (int i = 0; i < 8; ++i) many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
+  for (int i = 0; i < 8; ++i)
+    many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
   auto ok = simulate(many, d, ideal_times(many, d));
   ASSERT_TRUE(ok) << ok.error().context();
   EXPECT_GT(ok->counters.oom_kills, 0u);
