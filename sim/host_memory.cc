@@ -35,7 +35,7 @@ constexpr double kExploreMean = 4.5;
 constexpr double kGitMean = 13.5;
 
 const std::vector<MemDefault>& defaults() {
-  static const std::vector<MemDefault> d = [] {
+  static const std::vector<MemDefault> kDefaults = [] {
     const double explore = kExploreMean * kP95OverMean;
     const double git = kGitMean * kP95OverMean;
     std::vector<MemDefault> v = {
@@ -55,7 +55,7 @@ const std::vector<MemDefault>& defaults() {
     };
     return v;
   }();
-  return d;
+  return kDefaults;
 }
 
 // The median that gives a log-normal this P95.

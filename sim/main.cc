@@ -242,8 +242,8 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
         return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a number " +
                            (positive ? "> 0" : ">= 0"));
       }
-      if (a == "--host-mem-gib") o.host_mem_gib = *d;
-      if (a == "--session-mem-mib") o.session_mem_mib = *d;
+      if (a == "--host-mem-gib") o.host_mem_gib = d;
+      if (a == "--session-mem-mib") o.session_mem_mib = d;
       if (a == "--retry-delay") o.retry_delay_s = *d;
       if (a == "--tool-mem-scale") o.tool_mem_scale = *d;
     } else if (a == "--host-kv-gib") {

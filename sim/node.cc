@@ -535,7 +535,7 @@ void Node::start_host_tool(std::uint64_t tool, const SimSession& s, const RoundS
     recent_peaks_[recent_next_] = t.draw.peak_bytes;
     recent_next_ = (recent_next_ + 1) % kRecentPeaks;
   }
-  host_tools_.emplace(tool, std::move(t));
+  host_tools_.emplace(tool, t);
   (void)now;
 }
 
