@@ -475,9 +475,11 @@ void Node::apply(const sched::Action& a, Time now) {
       break;
     case K::kPin:
       for (auto& e : engines_) e->pin(s.id, base::from_ns(a.value), now);
+      table.set_pinned(s.id, true);  // as tandemd does: the host plane protects pinned sessions' tools
       break;
     case K::kUnpin:
       for (auto& e : engines_) e->unpin(s.id, now);
+      table.set_pinned(s.id, false);
       break;
     case K::kDrop:
       for (auto& e : engines_) e->drop(s.id, now);
