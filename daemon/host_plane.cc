@@ -77,7 +77,10 @@ std::string_view to_string(ipc::ToolExitReason r) {
 }  // namespace
 
 HostPlane::HostPlane(const HostConfig& config, std::unique_ptr<cpu::CgroupManager> cgroups)
-    : config_(config), cgroups_(std::move(cgroups)) {}
+    : config_(config),
+      cgroups_(std::move(cgroups)),
+      memory_rule_(sched::HostMemoryConfig{config.pressure_high, config.pressure_critical, config.tools_budget,
+                                           config.stall_kill_after}) {}
 
 HostPlane::~HostPlane() {
   if (!lock_) return;  // never started: the subtree may be another tandemd's
@@ -541,54 +544,55 @@ std::optional<sched::CpuView> HostPlane::host_tick(Time now, const sched::NodeMo
 }
 
 void HostPlane::memory_rules(Time now, const sched::NodeModel& model) {
-  // The tools' memory, call by call.
+  // The tools' memory, call by call; the rule itself is sched/host_memory.h,
+  // which tandem-sim runs too.
   tools_memory_ = 0;
+  std::vector<sched::MemoryCall> calls;
+  std::vector<std::pair<SessionCg*, Call*>> where;
   for (auto& [id, s] : sessions_) {
     const sched::Session* live = model.sessions().find(id);
     s.priority_class = live != nullptr ? live->priority_class : 0;
     s.pinned = live != nullptr && live->residency == sched::Residency::kPinned;
     for (auto& [call, c] : s.calls) {
+      sched::MemoryCall mc;
+      mc.session = id;
+      mc.call = call;
       auto u = cgroups_->usage(c.node);
-      if (!u) continue;
-      account_cpu(c, *u);
-      c.memory_bytes = u->memory_bytes.value_or(0);
-      tools_memory_ += c.memory_bytes;
-      if (u->memory_stalled && !c.frozen) {
-        if (!c.stalled_since) c.stalled_since = now;
-        if (now - *c.stalled_since >= config_.stall_kill_after && !c.ended) {
-          kill_call(id, call, c, ipc::ToolExitReason::kKilledMemory,
-                    fmt::format("stalled at its memory limit ({} MiB) for {} s", c.memory_bytes >> 20,
-                                std::chrono::duration<double>(config_.stall_kill_after).count()));
-          c.stalled_since.reset();
-        }
-      } else {
-        c.stalled_since.reset();
+      mc.sampled = u.has_value();
+      if (u) {
+        account_cpu(c, *u);
+        c.memory_bytes = u->memory_bytes.value_or(0);
+        tools_memory_ += c.memory_bytes;
+        mc.stalled = u->memory_stalled;
       }
+      mc.memory_bytes = c.memory_bytes;
+      mc.limit_high = c.limits.memory_high && *c.limits.memory_high != cpu::kUnlimited ? *c.limits.memory_high : 0;
+      mc.ended = c.ended;
+      mc.low_priority = c.low_priority;
+      mc.frozen = c.frozen;
+      mc.priority_class = s.priority_class;
+      mc.protected_session = s.pinned;
+      mc.stalled_since = c.stalled_since;
+      calls.push_back(mc);
+      where.emplace_back(&s, &c);
     }
   }
 
-  auto level_of = [&](double psi, std::uint64_t used) {
-    Pressure p = Pressure::kNormal;
-    if (psi >= config_.pressure_high) p = Pressure::kHigh;
-    if (psi >= config_.pressure_critical) p = Pressure::kCritical;
-    if (config_.tools_budget != 0) {
-      if (used >= config_.tools_budget) {
-        p = Pressure::kCritical;
-      } else if (used * 10 >= config_.tools_budget * 9 && p == Pressure::kNormal) {
-        p = Pressure::kHigh;
-      }
+  const auto before = memory_rule_.level();
+  std::vector<sched::MemoryVerdict> verdicts;
+  memory_rule_.decide(now, memory_psi_, tools_memory_, calls, verdicts);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    Call& c = *where[i].second;
+    c.stalled_since = calls[i].stalled_since;
+    if (verdicts[i].kill) {
+      kill_call(calls[i].session, calls[i].call, c, ipc::ToolExitReason::kKilledMemory,
+                fmt::format("stalled at its memory limit ({} MiB) for {} s", c.memory_bytes >> 20,
+                            std::chrono::duration<double>(config_.stall_kill_after).count()));
     }
-    return p;
-  };
-  Pressure level = level_of(memory_psi_, tools_memory_);
-  // Hysteresis: stay degraded until pressure falls below half of "high".
-  if (level == Pressure::kNormal && pressure_ != Pressure::kNormal) {
-    const bool calm = memory_psi_ < config_.pressure_high / 2 &&
-                      (config_.tools_budget == 0 || tools_memory_ * 10 < config_.tools_budget * 8);
-    if (!calm) level = Pressure::kHigh;
   }
-  if (level != pressure_) {
-    spdlog::info("host: memory pressure {} → {} (PSI some avg10 {:.1f} %, tools {} MiB)", static_cast<int>(pressure_),
+  const Pressure level = static_cast<Pressure>(memory_rule_.level());
+  if (memory_rule_.level() != before) {
+    spdlog::info("host: memory pressure {} → {} (PSI some avg10 {:.1f} %, tools {} MiB)", static_cast<int>(before),
                  static_cast<int>(level), memory_psi_, tools_memory_ >> 20);
   }
   pressure_ = level;
@@ -602,38 +606,34 @@ void HostPlane::memory_rules(Time now, const sched::NodeModel& model) {
       (void)cgroups_->apply(s.node, l);
       s.protected_low = protect;
     }
-    for (auto& [call, c] : s.calls) {
-      if (c.ended) continue;
-      const bool exempt = s.pinned;
-      const bool want_throttle = !exempt && level != Pressure::kNormal;
-      const bool want_freeze = !exempt && level == Pressure::kCritical && (c.low_priority || s.priority_class >= 2);
-      if (want_throttle != c.throttled) {
-        cpu::Limits l;
-        if (want_throttle) {
-          // Hold it at its present size (at least 16 MiB above it, so that it can finish what it does).
-          const std::uint64_t hold = c.memory_bytes + (16ull << 20);
-          l.memory_high = c.limits.memory_high && *c.limits.memory_high != cpu::kUnlimited
-                              ? std::min(hold, *c.limits.memory_high)
-                              : hold;
-        } else {
-          l.memory_high = c.limits.memory_high.value_or(cpu::kUnlimited);
-          l.memory_max = c.limits.memory_max.value_or(cpu::kUnlimited);
-        }
-        auto r = cgroups_->apply(c.node, l);
-        if (r) {
-          c.throttled = want_throttle;
-          if (want_throttle) ++throttles_;
-        } else {
-          spdlog::debug("host: memory.high of {}: {}", c.node.rel, r.error().message());
-        }
+  }
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    Call& c = *where[i].second;
+    const sched::MemoryVerdict& v = verdicts[i];
+    if (c.ended) continue;
+    if (v.throttle != c.throttled) {
+      cpu::Limits l;
+      if (v.throttle) {
+        l.memory_high = v.hold_bytes;
+      } else {
+        l.memory_high = c.limits.memory_high.value_or(cpu::kUnlimited);
+        l.memory_max = c.limits.memory_max.value_or(cpu::kUnlimited);
       }
-      if (want_freeze != c.frozen) {
-        auto r = cgroups_->freeze(c.node, want_freeze);
-        if (r) {
-          c.frozen = want_freeze;
-          if (want_freeze) ++freezes_;
-          spdlog::info("host: {} tool call {} of session {:016x}", want_freeze ? "froze" : "thawed", call, id);
-        }
+      auto r = cgroups_->apply(c.node, l);
+      if (r) {
+        c.throttled = v.throttle;
+        if (v.throttle) ++throttles_;
+      } else {
+        spdlog::debug("host: memory.high of {}: {}", c.node.rel, r.error().message());
+      }
+    }
+    if (v.freeze != c.frozen) {
+      auto r = cgroups_->freeze(c.node, v.freeze);
+      if (r) {
+        c.frozen = v.freeze;
+        if (v.freeze) ++freezes_;
+        spdlog::info("host: {} tool call {} of session {:016x}", v.freeze ? "froze" : "thawed", calls[i].call,
+                     calls[i].session);
       }
     }
   }

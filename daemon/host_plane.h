@@ -49,6 +49,7 @@
 #include "cpu/cgroup.h"
 #include "daemon/config.h"
 #include "daemon/effects.h"
+#include "sched/host_memory.h"
 
 namespace tandem::daemon {
 
@@ -115,6 +116,7 @@ class HostPlane final : public HostEffects {
     std::uint8_t priority_class = 0;
     bool pinned = false;
   };
+  // Mirrors sched::MemoryLevel (the rule's levels), for status.
   enum class Pressure : std::uint8_t { kNormal, kHigh, kCritical };
 
   HostPlane(const HostConfig& config, std::unique_ptr<cpu::CgroupManager> cgroups);
@@ -145,6 +147,7 @@ class HostPlane final : public HostEffects {
   base::Time last_sample_{};
   bool sampled_ = false;
   Pressure pressure_ = Pressure::kNormal;
+  sched::HostMemoryRule memory_rule_;
   double memory_psi_ = -1.0;
   double cpu_psi_ = -1.0;
   std::uint64_t tools_memory_ = 0;

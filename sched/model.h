@@ -53,6 +53,17 @@ struct CpuView {
   Duration runq_delay_p50{};       // from eBPF, zero = unknown
 };
 
+// The host's memory as the host plane samples it (docs/host.md "Memory").
+// capacity_bytes 0: unknown, and policies must not gate on it.
+struct HostMemoryView {
+  std::uint64_t capacity_bytes = 0;          // memory agents and tools may use on the node
+  std::uint64_t used_bytes = 0;              // what they use now (session baselines + tools)
+  std::uint64_t session_baseline_bytes = 0;  // what one admitted session holds between tools
+  std::uint64_t tool_peak_p95_bytes = 0;     // 95th percentile of recent tool calls' peaks (0 = none seen)
+  double psi_some_avg10 = -1.0;              // memory.pressure "some avg10" (%), -1 = unknown
+  std::uint64_t kills = 0;                   // tool calls killed for memory so far (OOM and the host rule)
+};
+
 // Thread-safety: one thread.
 class NodeModel {
  public:
@@ -69,6 +80,8 @@ class NodeModel {
     cpu_.active_tools = active;  // maintained from events, not sampled
   }
 
+  void set_host_memory(const HostMemoryView& memory) { memory_ = memory; }
+
   // Engine `engine` is gone: its view leaves (as EngineLeft does) and every
   // round in flight on it is aborted (SessionTable::abort_round). Returns the
   // sessions whose round was aborted.
@@ -79,6 +92,7 @@ class NodeModel {
   const std::map<EngineId, EngineView>& engines() const { return engines_; }
   const EngineView* engine(EngineId id) const;
   const CpuView& cpu() const { return cpu_; }
+  const HostMemoryView& host_memory() const { return memory_; }
   const ToolDurationModel& tools() const { return tools_; }
   // Wall and CPU time of finished tool calls, per kind.
   const std::map<ToolKind, ToolKindStats>& tool_stats() const { return tool_stats_; }
@@ -87,6 +101,7 @@ class NodeModel {
   SessionTable sessions_;
   std::map<EngineId, EngineView> engines_;
   CpuView cpu_;
+  HostMemoryView memory_;
   ToolDurationModel tools_;
   std::map<ToolKind, ToolKindStats> tool_stats_;
   struct QueuedRound {

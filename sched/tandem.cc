@@ -66,6 +66,12 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.pooled_prior = p.flag("pooled_prior");
   t.swap_preempt = p.flag("swap_preempt");
   t.fill_idle_budget = p.flag("fill_idle_budget");
+  t.host_admission = p.flag("host_admission");
+  t.host_psi_high = p.get("host_psi_high");
+  t.host_low = p.get("host_low");
+  t.host_high = std::max(p.get("host_high"), t.host_low);
+  t.host_interval_s = p.get("host_interval_s");
+  t.host_mean_s = p.get("host_mean_s");
   t.max_remaining_s = p.get("max_remaining_s");
   return t;
 }
@@ -147,7 +153,29 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
   // only if its round fits under resume_pressure on its engine, as a
   // restore would.
   std::set<EngineId> forced;  // idle engines given a session this tick
+  // Addition 18: host memory's share of admission.
+  const bool host_gate = p_.host_admission && host_control(model, now);
+  const HostMemoryView& mem = model.host_memory();
+  const std::uint64_t live_now =
+      table.count(SessionState::kReasoning) + table.count(SessionState::kActing) + table.count(SessionState::kPaused);
+  std::uint64_t host_admitted = 0;
+  auto host_allows = [&] {
+    if (!host_gate) return true;
+    const std::uint64_t live = live_now + host_admitted;
+    if (live == 0) return true;  // progress: an empty node always takes one
+    if (static_cast<double>(live) >= host_window_) return false;
+    // Projected: what is used now, the baselines of the sessions admitted
+    // this tick and of this one, and room for one more tool burst.
+    const double projected = static_cast<double>(mem.used_bytes) +
+                             static_cast<double>((host_admitted + 1) * mem.session_baseline_bytes) +
+                             static_cast<double>(mem.tool_peak_p95_bytes);
+    return projected <= p_.host_high * static_cast<double>(mem.capacity_bytes);
+  };
   for (const Action& a : mars_out_.list()) {
+    if (a.kind == ActionKind::kAdmit && host_gate) {
+      if (!host_allows()) continue;
+      ++host_admitted;
+    }
     if (a.kind != ActionKind::kAdmit || !p_.queue_admission || !p_.growth_check) {
       out.add_action(a);
       continue;
@@ -170,6 +198,56 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
     pr += need;
     out.add_action(a);
   }
+}
+
+bool TandemControl::host_control(const NodeModel& model, Time now) {
+  const HostMemoryView& mem = model.host_memory();
+  if (mem.capacity_bytes == 0) return false;
+  const double window_max = static_cast<double>(mars_.params().window_max);
+  const double window_min = std::max<double>(1.0, static_cast<double>(model.engines().size()));
+  if (host_window_ == 0) host_window_ = window_max;
+  if (last_host_control_ && now - *last_host_control_ < base::from_seconds(p_.host_interval_s)) return true;
+  last_host_control_ = now;
+  const double capacity = static_cast<double>(mem.capacity_bytes);
+  const double use = static_cast<double>(mem.used_bytes) / capacity;
+  const bool killed = mem.kills > host_kills_;
+  host_kills_ = mem.kills;
+  // What a live session holds on average (its baseline and its share of the
+  // tools' memory), smoothed over host_mean_s: the host holds about
+  // (host_high · capacity − one tool burst) / that many sessions.
+  const SessionTable& table = model.sessions();
+  const std::uint64_t live =
+      table.count(SessionState::kReasoning) + table.count(SessionState::kActing) + table.count(SessionState::kPaused);
+  if (live > 0) {
+    const double per = static_cast<double>(mem.used_bytes) / static_cast<double>(live);
+    const double dt = last_host_mean_ ? base::to_seconds(now - *last_host_mean_) : p_.host_mean_s;
+    const double a = 1.0 - std::exp(-dt / std::max(1e-3, p_.host_mean_s));
+    host_mean_ = host_mean_ > 0 ? host_mean_ + a * (per - host_mean_) : per;
+    last_host_mean_ = now;
+  }
+  double fit = window_max;
+  if (host_mean_ > 0) {
+    fit = (p_.host_high * capacity - static_cast<double>(mem.tool_peak_p95_bytes)) / host_mean_;
+  }
+  // AIMD as MARS's (+1, ×0.7 per interval; research/mars_code.md §2.1),
+  // driven by the host: memory PSI, kills and use; it grows only while the
+  // window is below what the host holds.
+  double w = host_window_;
+  if (mem.psi_some_avg10 >= p_.host_psi_high || killed || use >= p_.host_high) {
+    w = std::floor(w * 0.7);
+  } else if (use <= p_.host_low && w < fit) {
+    w += 1;
+  }
+  w = std::min(w, std::max(window_min, std::floor(fit)));
+  // The soft cap, as MARS's W_kv: the ceiling at or below host_low, the floor
+  // at or above host_high, linear between, so the window eases down as the
+  // host fills instead of toggling at one threshold.
+  if (use > p_.host_low) {
+    const double frac = std::clamp((use - p_.host_low) / std::max(1e-6, p_.host_high - p_.host_low), 0.0, 1.0);
+    w = std::min(w, std::round(window_max - frac * (window_max - window_min)));
+  }
+  host_window_ = std::clamp(w, window_min, window_max);
+  return true;
 }
 
 void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now, Duration rotation, Actions& out) {

@@ -151,6 +151,13 @@ struct TandemParams {
   bool pooled_prior = true;
   bool swap_preempt = true;
   bool fill_idle_budget = true;
+  // Addition 18 (issue 22): admission that protects host memory.
+  bool host_admission = true;
+  double host_psi_high = 10.0;   // memory PSI some avg10 (%) that cuts the host window
+  double host_low = 0.75;        // host memory use at or below which the window grows
+  double host_high = 0.9;        // at or above which it is cut; also the projection's ceiling
+  double host_interval_s = 0.2;  // AIMD control interval (MARS's T_ctl)
+  double host_mean_s = 30;       // smoothing of the memory a live session holds
   double max_remaining_s = 3600;
 };
 
@@ -197,6 +204,15 @@ inline constexpr ParamSpec kTandemParams[] = {
      "addition 17: a step of prefills alone, nothing else queued, gives them its unused budget (MLFQ quanta only "
      "split the budget among requests that compete)"},
     {"max_remaining_s", 3600, 1, 1e6, "the expected rest of a pause is counted up to this (seconds)"},
+    {"host_admission", 1, 0, 1,
+     "addition 18: admission also keeps host memory: an AIMD window on live sessions cut by memory PSI, kills "
+     "and use, a soft cap between host_low and host_high, and room for one more session's baseline and one tool "
+     "burst (inactive where the host reports no memory capacity)"},
+    {"host_psi_high", 10, 0, 100, "memory PSI some avg10 (%) from which the host window is cut"},
+    {"host_low", 0.75, 0, 1, "host memory use (fraction) at or below which the host window grows"},
+    {"host_high", 0.9, 0, 1, "host memory use at or above which the host window is cut, and the projection's ceiling"},
+    {"host_interval_s", 0.2, 0.01, 60, "host window control interval (seconds; MARS's T_ctl)"},
+    {"host_mean_s", 30, 0.1, 3600, "time constant (seconds) of the average memory a live session holds"},
     {"residency_budget", 1024, 1, 1 << 24,
      "acting sessions (re)scored per tick besides those whose state changed: bounds a tick at scale; a full "
      "rotation takes acting/budget ticks"},
@@ -234,6 +250,9 @@ class TandemControl final : public ControlPolicy {
   void offload_terms(const NodeModel& model, const Session& s, Time now, ResidencyInput& in) const;
   // Projected pool pressure of `e` including the growth of its running rounds.
   double projected_pressure(const EngineView& e, std::uint64_t running_rounds) const;
+  // Addition 18: updates the host window; false when the host reports no
+  // memory (nothing to gate on).
+  bool host_control(const NodeModel& model, Time now);
 
   MarsControl mars_;
   TandemParams p_;
@@ -246,6 +265,15 @@ class TandemControl final : public ControlPolicy {
   Actions mars_out_;                     // MARS's actions of this tick, before admission is filtered
   std::map<EngineId, double> pressure_;  // projected pressure after this tick's restores
   bool paused_waiting_ = false;          // a paused session's round could not be restored
+  // Addition 18's state.
+  double host_window_ = 0;  // live sessions host memory allows (0: not started)
+  std::uint64_t host_kills_ = 0;
+  std::optional<Time> last_host_control_;
+  double host_mean_ = 0;  // bytes a live session holds, smoothed
+  std::optional<Time> last_host_mean_;
+
+ public:
+  double host_window() const { return host_window_; }  // for tests
 };
 
 // Thread-safety: one thread.

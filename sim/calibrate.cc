@@ -262,6 +262,8 @@ std::string preset_json(const Preset& p) {
             {"max_model_len", p.max_model_len},
             {"swap_us_per_token", p.swap_us_per_token},
             {"swap_fixed_us", p.swap_fixed_us},
+            {"host_mem_gib", p.host_mem_gib},
+            {"session_mem_mib", p.session_mem_mib},
             {"step",
              {{"t0_us", m.t0_us},
               {"weights_us", m.weights_us},
@@ -304,6 +306,10 @@ base::Result<Preset> load_preset_file(const std::string& path, bool for_calibrat
     p.swap_us_per_token = j.value("swap_us_per_token", 0.0);
     field = "swap_fixed_us";
     p.swap_fixed_us = j.value("swap_fixed_us", 0.0);
+    field = "host_mem_gib";
+    p.host_mem_gib = j.value("host_mem_gib", p.host_mem_gib);
+    field = "session_mem_mib";
+    p.session_mem_mib = j.value("session_mem_mib", p.session_mem_mib);
     field = "step";
     const json& s = j.at("step");
     StepTimeModel& m = p.step;

@@ -14,7 +14,7 @@ constexpr double kEpsilon = 1e-9;
 
 void CpuPool::start(std::uint64_t tool, std::uint64_t group, double demand_cores, double nominal_s, Time now) {
   advance(now);
-  tools_[tool] = Tool{group, std::max(kMinDemand, demand_cores), std::max(0.0, nominal_s)};
+  tools_[tool] = Tool{group, std::max(kMinDemand, demand_cores), std::max(0.0, nominal_s), std::max(0.0, nominal_s)};
   reshare(now);
 }
 
@@ -38,6 +38,21 @@ void CpuPool::set_quota(std::uint64_t group, double cores, Time now) {
 }
 
 void CpuPool::forget_group(std::uint64_t group) { groups_.erase(group); }
+
+void CpuPool::set_speed(std::uint64_t tool, double speed, Time now) {
+  auto it = tools_.find(tool);
+  if (it == tools_.end() || it->second.speed == speed) return;
+  advance(now);
+  it->second.speed = std::clamp(speed, 0.0, 1.0);
+  reshare(now);
+}
+
+double CpuPool::progress(std::uint64_t tool, Time now) {
+  auto it = tools_.find(tool);
+  if (it == tools_.end()) return 0;
+  advance(now);
+  return it->second.nominal_s - it->second.remaining_s;
+}
 
 void CpuPool::advance(Time now) {
   if (now <= last_) return;
@@ -66,7 +81,8 @@ void CpuPool::reshare(Time now) {
     auto g = groups_.find(t.group);
     const double weight = g != groups_.end() ? g->second.weight : 100.0;
     const double quota = g != groups_.end() ? g->second.quota : 0.0;
-    const double cap = quota > 0 ? std::min(t.demand, quota) : t.demand;
+    const double want = t.demand * t.speed;
+    const double cap = quota > 0 ? std::min(want, quota) : want;
     entries.push_back({id, &t, cap, weight});
     total_cap += cap;
   }

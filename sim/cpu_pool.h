@@ -33,6 +33,12 @@ class CpuPool {
   void set_weight(std::uint64_t group, double weight, Time now);
   void set_quota(std::uint64_t group, double cores, Time now);
   void forget_group(std::uint64_t group);
+  // Host memory (sim/host_memory.h): a tool stalled on memory runs at most
+  // `speed` × its demand (it sleeps in reclaim or a memory.high penalty the
+  // rest of the time); 0 stops it (frozen). Default 1.
+  void set_speed(std::uint64_t tool, double speed, Time now);
+  // Nominal seconds of progress the tool has made by `now` (0 if unknown).
+  double progress(std::uint64_t tool, Time now);
 
   // When the next tool call ends (none when idle).
   std::optional<Time> next_completion() const { return next_; }
@@ -51,7 +57,9 @@ class CpuPool {
     std::uint64_t group;
     double demand;
     double remaining_s;  // nominal seconds of progress left
-    double rate = 0;     // cores it gets now
+    double nominal_s = 0;
+    double speed = 1;  // share of its demand it may run (memory stalls, freezing)
+    double rate = 0;   // cores it gets now
   };
   struct Group {
     double weight = 100;

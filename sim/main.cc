@@ -48,6 +48,14 @@ node
   --max-seqs N          sequences per engine step (default: the preset's, 1024)
   --tool-cpu SPEC       CPU demand per tool kind, "pytest=1,Read=0.05,*=0.5"
   --host-kv-gib G       host memory for KV copies per engine, GiB (default 128; 0 = unlimited)
+host memory (docs/sim.md "Host memory"; off unless --tool-mem is given or the workload is agentic-mem)
+  --tool-mem SPEC       model tool and session memory: "on" for the defaults, or per-kind P95 peaks
+                        in MB, "pytest=518,Read=15:1.2,*=233" (kind=P95[:sigma])
+  --host-mem-gib G      host memory for agents and tools per engine, GiB (default: the preset's, 128)
+  --session-mem-mib M   resident baseline of an admitted session, MiB (default: the preset's, 185)
+  --retry-delay S       a tool killed for memory runs again S seconds later (default 5)
+  --tool-mem-scale X    multiplies every tool call's memory peak (default 1)
+  --host-rules WHO      which policies get tandemd's host memory rules: none (default), tandem, all
   --tick S              control tick period in seconds (default 0.05)
 policies
   --policies LIST|all   policies to compare (default all)
@@ -71,7 +79,7 @@ calibration (docs/sim.md "Calibrating from a real engine")
 constexpr std::string_view kAdditions[] = {
     "residency",       "cost_eviction", "cpu_weights",   "global_queue",   "growth_check",      "knee_quanta",
     "kv_admission",    "engine_window", "pin_admission", "long_admission", "prompt_projection", "queue_admission",
-    "pending_restore", "host_prices",   "pooled_prior",  "swap_preempt",   "fill_idle_budget"};
+    "pending_restore", "host_prices",   "pooled_prior",  "swap_preempt",   "fill_idle_budget",  "host_admission"};
 
 struct Options {
   std::string trace;
@@ -95,6 +103,12 @@ struct Options {
   std::optional<std::uint32_t> token_budget;
   std::optional<std::uint32_t> max_seqs;
   std::string tool_cpu;
+  std::string tool_mem;
+  std::string host_rules = "none";
+  std::optional<double> host_mem_gib;
+  std::optional<double> session_mem_mib;
+  double retry_delay_s = 5;
+  double tool_mem_scale = 1;
   double tick_s = 0.05;
   std::vector<std::string> policies;
   std::map<std::string, std::map<std::string, double>> params;
@@ -150,7 +164,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       o.poisson = false;
     } else if (a == "--trace" || a == "--synthetic" || a == "--preset" || a == "--tool-cpu" || a == "--json" ||
                a == "--csv" || a == "--plot" || a == "--preset-file" || a == "--calibrate" || a == "--preset-out" ||
-               a == "--check") {
+               a == "--check" || a == "--tool-mem" || a == "--host-rules") {
       auto v = need(a);
       if (!v) return 2;
       std::string& dst = a == "--trace"         ? o.trace
@@ -161,6 +175,8 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
                          : a == "--preset-out"  ? o.preset_out
                          : a == "--check"       ? o.check
                          : a == "--tool-cpu"    ? o.tool_cpu
+                         : a == "--tool-mem"    ? o.tool_mem
+                         : a == "--host-rules"  ? o.host_rules
                          : a == "--json"        ? o.json
                          : a == "--csv"         ? o.csv
                                                 : o.plot;
@@ -217,6 +233,19 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       auto d = parse_number<double>(*v);
       if (!d || *d <= 0) return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a positive number");
       (a == "--tick" ? o.tick_s : o.tool_cores) = *d;
+    } else if (a == "--host-mem-gib" || a == "--session-mem-mib" || a == "--retry-delay" || a == "--tool-mem-scale") {
+      auto v = need(a);
+      if (!v) return 2;
+      auto d = parse_number<double>(*v);
+      const bool positive = a == "--host-mem-gib";
+      if (!d || *d < 0 || (positive && *d == 0)) {
+        return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a number " +
+                           (positive ? "> 0" : ">= 0"));
+      }
+      if (a == "--host-mem-gib") o.host_mem_gib = d;
+      if (a == "--session-mem-mib") o.session_mem_mib = d;
+      if (a == "--retry-delay") o.retry_delay_s = *d;
+      if (a == "--tool-mem-scale") o.tool_mem_scale = *d;
     } else if (a == "--host-kv-gib") {
       auto v = need(a);
       if (!v) return 2;
@@ -335,6 +364,26 @@ int run(const Options& o) {
   }
   if (!o.tool_cpu.empty()) {
     if (auto r = base_config.tool_cpu.apply(o.tool_cpu); !r) return usage_error("--tool-cpu: " + r.error().context());
+  }
+  // Host memory: modelled with --tool-mem, or for the memory-heavy family.
+  base_config.tool_mem = !o.tool_mem.empty() || o.synthetic == "agentic-mem";
+  if (!o.tool_mem.empty() && o.tool_mem != "on") {
+    if (auto r = base_config.tool_mem_table.apply(o.tool_mem); !r) {
+      return usage_error("--tool-mem: " + r.error().context());
+    }
+  }
+  if (o.host_rules != "tandem" && o.host_rules != "all" && o.host_rules != "none") {
+    return usage_error("--host-rules: '" + o.host_rules + "' is not tandem, all or none");
+  }
+  base_config.host_rules = o.host_rules;
+  base_config.host_mem_gib = o.host_mem_gib.value_or(0);
+  base_config.session_mem_mib = o.session_mem_mib.value_or(-1);
+  base_config.retry_delay_s = o.retry_delay_s;
+  base_config.tool_mem_scale = o.tool_mem_scale;
+  if (!base_config.tool_mem && (o.host_mem_gib || o.session_mem_mib || o.tool_mem_scale != 1)) {
+    return usage_error(
+        "--host-mem-gib, --session-mem-mib and --tool-mem-scale need --tool-mem (or --synthetic "
+        "agentic-mem)");
   }
 
   // Policies: validate every name and parameter before running anything.

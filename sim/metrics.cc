@@ -137,6 +137,16 @@ Metrics compute_metrics(std::span<const SessionRecord> sessions, const RunCounte
                             ? counters.tool_stretch_sum / static_cast<double>(counters.tool_stretch_calls)
                             : 0.0;
   m.capped_rounds = counters.capped_rounds;
+  m.host_memory = counters.host_memory;
+  m.oom_kills = counters.oom_kills;
+  m.memory_kills = counters.memory_kills;
+  m.rerun_tool_s = counters.rerun_tool_s;
+  m.frozen_s = counters.frozen_s;
+  m.throttled_s = counters.throttled_s;
+  m.stranded_block_s = counters.stranded_block_s;
+  m.host_mem_peak_gib = counters.host_mem_peak_bytes / 1073741824.0;
+  m.mem_psi_some_pct = 100.0 * ratio(counters.mem_psi_some_s, makespan);
+  m.mem_psi_full_pct = 100.0 * ratio(counters.mem_psi_full_s, makespan);
 
   for (double* v :
        {&m.e2e_mean_s,       &m.e2e_p50_s,   &m.e2e_p90_s,     &m.e2e_p99_s,         &m.slowdown_mean,

@@ -55,6 +55,19 @@ struct RunCounters {
   double tool_stretch_sum = 0.0;  // Σ actual / nominal over tool calls with nominal > 0
   std::uint64_t tool_stretch_calls = 0;
   std::uint64_t capped_rounds = 0;
+  // Host memory (only when modelled).
+  bool host_memory = false;
+  std::uint64_t oom_kills = 0;     // tool calls the kernel OOM-killed
+  std::uint64_t memory_kills = 0;  // tool calls the host rule killed (stalled at their limit)
+  double rerun_tool_s = 0;         // nominal tool seconds lost to kills and run again
+  double frozen_s = 0;             // Σ over tool calls of time frozen
+  double throttled_s = 0;          // Σ over tool calls of time stalled on memory (throttle or reclaim)
+  double stranded_block_s = 0;     // pinned KV block-seconds of sessions whose tool was frozen or stalled
+  double host_mem_peak_bytes = 0;  // most host memory in use at once
+  double mem_psi_some_s = 0;       // time some tool stalled on memory
+  double mem_psi_full_s = 0;       // time every running tool did
+  std::uint64_t throttles = 0;     // tool calls the host rule throttled
+  std::uint64_t freezes = 0;       // tool calls it froze
 };
 
 struct Metrics {
@@ -79,6 +92,17 @@ struct Metrics {
   double tool_stretch_mean = 0;
   double makespan_s = 0;
   std::uint64_t capped_rounds = 0;
+  // Host memory (JSON, CSV and the table carry these only when modelled).
+  bool host_memory = false;
+  std::uint64_t oom_kills = 0;
+  std::uint64_t memory_kills = 0;
+  double rerun_tool_s = 0;
+  double frozen_s = 0;
+  double throttled_s = 0;
+  double stranded_block_s = 0;
+  double host_mem_peak_gib = 0;
+  double mem_psi_some_pct = 0;  // share of the makespan some tool stalled on memory (%)
+  double mem_psi_full_pct = 0;
 };
 
 // Linear-interpolated percentile (p in [0, 100]) of `values` (copied and

@@ -12,6 +12,7 @@
 #include "base/ids.h"
 #include "sched/registry.h"
 #include "sim/cpu_pool.h"
+#include "sim/host_memory.h"
 
 namespace tandem::sim {
 namespace {
@@ -21,6 +22,16 @@ using sched::SessionState;
 
 // Virtual time starts at 1 s: sched/ reads Time{} as "never".
 constexpr Time kEpoch = Time(std::chrono::seconds(1));
+
+// Host memory (docs/sim.md "Host memory"). A tool whose memory grows past its
+// memory.high runs at kThrottleSpeed of its demand (the kernel sleeps it in
+// a penalty that grows with the overage, up to 2 s per return to user space);
+// with the node above kReclaimWatermark of its capacity every growing tool
+// is in direct reclaim and runs at kReclaimSpeed. tandem's assumptions.
+constexpr double kThrottleSpeed = 0.1;
+constexpr double kReclaimSpeed = 0.5;
+constexpr double kReclaimWatermark = 0.95;
+constexpr std::size_t kRecentPeaks = 256;  // tool peaks behind HostMemoryView::tool_peak_p95_bytes
 
 double to_s(Time t) { return base::to_seconds(t - kEpoch); }
 
@@ -40,6 +51,7 @@ struct SimSession {
   Time tool_start{};
   std::uint8_t priority = 0;
   std::uint32_t tool_call = 0;
+  bool counted = false;  // its baseline is in host memory (admitted, not done)
   std::vector<double> ttft;
 };
 
@@ -69,6 +81,31 @@ class Node final : public EngineHost {
   void apply(const sched::Action& a, Time now);
   EngineId route() const;  // engine for a new session
   std::string stuck_report() const;
+  // Host memory (only with config_.tool_mem).
+  struct HostTool {
+    SessionId session = 0;
+    std::string_view kind;
+    double nominal_s = 0;
+    double demand = 0;  // CPU cores
+    std::uint64_t key = 0;
+    std::uint32_t attempt = 0;
+    std::uint32_t call = 0;
+    double scale = 1;
+    ToolMemDraw draw;
+    double resident = 0;  // bytes now
+    double progress = 0;  // nominal seconds done
+    bool stalled = false;
+    bool frozen = false;
+    bool throttled = false;
+    double limit = 0;      // memory.high the host rule set (0: none)
+    bool waiting = false;  // killed, to be run again at retry_at
+    Time retry_at{};
+    std::optional<Time> stalled_since;
+  };
+  void start_host_tool(std::uint64_t tool, const SimSession& s, const RoundSpec& r, Time now);
+  void host_step(Time now);
+  void kill_host_tool(std::uint64_t tool, HostTool& t, Time now, bool oom);
+  void count_baseline(SimSession& s, bool on);
 
   const Workload& workload_;
   const SimConfig& config_;
@@ -90,6 +127,18 @@ class Node final : public EngineHost {
   Time last_progress_{};
   SimResult result_;
   sched::Actions actions_;
+  // Host memory.
+  bool mem_on_ = false;
+  double mem_capacity_ = 0;                       // bytes
+  double baseline_ = 0;                           // bytes per counted session
+  std::size_t counted_ = 0;                       // sessions whose baseline is resident
+  std::map<std::uint64_t, HostTool> host_tools_;  // ordered: deterministic kill ties and rule order
+  std::optional<sched::HostMemoryRule> rule_;
+  HostPsi psi_;
+  std::optional<Time> mem_last_;
+  std::vector<double> recent_peaks_;
+  std::size_t recent_next_ = 0;
+  std::uint64_t mem_kills_total_ = 0;
 };
 
 base::Result<SimResult> Node::run() {
@@ -120,6 +169,23 @@ base::Result<SimResult> Node::run() {
   }
   host_pool_ = std::make_unique<HostPool>(host_blocks);
   result_.counters.tool_cores = static_cast<std::uint32_t>(std::ceil(config_.tool_cores));
+  if (config_.tool_mem) {
+    const double per_engine = config_.host_mem_gib > 0 ? config_.host_mem_gib : config_.preset.host_mem_gib;
+    const double baseline_mib = config_.session_mem_mib >= 0 ? config_.session_mem_mib : config_.preset.session_mem_mib;
+    if (!(per_engine > 0) || !std::isfinite(per_engine) || !(baseline_mib >= 0) || !std::isfinite(baseline_mib)) {
+      return base::make_error(EINVAL, "host memory must be a positive number of GiB and the session baseline >= 0");
+    }
+    if (!(config_.retry_delay_s >= 0)) return base::make_error(EINVAL, "the retry delay must be >= 0");
+    mem_on_ = true;
+    mem_capacity_ = per_engine * config_.engines * 1073741824.0;
+    baseline_ = baseline_mib * 1048576.0;
+    result_.counters.host_memory = true;
+    if (config_.host_rules == "all" || (config_.host_rules == "tandem" && config_.policy == "tandem")) {
+      rule_.emplace(config_.host_rule_config);
+    } else if (config_.host_rules != "none" && config_.host_rules != "tandem") {
+      return base::make_error(EINVAL, "--host-rules must be tandem, all or none");
+    }
+  }
   for (std::uint32_t e = 0; e < config_.engines; ++e) {
     engines_.push_back(
         std::make_unique<Engine>(e, config_.preset, config_.limits, *steps_[e], *this, result_.counters));
@@ -173,6 +239,7 @@ base::Result<SimResult> Node::run() {
         auto it = tool_owner_.find(tool);
         const SessionId sid = it->second;
         tool_owner_.erase(it);
+        host_tools_.erase(tool);
         tool_done(session(sid), now, 0);
       }
       last_progress_ = now;
@@ -205,6 +272,11 @@ base::Result<SimResult> Node::run() {
     if (result_.first_violation.empty()) result_.first_violation = e->first_violation();
   }
   result_.counters.tool_cpu_core_s = cpu_.core_seconds();
+  if (mem_on_) {
+    host_step(now);
+    result_.counters.mem_psi_some_s = psi_.some_total_s();
+    result_.counters.mem_psi_full_s = psi_.full_total_s();
+  }
   result_.counters.host_peak_blocks = host_pool_->peak_blocks();
   result_.virtual_s = to_s(now);
   if (result_.counters.computed_tokens != result_.counters.new_tokens + result_.counters.recomputed_tokens) {
@@ -314,6 +386,7 @@ void Node::round_done(EngineId engine, const RoundWork& work, std::uint32_t bloc
     rec.ttft_s = std::move(s.ttft);
     if (result_.sessions.empty()) result_.sessions.resize(sessions_.size());
     result_.sessions[s.index] = std::move(rec);
+    count_baseline(s, false);
     emit(sched::SessionClosed{s.id}, now);
     for (auto& e : engines_) e->end_session(s.id, now);
     for (auto& st : steps_) st->on_session_end(s.id, now);
@@ -328,6 +401,7 @@ void Node::round_done(EngineId engine, const RoundWork& work, std::uint32_t bloc
   const std::uint64_t tool = next_tool_++;
   tool_owner_.emplace(tool, s.id);
   cpu_.start(tool, s.id, config_.tool_cpu.demand(r.tool), r.tool_seconds, now);
+  if (mem_on_) start_host_tool(tool, s, r, now);
 }
 
 void Node::tool_done(SimSession& s, Time now, std::int32_t exit_code) {
@@ -352,6 +426,7 @@ void Node::kv_changed(EngineId engine, SessionId session, sched::KvChange change
 }
 
 void Node::tick(Time now) {
+  if (mem_on_) host_step(now);
   for (auto& e : engines_) emit(sched::KvStatsReported{e->id(), e->stats(now)}, now);
   sched::CpuView cpu;
   cpu.tool_cores = static_cast<std::uint32_t>(std::ceil(config_.tool_cores));
@@ -375,6 +450,7 @@ void Node::apply(const sched::Action& a, Time now) {
     case K::kAdmit:
       if (table.transition(s.id, SessionState::kReasoning, now)) {
         s.admitted = true;
+        count_baseline(s, true);
         if (s.pending && !s.paused) submit(s, now);
       }
       break;
@@ -385,6 +461,7 @@ void Node::apply(const sched::Action& a, Time now) {
       if (table.transition(s.id, SessionState::kReasoning, now, a.engine)) {
         s.paused = false;
         s.admitted = true;
+        count_baseline(s, true);
         if (a.engine < engines_.size() && a.engine != s.engine) {
           --live_on_engine_[s.engine];
           s.engine = a.engine;
@@ -398,9 +475,11 @@ void Node::apply(const sched::Action& a, Time now) {
       break;
     case K::kPin:
       for (auto& e : engines_) e->pin(s.id, base::from_ns(a.value), now);
+      table.set_pinned(s.id, true);  // as tandemd does: the host plane protects pinned sessions' tools
       break;
     case K::kUnpin:
       for (auto& e : engines_) e->unpin(s.id, now);
+      table.set_pinned(s.id, false);
       break;
     case K::kDrop:
       for (auto& e : engines_) e->drop(s.id, now);
@@ -420,6 +499,7 @@ void Node::apply(const sched::Action& a, Time now) {
         const std::uint64_t id = tool;
         tool_owner_.erase(id);
         cpu_.stop(id, now);
+        host_tools_.erase(id);
         tool_done(s, now, 137);
         break;
       }
@@ -427,6 +507,180 @@ void Node::apply(const sched::Action& a, Time now) {
     case K::kSetSmPartition:
       break;
   }
+}
+
+void Node::count_baseline(SimSession& s, bool on) {
+  if (s.counted == on) return;
+  s.counted = on;
+  if (on) {
+    ++counted_;
+  } else {
+    --counted_;
+  }
+}
+
+void Node::start_host_tool(std::uint64_t tool, const SimSession& s, const RoundSpec& r, Time now) {
+  HostTool t;
+  t.session = s.id;
+  t.kind = r.tool;
+  t.nominal_s = r.tool_seconds;
+  t.demand = config_.tool_cpu.demand(r.tool);
+  // The same demand under every policy: keyed by the session and the call.
+  t.key = mix64(s.id ^ mix64(static_cast<std::uint64_t>(s.round) + 1));
+  t.call = s.tool_call;
+  t.scale = s.spec->mem_scale * config_.tool_mem_scale;
+  t.draw = config_.tool_mem_table.draw(r.tool, mix64(t.key), r.tool_seconds);
+  t.draw.peak_bytes *= t.scale;
+  if (recent_peaks_.size() < kRecentPeaks) {
+    recent_peaks_.push_back(t.draw.peak_bytes);
+  } else {
+    recent_peaks_[recent_next_] = t.draw.peak_bytes;
+    recent_next_ = (recent_next_ + 1) % kRecentPeaks;
+  }
+  host_tools_.emplace(tool, t);
+  (void)now;
+}
+
+void Node::kill_host_tool(std::uint64_t tool, HostTool& t, Time now, bool oom) {
+  result_.counters.rerun_tool_s += t.progress;
+  ++(oom ? result_.counters.oom_kills : result_.counters.memory_kills);
+  ++mem_kills_total_;
+  cpu_.stop(tool, now);
+  t.waiting = true;
+  t.retry_at = now + base::from_seconds(config_.retry_delay_s);
+  t.resident = 0;
+  t.progress = 0;
+  t.stalled = t.frozen = t.throttled = false;
+  t.limit = 0;
+  t.stalled_since.reset();
+}
+
+void Node::host_step(Time now) {
+  // The interval since the last step, in the state it had.
+  const double dt = mem_last_ ? base::to_seconds(now - *mem_last_) : 0.0;
+  mem_last_ = now;
+  if (dt > 0) {
+    std::size_t stalled = 0, active = 0;
+    for (const auto& [id, t] : host_tools_) {
+      if (t.waiting) continue;
+      if (t.frozen) {
+        result_.counters.frozen_s += dt;
+      } else {
+        ++active;
+      }
+      if (t.stalled && !t.frozen) {
+        ++stalled;
+        result_.counters.throttled_s += dt;
+      }
+      if (t.stalled || t.frozen) {
+        const sched::Session* ss = model_.sessions().find(t.session);
+        if (ss != nullptr && ss->residency == sched::Residency::kPinned) {
+          result_.counters.stranded_block_s += dt * ss->blocks_held;
+        }
+      }
+    }
+    psi_.advance(dt, stalled, active);
+  }
+
+  // Memory now; retries whose delay is over run again from the start.
+  const double baselines = baseline_ * static_cast<double>(counted_);
+  double tools = 0;
+  for (auto& [id, t] : host_tools_) {
+    if (t.waiting && t.retry_at <= now) {
+      ++t.attempt;
+      t.draw = config_.tool_mem_table.draw(t.kind, mix64(t.key + t.attempt), t.nominal_s);
+      t.draw.peak_bytes *= t.scale;
+      t.waiting = false;
+      cpu_.start(id, t.session, t.demand, t.nominal_s, now);
+    }
+    if (t.waiting) continue;
+    t.progress = cpu_.progress(id, now);
+    t.resident = tool_memory_at(t.draw, t.progress);
+    tools += t.resident;
+  }
+  // Over capacity: the kernel's OOM killer takes the largest tool (its
+  // badness is its resident memory), until the rest fits.
+  while (baselines + tools > mem_capacity_) {
+    auto victim = host_tools_.end();
+    for (auto it = host_tools_.begin(); it != host_tools_.end(); ++it) {
+      if (it->second.waiting || it->second.resident <= 0) continue;
+      if (victim == host_tools_.end() || it->second.resident > victim->second.resident) victim = it;
+    }
+    if (victim == host_tools_.end()) break;
+    tools -= victim->second.resident;
+    kill_host_tool(victim->first, victim->second, now, true);
+  }
+  result_.counters.host_mem_peak_bytes = std::max(result_.counters.host_mem_peak_bytes, baselines + tools);
+
+  // tandemd's host-plane rules (sched/host_memory.h), where this policy has them.
+  if (rule_) {
+    std::vector<sched::MemoryCall> calls;
+    std::vector<std::uint64_t> ids;
+    for (auto& [id, t] : host_tools_) {
+      if (t.waiting) continue;
+      sched::MemoryCall c;
+      c.session = t.session;
+      c.call = t.call;
+      c.memory_bytes = static_cast<std::uint64_t>(t.resident);
+      // cgroup v2: the daemon reads no per-call stall (memory_stalled is v1's
+      // under_oom), so its stall kill never fires here either.
+      c.stalled = false;
+      c.frozen = t.frozen;
+      const sched::Session* ss = model_.sessions().find(t.session);
+      c.priority_class = ss != nullptr ? ss->priority_class : 0;
+      c.protected_session = ss != nullptr && ss->residency == sched::Residency::kPinned;
+      c.stalled_since = t.stalled_since;
+      calls.push_back(c);
+      ids.push_back(id);
+    }
+    const double budget = std::max(0.0, mem_capacity_ - baselines);
+    rule_->set_tools_budget(static_cast<std::uint64_t>(budget));
+    std::vector<sched::MemoryVerdict> verdicts;
+    rule_->decide(now, psi_.some_avg10(), static_cast<std::uint64_t>(tools), calls, verdicts);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      HostTool& t = host_tools_.at(ids[i]);
+      t.stalled_since = calls[i].stalled_since;
+      const sched::MemoryVerdict& v = verdicts[i];
+      if (v.kill) {
+        kill_host_tool(ids[i], t, now, false);
+        continue;
+      }
+      if (v.throttle != t.throttled) {
+        t.throttled = v.throttle;
+        t.limit = v.throttle ? static_cast<double>(v.hold_bytes) : 0.0;
+        if (v.throttle) ++result_.counters.throttles;
+      }
+      if (v.freeze != t.frozen) {
+        t.frozen = v.freeze;
+        if (v.freeze) ++result_.counters.freezes;
+      }
+    }
+  }
+
+  // Who stalls until the next step, and how fast everyone runs.
+  const bool reclaim = baselines + tools >= kReclaimWatermark * mem_capacity_;
+  for (auto& [id, t] : host_tools_) {
+    if (t.waiting) continue;
+    const bool growing = tool_memory_growing(t.draw, t.progress);
+    const bool at_high = t.limit > 0 && t.resident >= t.limit;
+    t.stalled = growing && (at_high || reclaim);
+    const double speed = t.frozen ? 0.0 : !t.stalled ? 1.0 : at_high ? kThrottleSpeed : kReclaimSpeed;
+    cpu_.set_speed(id, speed, now);
+  }
+
+  sched::HostMemoryView view;
+  view.capacity_bytes = static_cast<std::uint64_t>(mem_capacity_);
+  view.used_bytes = static_cast<std::uint64_t>(baselines + tools);
+  view.session_baseline_bytes = static_cast<std::uint64_t>(baseline_);
+  if (!recent_peaks_.empty()) {
+    std::vector<double> peaks = recent_peaks_;
+    const auto k = static_cast<std::size_t>(0.95 * static_cast<double>(peaks.size() - 1));
+    std::nth_element(peaks.begin(), peaks.begin() + static_cast<std::ptrdiff_t>(k), peaks.end());
+    view.tool_peak_p95_bytes = static_cast<std::uint64_t>(peaks[k]);
+  }
+  view.psi_some_avg10 = psi_.some_avg10();
+  view.kills = mem_kills_total_;
+  model_.set_host_memory(view);
 }
 
 }  // namespace

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "base/result.h"
+#include "sched/host_memory.h"
 #include "sim/engine.h"
+#include "sim/host_memory.h"
 #include "sim/metrics.h"
 #include "sim/preset.h"
 #include "sim/workload.h"
@@ -33,6 +35,18 @@ struct SimConfig {
   // engines × this, shared. 0: unlimited. InferCept's experiments give each
   // GPU 128 GiB of swap space ([baselines] §3).
   double host_kv_gib = 128;
+  // Host memory (docs/sim.md "Host memory"): off unless tool_mem is set.
+  bool tool_mem = false;        // tool calls and sessions hold memory
+  ToolMemTable tool_mem_table;  // per-kind demand
+  double host_mem_gib = 0;      // per engine; 0: the preset's
+  double session_mem_mib = -1;  // < 0: the preset's
+  double retry_delay_s = 5;     // a killed tool call is run again this long after
+  double tool_mem_scale = 1;    // multiplies every call's peak (on top of the session's mem_scale)
+  // Which policies get tandemd's host-plane memory rules (sched/host_memory.h):
+  // "none" (default: the policies are compared on their own), "tandem"
+  // (tandem and its ablation variants) or "all".
+  std::string host_rules = "none";
+  sched::HostMemoryConfig host_rule_config;
 };
 
 struct ToolCallRecord {

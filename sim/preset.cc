@@ -190,6 +190,10 @@ base::Result<void> validate(const Preset& p) {
   if (m.moe_layers != 0 && (m.experts == 0 || m.top_k == 0 || m.top_k > m.experts || !(m.hbm_bytes_per_us > 0))) {
     return invalid(p.name, "MoE term needs experts >= top_k >= 1 and a positive bandwidth");
   }
+  if (!(p.host_mem_gib > 0) || !std::isfinite(p.host_mem_gib) || !(p.session_mem_mib >= 0) ||
+      !std::isfinite(p.session_mem_mib)) {
+    return invalid(p.name, "host_mem_gib must be > 0 and session_mem_mib >= 0");
+  }
   return {};
 }
 

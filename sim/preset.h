@@ -62,6 +62,11 @@ struct Preset {
   double swap_us_per_token = 0;          // host ↔ GPU copy of KV over PCIe
   double swap_fixed_us = 0;              // per transfer
   std::uint32_t kv_bytes_per_token = 0;  // BF16 K and V of every layer (sizes host memory in blocks)
+  // Host memory for agents and their tools, per engine (the node has engines ×
+  // this), GiB; KV copies have their own (SimConfig::host_kv_gib). docs/sim.md
+  // "Host memory" gives the sources.
+  double host_mem_gib = 128;
+  double session_mem_mib = 185;  // what an agent session holds resident (its runtime)
 };
 
 std::span<const Preset> presets();

@@ -139,6 +139,23 @@ std::vector<std::pair<std::string_view, Number>> metric_fields(const Metrics& m)
   };
 }
 
+// Host memory's fields follow, only when the run modelled it: without it the
+// output is what it was before host memory existed.
+std::vector<std::pair<std::string_view, Number>> all_metric_fields(const Metrics& m) {
+  auto v = metric_fields(m);
+  if (!m.host_memory) return v;
+  v.insert(v.end(), {{"oom_kills", m.oom_kills},
+                     {"memory_kills", m.memory_kills},
+                     {"rerun_tool_s", m.rerun_tool_s},
+                     {"frozen_s", m.frozen_s},
+                     {"throttled_s", m.throttled_s},
+                     {"stranded_block_s", m.stranded_block_s},
+                     {"host_mem_peak_gib", m.host_mem_peak_gib},
+                     {"mem_psi_some_pct", m.mem_psi_some_pct},
+                     {"mem_psi_full_pct", m.mem_psi_full_pct}});
+  return v;
+}
+
 // ---------------------------------------------------------------------------
 // Table formatting.
 
@@ -506,16 +523,22 @@ Stat stat_of(std::span<const double> values) {
 }
 
 double metric_value(const Metrics& m, std::string_view key) {
-  for (const auto& [k, v] : metric_fields(m)) {
+  for (const auto& [k, v] : all_metric_fields(m)) {
     if (k == key) return std::visit([](auto x) { return static_cast<double>(x); }, v);
   }
   return 0.0;
 }
 
-std::vector<std::string_view> metric_keys() {
+std::vector<std::string_view> metric_keys(bool host_memory) {
+  Metrics m;
+  m.host_memory = host_memory;
   std::vector<std::string_view> keys;
-  for (const auto& field : metric_fields(Metrics{})) keys.push_back(field.first);
+  for (const auto& field : all_metric_fields(m)) keys.push_back(field.first);
   return keys;
+}
+
+bool models_host_memory(const Report& report) {
+  return std::any_of(report.runs.begin(), report.runs.end(), [](const Run& r) { return r.metrics.host_memory; });
 }
 
 Stat Summary::stat(std::string_view key) const {
@@ -607,7 +630,34 @@ void print_summary_table(std::ostream& os, const Report& report) {
   print(os, latency);
 }
 
-void print_table(std::ostream& os, const Report& report) {
+namespace {
+
+// Host memory, one line per label and rate (means over the seeds); only when
+// the runs modelled it.
+void print_memory_table(std::ostream& os, const Report& report) {
+  if (!models_host_memory(report)) return;
+  const std::vector<Summary> summaries = summarize(report);
+  Table t;
+  t.headers = {"label",   "rate",           "oom kills", "mem kills",  "rerun tool s", "frozen s",
+               "stall s", "stranded blk-s", "peak GiB",  "psi some %", "psi full %"};
+  for (std::size_t k = 0; k < summaries.size(); ++k) {
+    const Summary& s = summaries[k];
+    if (s.runs.empty()) continue;
+    auto mean = [&](std::string_view key) { return s.stat(key).mean; };
+    t.rows.push_back({s.policy + s.variant, compact(s.rate), pm(s.stat("oom_kills"), compact),
+                      compact(mean("memory_kills")), compact(mean("rerun_tool_s")), compact(mean("frozen_s")),
+                      compact(mean("throttled_s")), with_suffix(mean("stranded_block_s")),
+                      compact(mean("host_mem_peak_gib")), fmt::format("{:.2f}", mean("mem_psi_some_pct")),
+                      fmt::format("{:.2f}", mean("mem_psi_full_pct"))});
+    t.group_start.push_back(k == 0 || s.rate != summaries[k - 1].rate);
+  }
+  os << "\nHost memory (means over seeds; oom kills: the kernel's, mem kills: the host rule's; stall: tool "
+        "seconds stalled on memory; stranded: pinned KV block-seconds behind frozen or stalled tools; psi: share "
+        "of the makespan)\n";
+  print(os, t);
+}
+
+void print_table_inner(std::ostream& os, const Report& report) {
   os << fmt::format("tandem-sim  preset {}  workload {}  ({} run{})\n", report.preset, report.workload,
                     report.runs.size(), report.runs.size() == 1 ? "" : "s");
   if (report.runs.empty()) return;
@@ -651,6 +701,13 @@ void print_table(std::ostream& os, const Report& report) {
   print(os, resources);
 }
 
+}  // namespace
+
+void print_table(std::ostream& os, const Report& report) {
+  print_table_inner(os, report);
+  print_memory_table(os, report);
+}
+
 std::string report_json(const Report& report) {
   // ordered_json keeps the documented key order, which makes diffs readable.
   nlohmann::ordered_json doc;
@@ -659,7 +716,7 @@ std::string report_json(const Report& report) {
   doc["runs"] = nlohmann::ordered_json::array();
   for (const Run& run : report.runs) {
     nlohmann::ordered_json metrics = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : metric_fields(run.metrics)) {
+    for (const auto& [key, value] : all_metric_fields(run.metrics)) {
       std::visit([&, k = key](auto v) { metrics[std::string(k)] = v; }, value);
     }
     nlohmann::ordered_json r;
@@ -689,7 +746,7 @@ std::string report_json(const Report& report) {
     e["failed"] = static_cast<std::uint64_t>(s.failed.size());
     nlohmann::ordered_json mean = nlohmann::ordered_json::object();
     nlohmann::ordered_json ci = nlohmann::ordered_json::object();
-    for (std::string_view key : metric_keys()) {
+    for (std::string_view key : metric_keys(models_host_memory(report))) {
       const Stat st = s.stat(key);
       mean[std::string(key)] = st.mean;
       ci[std::string(key)] = st.half;
@@ -710,15 +767,15 @@ base::Result<void> write_json(const Report& report, const std::string& path) {
 
 base::Result<void> write_csv(const Report& report, const std::string& path) {
   std::string text = "preset,workload,policy,variant,rate,seed,sessions";
-  for (const auto& field : metric_fields(Metrics{})) {
+  for (std::string_view key : metric_keys(models_host_memory(report))) {
     text += ',';
-    text += field.first;
+    text += key;
   }
   text += ",wall_s\n";
   for (const Run& run : report.runs) {
     text += fmt::format("{},{},{},{},{},{},{}", csv_field(report.preset), csv_field(report.workload),
                         csv_field(run.policy), csv_field(run.variant), csv_number(run.rate), run.seed, run.sessions);
-    for (const auto& field : metric_fields(run.metrics)) {
+    for (const auto& field : all_metric_fields(run.metrics)) {
       text += ',';
       text += std::visit(
           [](auto v) {

@@ -63,7 +63,9 @@ double t95(std::size_t dof);
 // A metric of `m` by its JSON key ("e2e_mean_s", …); 0 for an unknown key.
 double metric_value(const Metrics& m, std::string_view key);
 // The JSON keys of the metrics, in schema order.
-std::vector<std::string_view> metric_keys();
+std::vector<std::string_view> metric_keys(bool host_memory = false);
+// Whether any run of the report modelled host memory (its metrics carry it).
+bool models_host_memory(const Report& report);
 
 // One label (policy + variant) at one rate, over the seeds it ran with.
 struct Summary {

@@ -400,7 +400,7 @@ std::vector<RoundSpec> mars_ilr_263k(Rng& rng) { return mars_ilr(rng, 31100); }
 using Generator = std::vector<RoundSpec> (*)(Rng&);
 
 // The doc strings restate the constants of the generators above: change both together.
-constexpr std::array<SyntheticSpec, 7> kSynthetic{{
+constexpr std::array<SyntheticSpec, 8> kSynthetic{{
     {"mars-short",
      "MARS short-input regime. Per session: rounds uniform in [4, 8]; first prompt lognormal(median 4096, "
      "sigma 0.5) tokens clamped to [1024, 16384]; each later prompt = previous prompt + previous output + "
@@ -440,9 +440,15 @@ constexpr std::array<SyntheticSpec, 7> kSynthetic{{
      "[50, 8192]; tools as mars-short."},
     {"mars-ilr-263k",
      "As mars-ilr-125k at the high end of MARS's range: first prompt median 31100, mean volume ~263K."},
+    {"agentic-mem",
+     "Memory-heavy agents (issue 22): sessions as agentic, and each session scales every tool call's memory "
+     "peak by lognormal(median 4, sigma 1.0) (AgentCgroup, arXiv 2602.09345: tool peaks of 2-4 GB per task "
+     "against P95s of 233-518 MB per command, and peak memory varying 20x across tasks, CV 147 %). Turns the "
+     "host memory model on (docs/sim.md \"Host memory\")."},
 }};
-constexpr std::array<Generator, 7> kGenerators{mars_short, mars_long,     mars_mixed,   agentic,
-                                               long_pause, mars_ilr_125k, mars_ilr_263k};  // kSynthetic's order
+constexpr std::array<Generator, 8> kGenerators{mars_short,    mars_long,     mars_mixed, agentic, long_pause,
+                                               mars_ilr_125k, mars_ilr_263k, agentic};  // kSynthetic's order
+constexpr std::size_t kAgenticMem = 7;  // draws a memory scale per session
 static_assert(kSynthetic.size() == kGenerators.size());
 
 // ---------------------------------------------------------------------------
@@ -623,6 +629,7 @@ Result<std::vector<SessionSpec>> synthetic_pool(std::string_view name, std::size
   for (std::size_t i = 0; i < count; ++i) {
     pool[i].name = fmt::format("{}-{}", name, i);
     pool[i].rounds = kGenerators[which](rng);
+    if (which == kAgenticMem) pool[i].mem_scale = rng.lognormal(4.0, 1.0);
   }
   return pool;
 }

@@ -37,6 +37,7 @@ struct SessionSpec {
   std::string name;               // trace id, or "<workload>-<n>" for synthetic ones
   std::string source;             // the trace's "source" (agent and model), "" for synthetic ones
   double arrival_s = 0.0;         // set by make_workload()
+  double mem_scale = 1.0;         // scales every tool call's memory peak (agentic-mem draws it per session)
   std::vector<RoundSpec> rounds;  // ≥ 1; the last has no tool
 };
 

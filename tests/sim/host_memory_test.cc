@@ -1,0 +1,173 @@
+// Host memory in tandem-sim: the per-kind demands and their draws, the shape
+// of a call's memory, PSI, and the node: plentiful memory changes nothing,
+// an over-capacity burst is OOM-killed and run again, the host rule throttles.
+#include "sim/host_memory.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sim/node.h"
+
+namespace tandem::sim {
+namespace {
+
+TEST(ToolMemTable, DefaultsCarryAgentCgroupsP95s) {
+  ToolMemTable t;
+  // P95 of the peak = median · e^(1.6449 σ).
+  auto p95 = [&](std::string_view kind) { return t.dist(kind).median_mib * std::exp(1.6449 * t.dist(kind).sigma); };
+  EXPECT_NEAR(p95("pytest"), 518, 1e-9);
+  EXPECT_NEAR(p95("pip"), 233, 1e-9);
+  // Means for file exploration (4.5 MB) and git (13.5 MB): median · e^(σ²/2).
+  auto mean = [&](std::string_view kind) {
+    return t.dist(kind).median_mib * std::exp(t.dist(kind).sigma * t.dist(kind).sigma / 2);
+  };
+  EXPECT_NEAR(mean("Read"), 4.5, 1e-9);
+  EXPECT_NEAR(mean("git"), 13.5, 1e-9);
+  EXPECT_EQ(t.dist("human").median_mib, 0);
+  EXPECT_NEAR(p95("no-such-kind"), 233, 1e-9);
+}
+
+TEST(ToolMemTable, ApplyOverridesAndRejectsAtomically) {
+  ToolMemTable t;
+  ASSERT_TRUE(t.apply("pytest=1000:0.5,*=10"));
+  EXPECT_NEAR(t.dist("pytest").median_mib * std::exp(1.6449 * 0.5), 1000, 1e-9);
+  EXPECT_NEAR(t.dist("unknown").median_mib * std::exp(1.6449 * 1.2), 10, 1e-9);
+  const double before = t.dist("pip").median_mib;
+  EXPECT_FALSE(t.apply("pip=5,bad"));
+  EXPECT_FALSE(t.apply("pip=-1"));
+  EXPECT_FALSE(t.apply("pip=5:9"));
+  EXPECT_EQ(t.dist("pip").median_mib, before);
+}
+
+TEST(ToolMemTable, DrawsAreDeterministicAndMatchTheDistribution) {
+  ToolMemTable t;
+  EXPECT_EQ(t.draw("pytest", 42, 10).peak_bytes, t.draw("pytest", 42, 10).peak_bytes);
+  std::vector<double> peaks;
+  for (std::uint64_t k = 0; k < 20000; ++k) {
+    const ToolMemDraw d = t.draw("pytest", mix64(k), 10);
+    peaks.push_back(d.peak_bytes);
+    EXPECT_GE(d.ramp_s, 0.25);
+    EXPECT_LE(d.ramp_s, 1.0);
+    EXPECT_GE(d.start_s, 0.0);
+    EXPECT_LE(d.start_s + d.ramp_s, 10.0);
+    EXPECT_GE(d.burst_s, 1.0);
+    EXPECT_LE(d.burst_s, 2.0);
+  }
+  std::sort(peaks.begin(), peaks.end());
+  EXPECT_NEAR(peaks[19000] / 1e6, 518, 518 * 0.05);  // the P95, within sampling error
+  // A short call reaches its peak by half its time.
+  EXPECT_LE(t.draw("Read", 7, 0.1).ramp_s, 0.05);
+}
+
+TEST(ToolMemory, WorkingSetThenOneBurst) {
+  ToolMemDraw d{1000, 2.0, 0.5, 1.5};  // burst: ramp over [2, 2.5], peak until 4
+  EXPECT_EQ(tool_memory_at(d, 0), 250);
+  EXPECT_FALSE(tool_memory_growing(d, 1.9));
+  EXPECT_EQ(tool_memory_at(d, 2.25), 625);
+  EXPECT_TRUE(tool_memory_growing(d, 2.25));
+  EXPECT_EQ(tool_memory_at(d, 2.5), 1000);
+  EXPECT_FALSE(tool_memory_growing(d, 2.5));
+  EXPECT_EQ(tool_memory_at(d, 3.99), 1000);
+  EXPECT_EQ(tool_memory_at(d, 4.0), 1000 * kResidualShare);
+}
+
+TEST(HostPsi, SomeAndFullAsTheKernelDefinesThem) {
+  HostPsi p;
+  p.advance(1, 1, 2);  // one of two stalled: some, not full
+  p.advance(2, 2, 2);  // both: some and full
+  p.advance(3, 0, 2);
+  p.advance(4, 0, 0);  // idle: neither
+  EXPECT_DOUBLE_EQ(p.some_total_s(), 3);
+  EXPECT_DOUBLE_EQ(p.full_total_s(), 2);
+  HostPsi q;
+  q.advance(10, 1, 1);
+  EXPECT_NEAR(q.some_avg10(), 100 * (1 - std::exp(-1.0)), 1e-9);
+}
+
+SessionSpec one_tool_session(std::string name, double arrival, const std::string& tool, double tool_s) {
+  SessionSpec s;
+  s.name = std::move(name);
+  s.arrival_s = arrival;
+  RoundSpec a;
+  a.input_tokens = 1000;
+  a.output_tokens = 10;
+  a.tool = tool;
+  a.tool_seconds = tool_s;
+  RoundSpec b;
+  b.input_tokens = 1200;
+  b.output_tokens = 10;
+  s.rounds = {a, b};
+  return s;
+}
+
+SimConfig config(std::string policy) {
+  SimConfig c;
+  c.preset = *find_preset("h100-llama3-8b");
+  c.limits = {c.preset.token_budget, c.preset.max_seqs};
+  c.engines = 1;
+  c.tool_cores = 4;
+  c.policy = std::move(policy);
+  return c;
+}
+
+TEST(NodeHostMemory, PlentifulMemoryChangesNothing) {
+  Workload w;
+  for (int i = 0; i < 6; ++i) w.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 0.5, "pytest", 3));
+  for (const char* policy : {"fcfs", "mars", "tandem"}) {
+    SimConfig off = config(policy);
+    SimConfig on = off;
+    on.tool_mem = true;
+    on.host_rules = "all";
+    const auto ideal = ideal_times(w, off);
+    auto a = simulate(w, off, ideal);
+    auto b = simulate(w, on, ideal);
+    ASSERT_TRUE(a && b);
+    EXPECT_FALSE(a->counters.host_memory);
+    EXPECT_TRUE(b->counters.host_memory);
+    EXPECT_EQ(b->counters.oom_kills, 0u);
+    EXPECT_EQ(b->counters.throttles, 0u);
+    EXPECT_GT(b->counters.host_mem_peak_bytes, 0);
+    for (std::size_t i = 0; i < w.sessions.size(); ++i) {
+      EXPECT_NEAR(a->sessions[i].finish_s, b->sessions[i].finish_s, 1e-6) << policy;
+    }
+  }
+}
+
+TEST(NodeHostMemory, ABurstAboveCapacityIsKilledAndRunAgain) {
+  Workload w;
+  w.sessions.push_back(one_tool_session("big", 0, "pytest", 4));
+  SimConfig c = config("fcfs");
+  c.tool_mem = true;
+  c.retry_delay_s = 5;
+  c.session_mem_mib = 0;
+  c.host_mem_gib = 1;
+  // Every attempt peaks at 2 GB (σ 0) on a 1 GiB node: it never fits.
+  ASSERT_TRUE(c.tool_mem_table.apply("pytest=2000:0"));
+  const auto ideal = ideal_times(w, c);
+  c.stall_s = 60;  // it can never fit: the run must fail, not spin
+  auto r = simulate(w, c, ideal);
+  EXPECT_FALSE(r);
+
+  // Half the calls' peaks fit: the killed call is run again with a fresh draw.
+  SimConfig d = config("fcfs");
+  d.tool_mem = true;
+  d.session_mem_mib = 0;
+  d.host_mem_gib = 1;  // 1.07 GB
+  // Median 1073.7 MB (P95 = median · e^(1.6449 · 0.6079) = 2919 MB): half the attempts fit.
+  ASSERT_TRUE(d.tool_mem_table.apply("pytest=2919:0.6079"));
+  Workload many;
+  for (int i = 0; i < 8; ++i)
+    many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
+  auto ok = simulate(many, d, ideal_times(many, d));
+  ASSERT_TRUE(ok) << ok.error().context();
+  EXPECT_GT(ok->counters.oom_kills, 0u);
+  EXPECT_GT(ok->counters.rerun_tool_s, 0);
+  EXPECT_LE(ok->counters.host_mem_peak_bytes, 1073741824.0);
+  double stretched = 0;
+  for (const auto& t : ok->tool_calls) stretched = std::max(stretched, t.wall_s / t.nominal_s);
+  EXPECT_GT(stretched, 1.0 + 5.0 / 4.0);  // a killed call took its retry delay and ran again
+}
+
+}  // namespace
+}  // namespace tandem::sim
