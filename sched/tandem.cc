@@ -229,7 +229,7 @@ bool TandemControl::host_control(const NodeModel& model, Time now) {
   if (host_mean_ > 0) {
     fit = (p_.host_high * capacity - static_cast<double>(mem.tool_peak_p95_bytes)) / host_mean_;
   }
-  // AIMD as MARS's (+1, ×0.7 per interval; research/mars_code.md §2.1),
+  // AIMD as MARS's (+1, ×0.7 per interval; [mars_code] §2.1),
   // driven by the host: memory PSI, kills and use; it grows only while the
   // window is below what the host holds.
   double w = host_window_;
