@@ -32,6 +32,7 @@ import errno
 import gc
 import math
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -93,6 +94,21 @@ class LayoutTest(unittest.TestCase):
                 continue
             with self.subTest(struct=cname):
                 self.assertEqual(struct().sz, self.sizes[cname])
+
+    def test_every_struct_and_field_of_the_headers_is_checked(self):
+        # A member added to tandem.h or tandem_gpu.h must reach abi_layout.cc
+        # and _ffi.py even where padding keeps sizeof the same.
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "libclient", "include", "tandem")
+        seen = 0
+        for header in ("tandem.h", "tandem_gpu.h"):
+            with open(os.path.join(root, header)) as f:
+                text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+            for name, body in re.findall(r"typedef struct (\w+) \{(.*?)\} \1;", text, flags=re.S):
+                seen += 1
+                members = [re.split(r"[\s*]+", d.split("[")[0].strip())[-1] for d in body.split(";") if d.strip()]
+                with self.subTest(struct=name):
+                    self.assertEqual([m[0] for m in self.fields.get(name, [])], members)
+        self.assertEqual(seen, len(_ffi.STRUCTS))
 
     def test_tool_structs_are_checked(self):
         # The structs of the tool-process API, and the stats grown for it.
