@@ -110,6 +110,7 @@
 #include "base/clock.h"
 #include "base/ids.h"
 #include "base/result.h"
+#include "base/stats.h"
 #include "base/unique_fd.h"
 #include "ipc/channel.h"
 #include "ipc/daemon_connection.h"
@@ -725,18 +726,17 @@ struct Percentiles {
   double max_us = 0;
 };
 
-Percentiles percentiles(std::vector<std::int64_t> v) {
+Percentiles percentiles(const std::vector<std::int64_t>& v) {
   Percentiles p;
   p.count = v.size();
   if (v.empty()) return p;
-  std::sort(v.begin(), v.end());
-  auto rank = [&](double q) {  // nearest rank
-    const auto i = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
-    return static_cast<double>(v[std::clamp<std::size_t>(i, 1, v.size()) - 1]) / 1e3;
-  };
-  p.p50_us = rank(0.50);
-  p.p99_us = rank(0.99);
-  p.max_us = static_cast<double>(v.back()) / 1e3;
+  std::vector<double> us;
+  us.reserve(v.size());
+  for (const std::int64_t ns : v) us.push_back(static_cast<double>(ns) / 1e3);
+  const std::vector<double> sorted = base::sorted_finite(us);
+  p.p50_us = base::percentile_sorted(sorted, 50);
+  p.p99_us = base::percentile_sorted(sorted, 99);
+  p.max_us = sorted.back();
   return p;
 }
 
@@ -1005,8 +1005,8 @@ Result<RunResult> run_once(const Options& o) {
     unexpected += e.admits_unexpected;
     skipped += e.churn_skipped;
   }
-  r.latency = percentiles(std::move(lat));
-  r.admit_delay = percentiles(std::move(adm));
+  r.latency = percentiles(lat);
+  r.admit_delay = percentiles(adm);
 
   std::string first_error;
   int socket_errors = drain_errors(**runner, first_error);
@@ -1123,12 +1123,6 @@ void print_run(const Options& o, int index, const RunResult& r) {
              r.bench_cpu_percent);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-}
-
 int run_main(int argc, char** argv) {
   Options o;
   if (int rc = parse_args(argc, argv, o); rc != 0) return rc == 1 ? 0 : 2;
@@ -1178,12 +1172,12 @@ int run_main(int argc, char** argv) {
     if (value.is_number()) {
       std::vector<double> v;
       for (const json& r : list) v.push_back(r.at(key).get<double>());
-      med[key] = median(v);
+      med[key] = base::median(v);
     } else if (value.is_object()) {
       for (const auto& [sub, subv] : value.items()) {
         std::vector<double> v;
         for (const json& r : list) v.push_back(r.at(key).at(sub).get<double>());
-        med[key][sub] = median(v);
+        med[key][sub] = base::median(v);
       }
     }
   }

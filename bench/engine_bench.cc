@@ -37,6 +37,7 @@
 
 #include <tandem/tandem.h>
 
+#include "base/stats.h"
 #include "engines/llama/engine.h"
 #include "engines/llama/runtime.h"
 #include "sim/calibrate.h"
@@ -50,12 +51,7 @@ using nlohmann::json;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using base::median;
 
 struct Options {
   std::string model;

@@ -21,32 +21,6 @@ namespace {
 // the bound must not be lost to the last bit of a subtraction.
 constexpr double kSloTolerance = 1e-9;
 
-// numpy's default ("linear"): the value at fractional rank (n − 1) · p / 100,
-// interpolated between the two closest ranks. `sorted` is ascending and
-// free of NaN.
-double percentile_sorted(std::span<const double> sorted, double p) {
-  if (sorted.empty()) return 0.0;
-  if (!(p > 0.0)) return sorted.front();  // also catches a NaN p
-  if (p >= 100.0) return sorted.back();
-  double h = static_cast<double>(sorted.size() - 1) * p / 100.0;
-  auto lo = static_cast<std::size_t>(std::floor(h));
-  std::size_t hi = std::min(lo + 1, sorted.size() - 1);
-  double frac = h - static_cast<double>(lo);
-  if (frac == 0.0 || hi == lo) return sorted[lo];
-  return sorted[lo] + frac * (sorted[hi] - sorted[lo]);
-}
-
-std::vector<double> sorted_finite_copy(std::span<const double> values) {
-  std::vector<double> out;
-  out.reserve(values.size());
-  // NaN has no place in a strict weak order; std::sort on it is undefined.
-  for (double v : values) {
-    if (!std::isnan(v)) out.push_back(v);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 double mean(std::span<const double> values) {
   if (values.empty()) return 0.0;
   double sum = 0.0;
@@ -60,12 +34,6 @@ double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
 double finite_or_zero(double v) { return std::isfinite(v) ? v : 0.0; }
 
 }  // namespace
-
-double percentile(std::span<const double> values, double p) {
-  assert(p >= 0.0 && p <= 100.0);
-  std::vector<double> sorted = sorted_finite_copy(values);
-  return percentile_sorted(sorted, p);
-}
 
 Metrics compute_metrics(std::span<const SessionRecord> sessions, const RunCounters& counters) {
   Metrics m;
@@ -100,10 +68,10 @@ Metrics compute_metrics(std::span<const SessionRecord> sessions, const RunCounte
 
   m.sessions = n;
   m.e2e_mean_s = mean(e2e);
-  std::vector<double> e2e_sorted = sorted_finite_copy(e2e);
-  m.e2e_p50_s = percentile_sorted(e2e_sorted, 50.0);
-  m.e2e_p90_s = percentile_sorted(e2e_sorted, 90.0);
-  m.e2e_p99_s = percentile_sorted(e2e_sorted, 99.0);
+  std::vector<double> e2e_sorted = base::sorted_finite(e2e);
+  m.e2e_p50_s = base::percentile_sorted(e2e_sorted, 50.0);
+  m.e2e_p90_s = base::percentile_sorted(e2e_sorted, 90.0);
+  m.e2e_p99_s = base::percentile_sorted(e2e_sorted, 99.0);
   m.slowdown_mean = slowdown_sum / static_cast<double>(n);
 
   // The one span every rate is taken over; ≤ 0 (a single instantaneous

@@ -25,6 +25,8 @@
 #include <span>
 #include <vector>
 
+#include "base/stats.h"
+
 namespace tandem::sim {
 
 struct SessionRecord {
@@ -105,9 +107,8 @@ struct Metrics {
   double mem_psi_full_pct = 0;
 };
 
-// Linear-interpolated percentile (p in [0, 100]) of `values` (copied and
-// sorted); 0 for an empty span.
-double percentile(std::span<const double> values, double p);
+// Linear-interpolated percentile (p in [0, 100]) of `values`: base/stats.h.
+using base::percentile;
 
 // Metrics of a run. Sessions with finish < arrival or ideal ≤ 0 are a caller
 // bug (asserted in debug builds); an empty span gives all-zero metrics.

@@ -17,17 +17,19 @@
 
 #include <gtest/gtest.h>
 
+#include "base/stats.h"
+
 namespace tandem::sim {
 namespace {
 
 // data/traces/agentic_dev.jsonl, in the repository: its tests never skip.
 std::filesystem::path dev_trace_path() { return TANDEM_DEV_TRACE; }
 
-// The q-quantile (nearest rank below) of `v`.
+// The q-quantile of `v` (base::percentile).
 template <class T>
-T quantile(std::vector<T> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+double quantile(const std::vector<T>& v, double q) {
+  const std::vector<double> d(v.begin(), v.end());
+  return base::percentile(d, q * 100.0);
 }
 
 std::vector<SessionSpec> pool_of(std::string_view name, std::size_t count, std::uint64_t seed) {
