@@ -367,6 +367,7 @@ base::Result<void> CgroupManager::init(const ManagerOptions& options) {
     if (!own) continue;
     Hierarchy h;
     h.v2 = true;
+    h.favordynmods = m.favordynmods;
     h.mount_point = m.mount_point;
     h.root = subtree_of(*own);
     // The controllers v2 hands to our subtree: those the root's parent
@@ -414,6 +415,7 @@ base::Result<void> CgroupManager::init(const ManagerOptions& options) {
     auto own = own_path(m);
     if (!own) continue;
     h.mount_point = m.mount_point;
+    h.favordynmods = m.favordynmods;
     h.root = subtree_of(*own);
     for (Controller c : h.controllers) serving_[index(c)] = static_cast<int>(hierarchies_.size());
     hierarchies_.push_back(std::move(h));

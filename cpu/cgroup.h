@@ -88,6 +88,7 @@ struct Hierarchy {
   std::string mount_point;              // "/sys/fs/cgroup/memory"
   std::vector<Controller> controllers;  // those tandem takes from this hierarchy
   std::string root;                     // the subtree's path within the hierarchy ("/x/tandem")
+  bool favordynmods = false;            // mounted with favordynmods (parse.h CgroupMount)
   std::string path() const;             // mount_point + root
 };
 
@@ -154,6 +155,12 @@ class CgroupManager {
   // Which Limits fields this setup cannot apply (Unsupported bits).
   std::uint32_t unsupported() const;
   bool has_v2() const { return v2_ >= 0; }
+  // Whether the v2 hierarchy is mounted with favordynmods; nullopt without v2.
+  // Reported, never changed: remounting is the host's decision.
+  std::optional<bool> favordynmods() const {
+    if (v2_ < 0) return std::nullopt;
+    return hierarchies_[static_cast<std::size_t>(v2_)].favordynmods;
+  }
   // One line: "v2 /sys/fs/cgroup/unified/tandem; v1 cpu,cpuacct /sys/fs/cgroup/cpu/tandem; …".
   std::string describe() const;
   const Node& root() const { return root_; }

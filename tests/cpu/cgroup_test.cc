@@ -38,6 +38,23 @@ TEST(Mountinfo, HybridAndPureV2) {
   EXPECT_EQ((*m)[2].mount_point, "/sys/fs/cgroup/uni fied");
   EXPECT_EQ((*m)[2].root, "/sub");
   EXPECT_FALSE(parse_mountinfo("31 23 0:28 / /x rw - cgroup2\n"));  // no source after the type
+  EXPECT_FALSE((*m)[2].favordynmods);
+  EXPECT_FALSE((*m)[0].favordynmods);
+}
+
+// favordynmods is a super option (after the "-"), on v2 and v1 alike; it is
+// no controller, and a mount option of the same name does not count.
+TEST(Mountinfo, Favordynmods) {
+  auto m = parse_mountinfo(
+      "41 31 0:38 / /sys/fs/cgroup rw,favordynmods - cgroup2 cgroup2 rw,nsdelegate,favordynmods,memory_recursiveprot\n"
+      "42 31 0:39 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,favordynmods,pids\n"
+      "43 31 0:40 / /sys/fs/cgroup/cpu rw,favordynmods - cgroup cgroup rw,cpu\n");
+  ASSERT_TRUE(m) << m.error().message();
+  ASSERT_EQ(m->size(), 3u);
+  EXPECT_TRUE((*m)[0].favordynmods);
+  EXPECT_TRUE((*m)[1].favordynmods);
+  EXPECT_EQ((*m)[1].controllers, std::vector<std::string>{"pids"});
+  EXPECT_FALSE((*m)[2].favordynmods);
 }
 
 TEST(OomControl, ParsesAndRejects) {
