@@ -505,6 +505,7 @@ bool HostPlane::drop_ready(cpu::Node node) {
 }
 
 void HostPlane::pool_tick(Time now, bool period) {
+  recycle(period ? SIZE_MAX : kRecycleBatch, period);  // each period: every ended call, as before the pool
   if (config_.pool_max == 0) return;
   const double period_s = std::chrono::duration<double>(kHostPeriod).count();
   const double horizon_s = std::chrono::duration<double>(kPoolHorizon).count();
@@ -576,17 +577,46 @@ void HostPlane::tool_started(sched::SessionId session, std::uint32_t call, std::
 }
 
 void HostPlane::tool_ended(sched::SessionId session, std::uint32_t call) {
+  // Only marked: TOOL_END often reaches tandemd inside the runner's next
+  // ToolPrepare (its ring is pumped first), and removing the cgroup there
+  // would put rmdir in every hierarchy on that call's path. recycle() takes
+  // it at the next tick.
   SessionCg* s = session_cg(session, false);
   if (s == nullptr) return;
   auto it = s->calls.find(call);
   if (it == s->calls.end()) return;
   it->second.ended = true;
-  if (auto u = cgroups_->usage(it->second.node)) account_cpu(it->second, *u);
-  auto procs = cgroups_->processes(it->second.node);
-  if (procs && procs->empty() && cgroups_->remove(it->second.node)) {
-    if (telemetry_) telemetry_->untrack(it->second.node.id);
-    s->calls.erase(it);
+  ++ended_waiting_;
+}
+
+void HostPlane::recycle(std::size_t budget, bool all) {
+  if (ended_waiting_ == 0 && !all) return;
+  std::size_t waiting = 0;
+  for (auto& [id, s] : sessions_) {
+    for (auto it = s.calls.begin(); it != s.calls.end();) {
+      Call& c = it->second;
+      if (!c.ended) {
+        ++it;
+        continue;
+      }
+      if (budget == 0) {
+        ++waiting;
+        ++it;
+        continue;
+      }
+      --budget;
+      if (auto u = cgroups_->usage(c.node)) account_cpu(c, *u);
+      auto procs = cgroups_->processes(c.node);
+      // Leftovers (or a failed removal): the host period's sweep looks again.
+      if (!procs || !procs->empty() || !cgroups_->remove(c.node)) {
+        ++it;
+        continue;
+      }
+      if (telemetry_) telemetry_->untrack(c.node.id);
+      it = s.calls.erase(it);
+    }
   }
+  ended_waiting_ = waiting;
 }
 
 std::size_t HostPlane::tool_cgroups(sched::SessionId session) const {
@@ -644,15 +674,6 @@ std::optional<sched::CpuView> HostPlane::host_tick(Time now, const sched::NodeMo
         continue;
       }
     }
-    // Ended calls whose leftovers have gone.
-    std::erase_if(s.calls, [&](auto& kv) {
-      const Call& c = kv.second;
-      if (!c.ended) return false;
-      auto procs = cgroups_->processes(c.node);
-      if (!procs || !procs->empty() || !cgroups_->remove(c.node)) return false;
-      if (telemetry_) telemetry_->untrack(c.node.id);
-      return true;
-    });
     std::erase_if(s.leftovers, [&](const cpu::Node& n) {
       auto procs = cgroups_->processes(n);
       if (!procs || !procs->empty() || !cgroups_->remove(n)) return false;
@@ -662,7 +683,7 @@ std::optional<sched::CpuView> HostPlane::host_tick(Time now, const sched::NodeMo
     ++it;
   }
   retry_burials();
-  pool_tick(now, true);
+  pool_tick(now, true);  // also every ended call whose leftovers have gone since the last period
 
   // Pressure and telemetry.
   memory_psi_ = node_psi("/proc/pressure/memory").value_or(-1.0);

@@ -10,7 +10,7 @@
 // cpu.weight and cpu.max (the policy's set_cpu_weight / set_cpu_quota) sit on
 // its folder, a tool call's limits on the call's. Tool calls are created on
 // a runner's ToolPrepare; the runner starts the tool inside them. When a
-// call ends its cgroup goes as soon as it is empty (daemonised leftovers keep
+// call ends its cgroup goes at the next tick if it is empty (daemonised leftovers keep
 // it until the session ends); when a session ends every process in its folder
 // is killed — found by cgroup membership, not the process tree — and the
 // folder removed, retried each tick while a process is stuck.
@@ -80,6 +80,8 @@ inline constexpr base::Duration kHostPeriod = std::chrono::milliseconds(250);
 // every policy tick, 50 ms by default: up to 320 a second), and how far ahead
 // of its tool-call rate a session's ready cgroups reach.
 inline constexpr std::uint32_t kPoolBatch = 16;
+// Ended calls' cgroups removed per tick at most (TOOL_END only marks them).
+inline constexpr std::size_t kRecycleBatch = 64;
 inline constexpr base::Duration kPoolHorizon = std::chrono::milliseconds(500);
 
 class HostPlane final : public HostEffects {
@@ -165,6 +167,9 @@ class HostPlane final : public HostEffects {
   void kill_call(sched::SessionId session, std::uint32_t call, Call& c, ipc::ToolExitReason reason,
                  std::string message);
   cpu::Limits limits_for(const ipc::ToolLimitsInfo& asked) const;
+  // Removes the cgroups of up to `budget` ended calls that are empty: those
+  // TOOL_END marked since, or with `all` (each host period) every ended one.
+  void recycle(std::size_t budget, bool all);
   // The warm pool: grows and shrinks each session's ready cgroups (host_tick).
   void pool_tick(base::Time now, bool period);
   // Removes one ready cgroup (empty by construction); false if it failed.
@@ -215,6 +220,7 @@ class HostPlane final : public HostEffects {
   std::uint64_t pool_dropped_ = 0;  // ready cgroups removed unused (shrinking, session end, stop)
   std::uint64_t pool_errors_ = 0;   // refills that failed
   std::uint32_t pool_target_ = 0;   // Σ of the sessions' targets at the last tick
+  std::size_t ended_waiting_ = 0;   // ended calls whose cgroup recycle() may remove (0: none)
 };
 
 }  // namespace tandem::daemon
