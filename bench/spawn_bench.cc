@@ -672,15 +672,13 @@ Result<std::int64_t> settle(const TandemSide& r, std::uint64_t id) {
                         return std::filesystem::exists(fmt::format("{}/{}", d, name));
                       });
     const bool ready = !r.wait_for_pool || std::ranges::all_of(r.session_dirs, [&](const std::string& d) {
-                         return std::ranges::any_of(child_dirs(d),
-                                                    [&](const std::string& c) { return c.starts_with("pool-"); });
-                       });
+      return std::ranges::any_of(child_dirs(d), [&](const std::string& c) { return c.starts_with("pool-"); });
+    });
     if (gone && ready) return now_ns();
     if (now_ns() > deadline) {
-      return base::make_error(ETIMEDOUT,
-                              fmt::format("{}: tandemd did not remove the call cgroup{} within {} s", r.label,
-                                          r.wait_for_pool ? " and refill its pool" : "",
-                                          std::chrono::seconds(kSettleTimeout).count()));
+      return base::make_error(ETIMEDOUT, fmt::format("{}: tandemd did not remove the call cgroup{} within {} s",
+                                                     r.label, r.wait_for_pool ? " and refill its pool" : "",
+                                                     std::chrono::seconds(kSettleTimeout).count()));
     }
     sleep_ns(kSettlePollNs);
   }
@@ -809,8 +807,7 @@ void print_table(const std::vector<Variant>& variants) {
   const auto floor_iso = median_of(floor, false);
   const auto plain_burst = median_of(plain, true);
   const auto floor_burst = median_of(floor, true);
-  fmt::print("\n{:<32} {:>5} | {:^42} | {:^42} | {:^17}\n", "start → exec (µs)", "", "isolated", "burst",
-             "reaped p50");
+  fmt::print("\n{:<32} {:>5} | {:^42} | {:^42} | {:^17}\n", "start → exec (µs)", "", "isolated", "burst", "reaped p50");
   fmt::print("{:<32} {:>5} | {:>9} {:>9} {:>10} {:>10} | {:>9} {:>9} {:>10} {:>10} | {:>8} {:>8}\n", "variant", "n",
              "p50", "p99", "÷ plain", "÷ floor", "p50", "p99", "÷ plain", "÷ floor", "isolated", "burst");
   for (const Variant& v : variants) {
@@ -821,8 +818,8 @@ void print_table(const std::vector<Variant>& variants) {
     auto num = [](const Stats& s, double x) { return s.n == 0 ? std::string("-") : fmt::format("{:.1f}", x); };
     fmt::print("{:<32} {:>5} | {:>9} {:>9} {:>10} {:>10} | {:>9} {:>9} {:>10} {:>10} | {:>8} {:>8}\n", v.name, e.n,
                num(e, e.median_us), num(e, e.p99_us), ratio(e.median_us, plain_iso), ratio(e.median_us, floor_iso),
-               num(b, b.median_us), num(b, b.p99_us), ratio(b.median_us, plain_burst),
-               ratio(b.median_us, floor_burst), num(r, r.median_us), num(br, br.median_us));
+               num(b, b.median_us), num(b, b.p99_us), ratio(b.median_us, plain_burst), ratio(b.median_us, floor_burst),
+               num(r, r.median_us), num(br, br.median_us));
   }
 }
 
@@ -905,7 +902,8 @@ Result<void> start_tandem(TandemSide& side, const std::string& subtree, const st
   while (!std::filesystem::exists(sock)) {
     if (side.daemon.exited()) return base::make_error(ECHILD, "tandemd exited at start");
     if (auto i = check_interrupted(); !i) return i;
-    if (std::chrono::steady_clock::now() > deadline) return base::make_error(ETIMEDOUT, "tandemd's socket did not appear");
+    if (std::chrono::steady_clock::now() > deadline)
+      return base::make_error(ETIMEDOUT, "tandemd's socket did not appear");
     sleep_ns(5'000'000);
   }
   tandem_options opts{};
@@ -936,7 +934,8 @@ Result<void> start_tandem(TandemSide& side, const std::string& subtree, const st
 // Closes the session and stops tandemd, checking each step.
 Result<void> stop_tandem(TandemSide& side) {
   if (side.client != nullptr && tandem_session_close(side.client, side.session, TANDEM_CLOSE_NORMAL) != 0) {
-    return base::make_error(EIO, fmt::format("{}: tandem_session_close: {}", side.label, tandem_last_error(side.client)));
+    return base::make_error(EIO,
+                            fmt::format("{}: tandem_session_close: {}", side.label, tandem_last_error(side.client)));
   }
   side.runner.reset();
   side.client = nullptr;
@@ -945,7 +944,8 @@ Result<void> stop_tandem(TandemSide& side) {
     return base::make_error(
         EIO, fmt::format("{}: tandemd did not exit cleanly on SIGTERM (wait status {:#x})", side.label, status));
   }
-  if (side.sweeper.left_behind()) fmt::print("warning: {} tandemd left its cgroup subtree behind; removing it\n", side.label);
+  if (side.sweeper.left_behind())
+    fmt::print("warning: {} tandemd left its cgroup subtree behind; removing it\n", side.label);
   auto r = side.sweeper.sweep();
   if (!r) return base::propagate(std::move(r.error()));
   return {};
@@ -1074,8 +1074,8 @@ int run(const Options& o) {
     if (dir.path().empty()) return fail(fmt::format("mkdtemp: {}", std::strerror(errno)));
     side->runtime_dir = fmt::format("{}/{}", dir.path(), key);
     side->wait_for_pool = side == &warm;
-    if (auto r = start_tandem(*side, fmt::format("{}-{}", subtree, key), tools, cgroups->manager().hierarchies(),
-                              subtree);
+    if (auto r =
+            start_tandem(*side, fmt::format("{}-{}", subtree, key), tools, cgroups->manager().hierarchies(), subtree);
         !r) {
       return fail(fmt::format("{}: {}", key, r.error().message()));
     }
@@ -1116,8 +1116,8 @@ int run(const Options& o) {
       add("floor", "floor: clone3 into v2 cgroup", [&] { return spawn_cpu(spec, floor_placement, floor_method); });
     }
     add("cpu_cg", "cpu::spawn, cgroup + v1 joins", [&] { return spawn_cpu(spec, placement, placed_method); });
-    for (auto [side, key, name] : {std::tuple{&warm, "warm", "tandem, warm pool"},
-                                   std::tuple{&cold, "cold", "tandem, cold (no pool)"}}) {
+    for (auto [side, key, name] :
+         {std::tuple{&warm, "warm", "tandem, warm pool"}, std::tuple{&cold, "cold", "tandem, cold (no pool)"}}) {
       TandemSide* t = side;
       Variant* v = add(key, name, [t, &last_id] { return spawn_tandem(*t, last_id); });
       if (v == nullptr) continue;
@@ -1220,13 +1220,12 @@ int run(const Options& o) {
   fmt::print("\n");
   if (!v1_names.empty()) {
     fmt::print("v1 joins before exec, by themselves (a forked child, {} ms quiet before each), µs:\n", o.gap_ms);
-    fmt::print("  {:<16} {:>9} {:>9}   {:>14} {:>9}\n", "hierarchy", "tasks p50", "p99", "cgroup.procs p50",
-               "p99");
+    fmt::print("  {:<16} {:>9} {:>9}   {:>14} {:>9}\n", "hierarchy", "tasks p50", "p99", "cgroup.procs p50", "p99");
     for (std::size_t k = 0; k < v1_names.size() && k < joins[0].size(); ++k) {
       const Stats t = stats_of(joins[0][k]);
       const Stats p = stats_of(joins[1][k]);
-      fmt::print("  {:<16} {:>9.1f} {:>9.1f}   {:>14.1f} {:>9.1f}\n", v1_names[k], t.median_us, t.p99_us,
-                 p.median_us, p.p99_us);
+      fmt::print("  {:<16} {:>9.1f} {:>9.1f}   {:>14.1f} {:>9.1f}\n", v1_names[k], t.median_us, t.p99_us, p.median_us,
+                 p.p99_us);
     }
     fmt::print("\n");
   }
@@ -1239,8 +1238,8 @@ int run(const Options& o) {
                pool_mid->hits - pool_start->hits + pool_mid->misses - pool_start->misses,
                pool_end->hits - pool_mid->hits, pool_end->hits - pool_mid->hits + pool_end->misses - pool_mid->misses);
   }
-  fmt::print("{} spawns in {:.1f} s; load average now {}\n",
-             (rounds + o.burst) * static_cast<int>(variants.size()), took_s, loadavg());
+  fmt::print("{} spawns in {:.1f} s; load average now {}\n", (rounds + o.burst) * static_cast<int>(variants.size()),
+             took_s, loadavg());
   std::fflush(stdout);
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);

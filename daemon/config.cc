@@ -77,9 +77,9 @@ constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy",  
 constexpr std::string_view kMetricsKeys[] = {"listen"};
 constexpr std::string_view kCgroupKeys[] = {"mode",        "subtree",     "root",     "on_restart",
                                             "adopt_grace", "engine_cpus", "tool_cpus"};
-constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max", "pids_max",         "cpu_max_percent",
-                                          "bubblewrap",      "bubblewrap_args", "pool_max", "pool_per_session",
-                                          "pool_idle"};
+constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max",       "pids_max",
+                                          "cpu_max_percent", "bubblewrap",       "bubblewrap_args",
+                                          "pool_max",        "pool_per_session", "pool_idle"};
 constexpr std::int64_t kMaxPool = 4096;           // tools.pool_max: empty cgroups tandemd keeps ready
 constexpr std::int64_t kMaxPoolPerSession = 256;  // tools.pool_per_session
 constexpr std::string_view kMemoryKeys[] = {"pressure_high", "pressure_critical", "tools_budget", "stall_kill_after",
@@ -810,8 +810,8 @@ std::string describe(const Config& c) {
                      h.root.empty() ? fmt::format("subtree {}", h.subtree) : fmt::format("root {}", h.root),
                      h.on_restart, std::chrono::duration<double>(h.adopt_grace).count());
   out += fmt::format(
-      "tools        memory_high {}, memory_max {}, pids_max {}, cpu_max_percent {}{}; pool_max {}, pool_per_session {}, "
-      "pool_idle {} s\n",
+      "tools        memory_high {}, memory_max {}, pids_max {}, cpu_max_percent {}{}; "
+      "pool_max {}, pool_per_session {}, pool_idle {} s\n",
       h.memory_high, h.memory_max, h.pids_max, h.cpu_max_percent,
       h.bubblewrap.empty() ? "" : fmt::format(", bubblewrap {}", h.bubblewrap), h.pool_max, h.pool_per_session,
       std::chrono::duration<double>(h.pool_idle).count());

@@ -866,9 +866,9 @@ void HostPlane::status(nlohmann::json& out) const {
         {"per_session", config_.pool_per_session},
         {"hits", pool_hits_},
         {"misses", pool_misses_},
-        {"hit_rate", pool_hits_ + pool_misses_ == 0
-                         ? nlohmann::json(nullptr)
-                         : nlohmann::json(static_cast<double>(pool_hits_) / static_cast<double>(pool_hits_ + pool_misses_))},
+        {"hit_rate", pool_hits_ + pool_misses_ == 0 ? nlohmann::json(nullptr)
+                                                    : nlohmann::json(static_cast<double>(pool_hits_) /
+                                                                     static_cast<double>(pool_hits_ + pool_misses_))},
         {"made", pool_made_},
         {"dropped", pool_dropped_},
         {"errors", pool_errors_}}},

@@ -223,8 +223,7 @@ TEST_F(ToolPool, AHandedOutCgroupAlreadyCarriesItsLimits) {
     EXPECT_EQ(knob("pids", tight_rel, "pids.max"), "50");
   }
   if (const Hier* mem = serving("memory")) {
-    EXPECT_EQ(knob("memory", tight_rel, mem->v2 ? "memory.max" : "memory.limit_in_bytes"),
-              std::to_string(64ull << 20));
+    EXPECT_EQ(knob("memory", tight_rel, mem->v2 ? "memory.max" : "memory.limit_in_bytes"), std::to_string(64ull << 20));
   }
   ASSERT_EQ(tandem_tool_kill(runner_, tight), 0);
   (void)wait(tight);
@@ -266,7 +265,7 @@ TEST_F(ToolPool, NoCgroupIsHandedOutTwiceAndEachStartsEmpty) {
               std::to_string(pid));
   }
   const auto p = pool();
-  EXPECT_GE(p["hits"].get<int>(), 1) << p.dump();  // the pool served some ...
+  EXPECT_GE(p["hits"].get<int>(), 1) << p.dump();    // the pool served some ...
   EXPECT_GE(p["misses"].get<int>(), 2) << p.dump();  // ... and ran out: 1 cold first call, 8 calls > 4 ready
   // Ready cgroups (those no call holds) hold no process.
   for (const Hier& h : hier_) {
