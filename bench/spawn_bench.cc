@@ -1207,7 +1207,7 @@ int run(const Options& o) {
     tandem_client_stats st{};
     st.sz = sizeof st;
     if (tandem_get_stats(side->client, &st) != 0) return fail("tandem_get_stats failed");
-    const auto expected = static_cast<std::uint64_t>(rounds + o.burst);
+    const std::uint64_t expected = static_cast<std::uint64_t>(rounds) + static_cast<std::uint64_t>(o.burst);
     if (st.tools_spawned != expected || st.tools_unplaced != 0 || st.disconnects != 0 || st.records_dropped != 0 ||
         tandem_connected(side->client) != 1) {
       return fail(fmt::format(

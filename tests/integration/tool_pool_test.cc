@@ -252,6 +252,7 @@ TEST_F(ToolPool, NoCgroupIsHandedOutTwiceAndEachStartsEmpty) {
   ASSERT_TRUE(pool_ready()) << status().dump();
 
   std::vector<pid_t> pids;
+  pids.reserve(8);
   for (int i = 0; i < 8; ++i) pids.push_back(spawn(s, {"sleep", "30"}));
   std::set<std::string> names;
   const Hier& first_h = hier_.front();
