@@ -77,11 +77,15 @@ namespace tandem::daemon {
 // the rest of the daemon).
 inline constexpr base::Duration kHostPeriod = std::chrono::milliseconds(250);
 // The warm pool: cgroups made or removed per host_tick at most (the tick runs
-// every policy tick, 50 ms by default: up to 320 a second), and how far ahead
-// of its tool-call rate a session's ready cgroups reach.
-inline constexpr std::uint32_t kPoolBatch = 16;
-// Ended calls' cgroups removed per tick at most (TOOL_END only marks them).
-inline constexpr std::size_t kRecycleBatch = 64;
+// every policy tick, 50 ms by default: up to 80 a second), and how far ahead
+// of its tool-call rate a session's ready cgroups reach. The batches are
+// small because the loop does them: a cgroup made in five hierarchies cost
+// about 0.8 ms on the development VM (spawn_bench, cold − warm), and a burst
+// of calls waits behind the whole batch.
+inline constexpr std::uint32_t kPoolBatch = 4;
+// Ended calls' cgroups removed per tick at most (TOOL_END only marks them);
+// every ended one each host period.
+inline constexpr std::size_t kRecycleBatch = 16;
 inline constexpr base::Duration kPoolHorizon = std::chrono::milliseconds(500);
 
 class HostPlane final : public HostEffects {
