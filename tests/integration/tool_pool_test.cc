@@ -319,6 +319,24 @@ TEST_F(ToolPool, AnEmptyPoolFallsBackToTheColdPathAndCountsIt) {
   EXPECT_NE(text->find("tandem_tool_pool_misses_total 3"), std::string::npos) << *text;
 }
 
+// The pool follows a session's call rate: one call keeps it small, a quick
+// run of calls lifts the target, and a session idle for pool_idle keeps
+// none. (Grows: within a tick of the run; shrinks: over seconds.)
+TEST_F(ToolPool, ThePoolGrowsWithTheCallRateAndEmptiesWhenIdle) {
+  start("[tools]\npool_idle = \"1s\"\npool_per_session = 8\n");
+  const auto s = open_session("pool-adapt");
+  EXPECT_EQ(wait(spawn(s, {"exit", "0"})).exit_code, 0);
+  ASSERT_TRUE(pool_ready()) << status().dump();
+  EXPECT_LE(pool()["ready"].get<int>(), 2) << "one call in a second asks for ceil(2 x 0.5) + 1";
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(wait(spawn(s, {"exit", "0"})).exit_code, 0);
+  EXPECT_TRUE(eventually([&] { return pool()["ready"].get<int>() >= 3; })) << status().dump();
+  EXPECT_LE(pool()["ready"].get<int>(), 8);  // pool_per_session
+  // Idle: the ready cgroups go, in every hierarchy.
+  EXPECT_TRUE(eventually([&] { return pool()["ready"] == 0 && pool()["target"] == 0; }, 10s)) << status().dump();
+  EXPECT_GE(pool()["dropped"].get<int>(), 3);
+  for (const Hier& h : hier_) EXPECT_TRUE(pool_dirs(h, session_rel(s)).empty()) << h.path;
+}
+
 // A tool from a pooled cgroup that moves itself out still dies with its
 // session: it is tracked by its cgroup id from the moment it is handed out.
 TEST_F(ToolPool, AToolThatEscapesAPooledCgroupDiesWithItsSession) {
