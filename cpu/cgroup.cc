@@ -694,6 +694,22 @@ base::Result<void> CgroupManager::remove(const Node& node) const {
   return {};
 }
 
+base::Result<void> CgroupManager::remove_leaf(const Node& node) const {
+  if (node.rel.empty()) return base::make_error(EINVAL, "remove_leaf: not the subtree's root");
+  // v2 first: it is where a process of the cgroup always is, so a busy
+  // cgroup fails here, before any hierarchy lost its directory.
+  std::vector<std::size_t> order;
+  if (v2_ >= 0) order.push_back(static_cast<std::size_t>(v2_));
+  for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
+    if (static_cast<int>(i) != v2_) order.push_back(i);
+  }
+  for (std::size_t i : order) {
+    const std::string path = fmt::format("{}/{}", hierarchies_[i].path(), node.rel);
+    if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return base::errno_error(fmt::format("rmdir {}", path));
+  }
+  return {};
+}
+
 base::Result<Usage> CgroupManager::usage(const Node& node) const { return read_usage(usage_dirs(node)); }
 
 UsageDirs CgroupManager::usage_dirs(const Node& node) const {

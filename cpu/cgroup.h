@@ -187,6 +187,12 @@ class CgroupManager {
   // Removes `node` and its descendants, bottom-up, in every hierarchy; EBUSY
   // if a cgroup still has processes (kill first). A missing cgroup is fine.
   base::Result<void> remove(const Node& node) const;
+  // Removes `node` alone: one rmdir per hierarchy, v2 first, no walk and no
+  // process listing. EBUSY (processes left) or ENOTEMPTY (child cgroups)
+  // from the first hierarchy leaves it whole; remove() is then the careful
+  // way. For cgroups that are leaves and normally empty: an ended call's,
+  // a ready one of the pool.
+  base::Result<void> remove_leaf(const Node& node) const;
   base::Result<Usage> usage(const Node& node) const;
   // cpu.pressure / memory.pressure of `node` (v2 only: ENOTSUP without v2).
   base::Result<Psi> pressure(const Node& node, std::string_view resource) const;

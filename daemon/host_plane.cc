@@ -497,6 +497,7 @@ std::optional<cpu::Node> HostPlane::take_ready(SessionCg& s, const cpu::Limits& 
 
 bool HostPlane::drop_ready(cpu::Node node) {
   ++pool_dropped_;
+  if (cgroups_->remove_leaf(node)) return true;
   auto r = cgroups_->remove(node);
   if (r) return true;
   // Never held a process, so this is odd; the folder's removal retries it.
@@ -606,11 +607,15 @@ void HostPlane::recycle(std::size_t budget, bool all) {
       }
       --budget;
       if (auto u = cgroups_->usage(c.node)) account_cpu(c, *u);
-      auto procs = cgroups_->processes(c.node);
-      // Leftovers (or a failed removal): the host period's sweep looks again.
-      if (!procs || !procs->empty() || !cgroups_->remove(c.node)) {
-        ++it;
-        continue;
+      // One rmdir per hierarchy; a busy cgroup (leftovers) or one with child
+      // cgroups fails it whole, and then takes the careful way. Leftovers (or
+      // a failed removal): the host period's sweep looks again.
+      if (!cgroups_->remove_leaf(c.node)) {
+        auto procs = cgroups_->processes(c.node);
+        if (!procs || !procs->empty() || !cgroups_->remove(c.node)) {
+          ++it;
+          continue;
+        }
       }
       if (telemetry_) telemetry_->untrack(c.node.id);
       it = s.calls.erase(it);

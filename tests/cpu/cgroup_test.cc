@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <thread>
@@ -191,6 +192,52 @@ TEST_F(CgroupTest, ProcessesKillAndRemoveCoverDaemonisedGrandchildren) {
   EXPECT_TRUE(mgr_->processes(*session)->empty());
   ASSERT_TRUE(mgr_->remove(*session));
   EXPECT_TRUE(mgr_->children("tools")->empty());
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+}
+
+// remove_leaf(): one rmdir per hierarchy. A busy cgroup, or one with a child
+// cgroup, is left whole in every hierarchy; an empty leaf goes from all.
+TEST_F(CgroupTest, RemoveLeafLeavesABusyCgroupWholeAndRemovesAnEmptyOne) {
+  auto node = mgr_->create("tools/s3/1");
+  ASSERT_TRUE(node) << node.error().message();
+  auto exists_everywhere = [&](const std::string& rel) {
+    return std::ranges::all_of(mgr_->hierarchies(),
+                               [&](const Hierarchy& h) { return ::access((h.path() + "/" + rel).c_str(), F_OK) == 0; });
+  };
+  auto gone_everywhere = [&](const std::string& rel) {
+    return std::ranges::none_of(
+        mgr_->hierarchies(), [&](const Hierarchy& h) { return ::access((h.path() + "/" + rel).c_str(), F_OK) == 0; });
+  };
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  const pid_t child = start_in(*node, [&] {
+    char c = 'x';
+    (void)!::write(pipefd[1], &c, 1);
+    ::pause();
+  });
+  char c = 0;
+  ASSERT_EQ(::read(pipefd[0], &c, 1), 1);
+  auto busy = mgr_->remove_leaf(*node);
+  ASSERT_FALSE(busy);
+  EXPECT_EQ(busy.error().code(), EBUSY);
+  EXPECT_TRUE(exists_everywhere("tools/s3/1"));
+
+  ASSERT_TRUE(mgr_->kill(*node, 5000));
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  // A child cgroup: refused, nothing removed.
+  ASSERT_TRUE(mgr_->create("tools/s3/1/sub"));
+  EXPECT_FALSE(mgr_->remove_leaf(*node));
+  EXPECT_TRUE(exists_everywhere("tools/s3/1/sub"));
+  auto sub = mgr_->open_node("tools/s3/1/sub");
+  ASSERT_TRUE(sub);
+  ASSERT_TRUE(mgr_->remove_leaf(*sub));
+  EXPECT_TRUE(gone_everywhere("tools/s3/1/sub"));
+  // Empty now: gone from every hierarchy, and a second call is fine.
+  ASSERT_TRUE(mgr_->remove_leaf(*node));
+  EXPECT_TRUE(gone_everywhere("tools/s3/1"));
+  EXPECT_TRUE(mgr_->remove_leaf(*node));
+  EXPECT_FALSE(mgr_->remove_leaf(mgr_->root()));  // never the subtree's root
   ::close(pipefd[0]);
   ::close(pipefd[1]);
 }
