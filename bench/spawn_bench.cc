@@ -1,27 +1,46 @@
 // spawn_bench: how long a tool takes to start, and to come back, when a
-// runner launches it through tandem — against a plain fork/exec (issue 6:
-// "Tool spawn latency through tandem vs a plain fork/exec").
+// runner launches it through tandem — against a plain fork/exec and against
+// the fastest known placement, clone3(CLONE_INTO_CGROUP) into an existing
+// cgroup with no daemon (issue 6; issue 23: the warm pool).
 //
 // Variants. Each round spawns /bin/true once per variant, in an order that
 // rotates every round, so drift and machine noise hit every variant alike:
-//   plain           fork() + execve() + waitpid(): the floor.
+//   plain           fork() + execve() + waitpid(): the reference.
 //   posix_spawn     glibc's posix_spawn() (clone(CLONE_VM|CLONE_VFORK), no
-//                   copy of the parent's page tables) + waitpid(): a reference.
+//                   copy of the parent's page tables) + waitpid().
 //   cpu::spawn      cpu::spawn() (cpu/spawn.h, what libtandem runs) with no
 //   (no cgroup)     placement: clone3(CLONE_PIDFD), the child's signal reset,
 //                   setsid(), close_range() and the report pipe, no cgroups.
-//   cpu::spawn      the same into one pre-made cgroup beneath this process's
-//                   own in every hierarchy (CgroupManager, subtree
-//                   tandem-spawnbench-<pid>, cgroup tools/s/1):
-//                   clone3(CLONE_INTO_CGROUP) for v2, and one cgroup.procs
-//                   write in the child per v1 hierarchy before exec. The
-//                   placement mechanism without the daemon.
-//   tandem          tandem_tool_spawn() + tandem_tool_wait() through a real
-//                   tandemd: ToolPrepare on the socket → tandemd creates the
-//                   call's cgroup in every hierarchy and applies its limits →
-//                   ToolPlacement with the directory fds → cpu::spawn into
-//                   them → TOOL_START; after the exit, usage read from the
-//                   cgroup and TOOL_END (on which tandemd removes the cgroup).
+//   floor           cpu::spawn into one pre-made cgroup of the v2 hierarchy
+//                   only: clone3(CLONE_INTO_CGROUP) and nothing else (on a
+//                   pure-v2 host this is the whole placement; on a hybrid one
+//                   it leaves out the v1 controllers). Skipped without v2.
+//   cpu_cg          cpu::spawn into one pre-made cgroup beneath this
+//                   process's own in every hierarchy (CgroupManager, subtree
+//                   tandem-spawnbench-<pid>, cgroup tools/s/1): the floor plus,
+//                   on a hybrid host, one `tasks` write in the child per v1
+//                   hierarchy before exec. The mechanism without the daemon.
+//   warm            tandem_tool_spawn() + tandem_tool_wait() through a real
+//                   tandemd with its warm pool ([tools] defaults): ToolPrepare
+//                   on the socket → tandemd hands out a ready cgroup of the
+//                   session → ToolPlacement with the directory fds →
+//                   cpu::spawn into them → TOOL_START; after the exit, usage
+//                   read from the cgroup and TOOL_END.
+//   cold            the same through a second tandemd with pool_max = 0: each
+//                   call's cgroup is made, with its limits, on its ToolPrepare.
+// The tandemds run side by side, each in its own runtime dir and subtree
+// (…-warm, …-cold), each with one runner handle and one session.
+//
+// Phases. Isolated spawns first (--spawns per variant, each after a quiet
+// gap), then, on a hybrid host, the v1 joins by themselves (a forked child
+// timing its own write to `tasks` and, alternately, to `cgroup.procs` of each
+// v1 hierarchy), then bursts (--burst per variant, back to back in blocks of
+// kBurstBlock, a quiet gap before each block, variants alternating block by
+// block). The table gives p50 and p99 of start → exec for the isolated
+// spawns and for the bursts, each p50 with its ratio to plain's and to the
+// floor's, and the start → reaped medians. --json FILE writes the same rows:
+// {"rows": [{"name", "key", "p50_ms", "p99_ms", "burst_p50_ms", …}]}; the
+// names contain "plain", "floor", "warm" and "cold" for those rows.
 //
 // Two numbers per spawn, both timed from just before the spawn call
 // (CLOCK_MONOTONIC):
@@ -38,27 +57,27 @@
 // The tandem handle is driven (tandem_poll) between spawns, outside the
 // timed spans, as a runner's event loop would.
 //
-// Quiet gap. Every spawn is preceded by --gap-ms (50) of sleep, outside
-// the timed spans. Moving a task into a cgroup takes the kernel's
-// cgroup_threadgroup_rwsem for writing; while that lock's rcu_sync is idle,
-// the writer waits for an RCU grace period (milliseconds), and for about one
-// grace period after a writer is done the next one goes through quickly. A
-// child joining its v1 hierarchies (a write to cgroup.procs each) therefore
-// pays a grace period at its first write unless another migration happened
-// a moment before (strace: the first write ≈ 8 ms, the other three ≈ 10 µs).
-// Back to back, one variant would warm that lock for the next (in the rotation
-// tandem follows cpu::spawn-into-a-cgroup), so each variant's numbers would
-// depend on its neighbour. The gap makes every spawn an isolated one, as tool
-// calls separated by model rounds are; --gap-ms 0 measures a burst instead.
+// Quiet gap. Every isolated spawn is preceded by --gap-ms (50) of sleep,
+// outside the timed spans. Moving a whole process into a cgroup
+// (cgroup.procs) takes the kernel's cgroup_threadgroup_rwsem for writing;
+// while that lock's rcu_sync is idle, the writer waits for an RCU grace
+// period (milliseconds), and for about one grace period after a writer is
+// done the next one goes through quickly. So, back to back, one variant would
+// warm that lock for the next and each variant's numbers would depend on its
+// neighbour. cpu::spawn's v1 joins write `tasks`, which skips that lock, but
+// tandemd's own mkdir/rmdir and other migrations on the host still touch it.
+// The gap makes every spawn an isolated one, as tool calls separated by model
+// rounds are; the burst phase measures back-to-back calls.
 //
-// Settling. tandemd removes a call's cgroup when it handles the TOOL_END
-// record, which may be at its next tick or inside the next ToolPrepare. By
-// default, after each tandem spawn and outside the timed spans, the bench
-// waits until the call's cgroup is gone in every hierarchy (polling the
-// session's folder every 50 µs), so that removal never lands inside another
-// spawn. The time from start until the cgroup was seen gone is printed as an
-// informational line. --no-settle goes on at once (removals may then fall
-// inside later spawns).
+// Settling. tandemd removes an ended call's cgroup at its next tick, and the
+// warm tandemd refills the session's pool there. By default, after each
+// isolated tandem spawn and outside the timed spans, the bench waits until
+// the call's cgroup is gone in every hierarchy and, for warm, until a ready
+// pool-<n> cgroup is back (polling every 50 µs), so that an isolated call
+// meets a refilled pool, as calls separated by model rounds do. Bursts never
+// settle. --no-settle goes on at once. The warm tandemd's own count of calls
+// served from the pool (ctl status, host.pool.hits / misses) is printed for
+// each phase.
 //
 // Failures: any spawn error, a /bin/true that does not exit 0, a tandem call
 // that ran without a cgroup (libtandem's fail-open), a lost connection, a
@@ -66,11 +85,11 @@
 // checked (benchmarks are not timed tests). `--quick` (50 spawns per
 // variant) is the ctest smoke run.
 //
-// Privileges: the two cgroup variants need root. Without it the bench says
-// so, runs the other three and exits 0.
+// Privileges: the floor, cpu_cg, warm and cold need root. Without it the
+// bench says so, runs the other three and exits 0.
 //
-// Hygiene: tandemd runs in a fresh temporary runtime dir with its own cgroup
-// subtree, tandem-spawnbench-<pid>-d, dies with the bench
+// Hygiene: each tandemd runs in a fresh temporary runtime dir with its own
+// cgroup subtree, tandem-spawnbench-<pid>-warm / -cold, dies with the bench
 // (PR_SET_PDEATHSIG), and is stopped with SIGTERM at the end or SIGKILLed on
 // a failure; a subtree it leaves behind is killed and removed. The bench's
 // own subtree is killed and removed on every exit path (SIGINT, SIGTERM and
@@ -85,6 +104,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -113,10 +133,13 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "base/result.h"
 #include "base/unique_fd.h"
 #include "cpu/cgroup.h"
 #include "cpu/spawn.h"
+#include "ipc/daemon_connection.h"
 #include "tandem/tandem.h"
 
 namespace tandem::bench {
@@ -134,6 +157,11 @@ constexpr int kQuickWarmup = 5;
 // Quiet time before each spawn: longer than an RCU grace period here, so
 // that no spawn finds the cgroup migration lock warm from the one before.
 constexpr int kDefaultGapMs = 50;
+// The burst phase: this many spawns per variant, back to back in blocks of
+// kBurstBlock (a quiet gap before each block, none inside it).
+constexpr int kDefaultBurst = 500;
+constexpr int kQuickBurst = 20;
+constexpr int kBurstBlock = 25;
 // p99 is printed from this many samples on (≥ 10 above it).
 constexpr std::size_t kMinForP99 = 1000;
 
@@ -177,11 +205,14 @@ struct Options {
   bool settle = true;
   bool keep = false;
   int gap_ms = kDefaultGapMs;
+  int burst = kDefaultBurst;      // spawns per variant in the burst phase (0: none)
   std::vector<std::string> only;  // variant keys; empty: all
+  std::string json_path;          // --json: the rows as JSON
 };
 
 // The variants' keys (--only), in table order.
-constexpr std::array<std::string_view, 5> kVariantKeys = {"plain", "posix_spawn", "cpu_nocg", "cpu_cg", "tandem"};
+constexpr std::array<std::string_view, 7> kVariantKeys = {"plain",  "posix_spawn", "cpu_nocg", "floor",
+                                                          "cpu_cg", "warm",        "cold"};
 
 void print_usage(std::FILE* to) {
   fmt::print(to,
@@ -189,20 +220,26 @@ void print_usage(std::FILE* to) {
              "  --spawns N     timed spawns of /bin/true per variant (default {})\n"
              "  --warmup N     untimed spawns per variant first (default {})\n"
              "  --quick        {} spawns and {} warm-up per variant (the ctest smoke run)\n"
-             "  --gap-ms N     quiet time before every spawn (default {}; 0: back to back, a burst)\n"
-             "  --no-settle    don't wait for tandemd to remove each tandem call's cgroup before going on\n"
-             "  --only K,...   run only these variants: plain, posix_spawn, cpu_nocg, cpu_cg, tandem\n"
-             "  --keep         keep tandemd's runtime dir (config, tandemd.log) and print its path\n"
+             "  --gap-ms N     quiet time before every isolated spawn (default {}; 0: back to back)\n"
+             "  --burst N      then N spawns per variant back to back, in blocks of {} (default {}; 0: none)\n"
+             "  --no-settle    don't wait for tandemd to remove each call's cgroup (and refill its pool)\n"
+             "  --only K,...   run only these variants: plain, posix_spawn, cpu_nocg, floor, cpu_cg, warm, cold\n"
+             "  --json FILE    also write the rows as JSON: {{\"rows\": [{{\"name\", \"p50_ms\", \"p99_ms\", "
+             "\"burst_p50_ms\", ...}}]}}\n"
+             "  --keep         keep tandemd's runtime dirs (config, tandemd.log) and print their path\n"
              "  --help         show this text\n"
-             "Variants: plain fork+execve, posix_spawn, cpu::spawn without a cgroup; as root also\n"
-             "cpu::spawn into a pre-made cgroup (cpu_cg) and the full path through a real tandemd (tandem).\n",
-             kDefaultSpawns, kDefaultWarmup, kQuickSpawns, kQuickWarmup, kDefaultGapMs);
+             "Variants: plain fork+execve, posix_spawn, cpu::spawn without a cgroup; as root also the floor\n"
+             "(clone3(CLONE_INTO_CGROUP) into a pre-made v2 cgroup, no daemon), cpu::spawn into a pre-made cgroup\n"
+             "in every hierarchy (cpu_cg: the floor plus the v1 joins of a hybrid host), and a real tandemd with its\n"
+             "warm pool (warm) and one with the pool off (cold).\n",
+             kDefaultSpawns, kDefaultWarmup, kQuickSpawns, kQuickWarmup, kDefaultGapMs, kBurstBlock, kDefaultBurst);
 }
 
 // Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed).
 int parse_args(int argc, char** argv, Options& o) {
   std::optional<int> spawns;
   std::optional<int> warmup;
+  std::optional<int> burst;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -247,6 +284,14 @@ int parse_args(int argc, char** argv, Options& o) {
         }
         o.only.push_back(key);
       }
+    } else if (arg == "--burst") {
+      ok = integer(0, 1'000'000, burst);
+    } else if (arg == "--json") {
+      if (i + 1 >= argc) {
+        fmt::print(stderr, "spawn_bench: --json needs a file\n");
+        return 2;
+      }
+      o.json_path = argv[++i];
     } else if (arg == "--quick") {
       quick = true;
     } else if (arg == "--no-settle") {
@@ -262,6 +307,7 @@ int parse_args(int argc, char** argv, Options& o) {
   }
   o.spawns = spawns.value_or(quick ? kQuickSpawns : kDefaultSpawns);
   o.warmup = warmup.value_or(quick ? kQuickWarmup : kDefaultWarmup);
+  o.burst = burst.value_or(quick ? kQuickBurst : kDefaultBurst);
   return 0;
 }
 
@@ -546,15 +592,23 @@ Result<Sample> spawn_cpu(const cpu::SpawnSpec& spec, const cpu::Placement& where
   return Sample{t0, *t1 - t0, t2 - t0};
 }
 
-// The tandem side: a runner handle, its session, and where tandemd puts the
-// session's tool cgroups (for settling).
-struct TandemRunner {
+// The tandem side: a tandemd of its own (runtime dir, cgroup subtree), a
+// runner handle, its session, and where tandemd puts the session's tool
+// cgroups (for settling). Members are destroyed runner → tandemd → sweep.
+struct TandemSide {
+  std::string label;  // "warm" or "cold"
+  std::string runtime_dir;
+  std::string log_path;
+  DaemonSubtreeSweeper sweeper;
+  DaemonProcess daemon;
+  ClientHandle runner;
   tandem_client* client = nullptr;
   std::uint64_t session = 0;
-  std::vector<std::string> session_dirs;  // tools/<session> in each hierarchy
+  std::vector<std::string> session_dirs;  // tools/<session> in each hierarchy, v2 (when there is one) first
+  bool wait_for_pool = false;             // settling also waits until a ready cgroup is back
 };
 
-Result<Sample> spawn_tandem(TandemRunner& r) {
+Result<Sample> spawn_tandem(TandemSide& r, std::uint64_t& cgroup_id) {
   auto pipe = ExecPipe::make();
   if (!pipe) return base::propagate(std::move(pipe.error()));
   const std::array<const char*, 2> argv{kProgram, nullptr};
@@ -578,32 +632,52 @@ Result<Sample> spawn_tandem(TandemRunner& r) {
     return base::make_error(EIO, fmt::format("{} ended with {} (reason {}): {}", kProgram, res.exit_code, res.reason,
                                              static_cast<const char*>(res.message)));
   }
+  cgroup_id = res.cgroup_id;
   return Sample{t0, *t1 - t0, t2 - t0};
 }
 
-// Whether `dir` has a subdirectory (a cgroup child). A missing dir has none.
-bool has_child_dir(const std::string& dir) {
+// The subdirectories (child cgroups) of `dir`; none for a missing dir.
+std::vector<std::string> child_dirs(const std::string& dir) {
+  std::vector<std::string> out;
   DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return false;
-  bool found = false;
+  if (d == nullptr) return out;
   while (const dirent* e = ::readdir(d)) {
     if (e->d_type == DT_DIR && std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
-      found = true;
-      break;
+      out.emplace_back(e->d_name);
     }
   }
   ::closedir(d);
-  return found;
+  return out;
 }
 
-// Waits until tandemd has removed every call cgroup of the session, in every
-// hierarchy; returns when that was seen.
-Result<std::int64_t> settle(const TandemRunner& r) {
+// The name of the child of `dir` whose cgroup id is `id` ("" if none: gone).
+std::string child_with_id(const std::string& dir, std::uint64_t id) {
+  for (const std::string& name : child_dirs(dir)) {
+    base::UniqueFd fd(::open(fmt::format("{}/{}", dir, name).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) continue;
+    auto got = cpu::cgroup_id(fd.get());
+    if (got && *got == id) return name;
+  }
+  return "";
+}
+
+// Waits until tandemd has removed the call's cgroup (`id`) in every
+// hierarchy and, with a pool, made a ready one again; returns when that was
+// seen.
+Result<std::int64_t> settle(const TandemSide& r, std::uint64_t id) {
   const std::int64_t deadline = now_ns() + std::chrono::nanoseconds(kSettleTimeout).count();
+  const std::string name = r.session_dirs.empty() ? "" : child_with_id(r.session_dirs.front(), id);
   for (;;) {
-    if (std::ranges::none_of(r.session_dirs, has_child_dir)) return now_ns();
+    const bool gone = name.empty() || std::ranges::none_of(r.session_dirs, [&](const std::string& d) {
+                        return std::filesystem::exists(fmt::format("{}/{}", d, name));
+                      });
+    const bool ready = !r.wait_for_pool || std::ranges::all_of(r.session_dirs, [&](const std::string& d) {
+      return std::ranges::any_of(child_dirs(d), [&](const std::string& c) { return c.starts_with("pool-"); });
+    });
+    if (gone && ready) return now_ns();
     if (now_ns() > deadline) {
-      return base::make_error(ETIMEDOUT, fmt::format("tandemd did not remove the call cgroup within {} s",
+      return base::make_error(ETIMEDOUT, fmt::format("{}: tandemd did not remove the call cgroup{} within {} s",
+                                                     r.label, r.wait_for_pool ? " and refill its pool" : "",
                                                      std::chrono::seconds(kSettleTimeout).count()));
     }
     sleep_ns(kSettlePollNs);
@@ -645,11 +719,14 @@ struct Variant {
   std::string key;  // for --only
   std::string name;
   std::function<Result<Sample>()> spawn;
-  // Run after each spawn, outside the timed span (tandem: settling); `timed`
-  // is false in the warm-up.
-  std::function<Result<void>(const Sample&, bool timed)> after;
+  // Run after each spawn, outside the timed span (tandem: the runner's poll,
+  // and settling); `timed` is false in the warm-up, `burst` true in the burst
+  // phase (no settling there).
+  std::function<Result<void>(const Sample&, bool timed, bool burst)> after;
   std::vector<std::int64_t> exec_ns;
   std::vector<std::int64_t> reaped_ns;
+  std::vector<std::int64_t> burst_exec_ns;
+  std::vector<std::int64_t> burst_reaped_ns;
 };
 
 std::string read_text(const std::string& path) {
@@ -709,34 +786,70 @@ const Variant* find_variant(const std::vector<Variant>& variants, std::string_vi
   return it == variants.end() ? nullptr : &*it;
 }
 
-// The table: both spans per variant, with the ratio of medians to plain's.
+std::string ratio(double v, const std::optional<double>& base) {
+  return base && *base > 0 && v > 0 ? fmt::format("{:.2f}x", v / *base) : "-";
+}
+
+// The table: start → exec of isolated spawns (p50, p99) and of bursts, each
+// p50 with its ratio to plain fork/exec's and to the floor's; start → reaped
+// medians last.
 void print_table(const std::vector<Variant>& variants) {
   if (variants.empty()) return;
-  const bool p99 = variants.front().exec_ns.size() >= kMinForP99;
   const Variant* plain = find_variant(variants, "plain");
-  auto cell = [&](const Stats& s, const std::optional<Stats>& base) {
-    std::string out = fmt::format(" {:9.1f} {:9.1f}", s.median_us, s.p90_us);
-    if (p99) out += fmt::format(" {:9.1f}", s.p99_us);
-    out += base && base->median_us > 0 ? fmt::format(" {:7.2f}x", s.median_us / base->median_us)
-                                       : fmt::format(" {:>8}", "-");
-    return out;
+  const Variant* floor = find_variant(variants, "floor");
+  auto median_of = [](const Variant* v, bool burst) -> std::optional<double> {
+    if (v == nullptr) return std::nullopt;
+    const auto& samples = burst ? v->burst_exec_ns : v->exec_ns;
+    if (samples.empty()) return std::nullopt;
+    return stats_of(samples).median_us;
   };
-  const int width = p99 ? 39 : 29;
-  fmt::print("\n{:<22} {:>6}  {:^{}}  {:^{}}\n", "", "", "start → exec (µs)", width, "start → exit reaped (µs)", width);
-  const std::string head =
-      fmt::format(" {:>9} {:>9}{} {:>8}", "median", "p90", p99 ? fmt::format(" {:>9}", "p99") : "", "÷ plain");
-  fmt::print("{:<22} {:>6} {} {}\n", "variant", "n", head, head);
-  std::optional<Stats> plain_exec;
-  std::optional<Stats> plain_reaped;
-  if (plain != nullptr) {
-    plain_exec = stats_of(plain->exec_ns);
-    plain_reaped = stats_of(plain->reaped_ns);
-  }
+  const auto plain_iso = median_of(plain, false);
+  const auto floor_iso = median_of(floor, false);
+  const auto plain_burst = median_of(plain, true);
+  const auto floor_burst = median_of(floor, true);
+  fmt::print("\n{:<32} {:>5} | {:^42} | {:^42} | {:^17}\n", "start → exec (µs)", "", "isolated", "burst", "reaped p50");
+  fmt::print("{:<32} {:>5} | {:>9} {:>9} {:>10} {:>10} | {:>9} {:>9} {:>10} {:>10} | {:>8} {:>8}\n", "variant", "n",
+             "p50", "p99", "÷ plain", "÷ floor", "p50", "p99", "÷ plain", "÷ floor", "isolated", "burst");
   for (const Variant& v : variants) {
     const Stats e = stats_of(v.exec_ns);
+    const Stats b = stats_of(v.burst_exec_ns);
     const Stats r = stats_of(v.reaped_ns);
-    fmt::print("{:<22} {:>6}{} {}\n", v.name, e.n, cell(e, plain_exec), cell(r, plain_reaped));
+    const Stats br = stats_of(v.burst_reaped_ns);
+    auto num = [](const Stats& s, double x) { return s.n == 0 ? std::string("-") : fmt::format("{:.1f}", x); };
+    fmt::print("{:<32} {:>5} | {:>9} {:>9} {:>10} {:>10} | {:>9} {:>9} {:>10} {:>10} | {:>8} {:>8}\n", v.name, e.n,
+               num(e, e.median_us), num(e, e.p99_us), ratio(e.median_us, plain_iso), ratio(e.median_us, floor_iso),
+               num(b, b.median_us), num(b, b.p99_us), ratio(b.median_us, plain_burst), ratio(b.median_us, floor_burst),
+               num(r, r.median_us), num(br, br.median_us));
   }
+}
+
+// The rows as JSON (milliseconds); null where a phase did not run.
+std::string rows_json(const std::vector<Variant>& variants) {
+  const Variant* plain = find_variant(variants, "plain");
+  const Variant* floor = find_variant(variants, "floor");
+  auto ms = [](const std::vector<std::int64_t>& v, double Stats::*field) {
+    return v.empty() ? std::string("null") : fmt::format("{:.4f}", stats_of(v).*field / 1e3);
+  };
+  auto rel = [](const std::vector<std::int64_t>& v, const Variant* base, bool burst) {
+    if (base == nullptr || v.empty()) return std::string("null");
+    const auto& b = burst ? base->burst_exec_ns : base->exec_ns;
+    if (b.empty()) return std::string("null");
+    const double d = stats_of(b).median_us;
+    return d > 0 ? fmt::format("{:.3f}", stats_of(v).median_us / d) : std::string("null");
+  };
+  std::string out = "{\"rows\": [\n";
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const Variant& v = variants[i];
+    out += fmt::format(
+        "  {{\"name\": \"{}\", \"key\": \"{}\", \"n\": {}, \"p50_ms\": {}, \"p99_ms\": {}, \"burst_n\": {}, "
+        "\"burst_p50_ms\": {}, \"burst_p99_ms\": {}, \"reaped_p50_ms\": {}, \"vs_plain\": {}, \"vs_floor\": {}, "
+        "\"burst_vs_plain\": {}, \"burst_vs_floor\": {}}}{}\n",
+        v.name, v.key, v.exec_ns.size(), ms(v.exec_ns, &Stats::median_us), ms(v.exec_ns, &Stats::p99_us),
+        v.burst_exec_ns.size(), ms(v.burst_exec_ns, &Stats::median_us), ms(v.burst_exec_ns, &Stats::p99_us),
+        ms(v.reaped_ns, &Stats::median_us), rel(v.exec_ns, plain, false), rel(v.exec_ns, floor, false),
+        rel(v.burst_exec_ns, plain, true), rel(v.burst_exec_ns, floor, true), i + 1 < variants.size() ? "," : "");
+  }
+  return out + "]}\n";
 }
 
 std::string loadavg() {
@@ -763,38 +876,173 @@ Result<void> wait_connected(tandem_client* c, DaemonProcess& daemon) {
   }
 }
 
+// Starts a tandemd in `side.runtime_dir` with `tools_toml` as its [tools]
+// table, in the cgroup subtree `subtree` beneath our own, and opens a runner
+// and its session. `hierarchies`: our own subtree's, to find tandemd's.
+Result<void> start_tandem(TandemSide& side, const std::string& subtree, const std::string& tools_toml,
+                          const std::vector<cpu::Hierarchy>& hierarchies, const std::string& own_subtree) {
+  if (::mkdir(side.runtime_dir.c_str(), 0700) != 0) return base::errno_error(fmt::format("mkdir {}", side.runtime_dir));
+  const std::string config = side.runtime_dir + "/tandemd.toml";
+  side.log_path = side.runtime_dir + "/tandemd.log";
+  std::ofstream(config) << fmt::format("[cgroups]\nmode = \"on\"\nsubtree = \"{}\"\n\n[tools]\n{}", subtree,
+                                       tools_toml);
+  std::vector<std::string> paths;
+  for (const cpu::Hierarchy& h : hierarchies) {
+    // Our subtree's path with its last part (own_subtree) replaced by tandemd's.
+    const std::string p = h.path();
+    paths.push_back(p.substr(0, p.size() - own_subtree.size()) + subtree);
+  }
+  side.sweeper.arm(subtree, paths);
+  if (auto r = side.daemon.start({TANDEMD_PATH, "--config", config, "--runtime-dir", side.runtime_dir}, side.log_path);
+      !r) {
+    return base::propagate(std::move(r.error()), "start tandemd");
+  }
+  const std::string sock = side.runtime_dir + "/tandemd.sock";
+  const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+  while (!std::filesystem::exists(sock)) {
+    if (side.daemon.exited()) return base::make_error(ECHILD, "tandemd exited at start");
+    if (auto i = check_interrupted(); !i) return i;
+    if (std::chrono::steady_clock::now() > deadline)
+      return base::make_error(ETIMEDOUT, "tandemd's socket did not appear");
+    sleep_ns(5'000'000);
+  }
+  tandem_options opts{};
+  opts.sz = sizeof opts;
+  opts.runtime_dir = side.runtime_dir.c_str();
+  opts.name = "spawn-bench";
+  opts.reconnect_min_ms = 10;
+  tandem_client* c = nullptr;
+  if (const int rc = tandem_runner_open(&opts, &c); rc != 0) {
+    return base::make_error(-rc, fmt::format("tandem_runner_open: {}", std::strerror(-rc)));
+  }
+  side.runner.reset(c);
+  side.client = c;
+  if (auto r = wait_connected(c, side.daemon); !r) return r;
+  if (tandem_session_open(c, kSessionName, nullptr, &side.session) != 0) {
+    return base::make_error(EIO, fmt::format("tandem_session_open: {}", tandem_last_error(c)));
+  }
+  for (const std::string& p : paths) {
+    if (!std::filesystem::is_directory(p)) {
+      return base::make_error(ENOENT,
+                              fmt::format("tandemd's cgroup subtree is not at {} (where this bench expects it)", p));
+    }
+    side.session_dirs.push_back(fmt::format("{}/tools/{:016x}", p, side.session));
+  }
+  return {};
+}
+
+// Closes the session and stops tandemd, checking each step.
+Result<void> stop_tandem(TandemSide& side) {
+  if (side.client != nullptr && tandem_session_close(side.client, side.session, TANDEM_CLOSE_NORMAL) != 0) {
+    return base::make_error(EIO,
+                            fmt::format("{}: tandem_session_close: {}", side.label, tandem_last_error(side.client)));
+  }
+  side.runner.reset();
+  side.client = nullptr;
+  const int status = side.daemon.stop();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return base::make_error(
+        EIO, fmt::format("{}: tandemd did not exit cleanly on SIGTERM (wait status {:#x})", side.label, status));
+  }
+  if (side.sweeper.left_behind())
+    fmt::print("warning: {} tandemd left its cgroup subtree behind; removing it\n", side.label);
+  auto r = side.sweeper.sweep();
+  if (!r) return base::propagate(std::move(r.error()));
+  return {};
+}
+
+// The v1 joins by themselves (a hybrid host): a forked child writes "0" into
+// `file` ("tasks" or "cgroup.procs") of each v1 directory of `dirs`, timing
+// each write; the times come back over a pipe (µs as int64, one per dir).
+Result<std::vector<std::int64_t>> time_v1_joins(const std::vector<int>& dirs, const char* file) {
+  std::array<int, 2> fds{};
+  if (::pipe2(fds.data(), O_CLOEXEC) != 0) return base::errno_error("pipe2");
+  base::UniqueFd rd(fds[0]);
+  base::UniqueFd wr(fds[1]);
+  std::array<std::int64_t, 16> ns{};
+  const std::size_t n = std::min(dirs.size(), ns.size());
+  const pid_t pid = ::fork();
+  if (pid < 0) return base::errno_error("fork");
+  if (pid == 0) {
+    // Async-signal-safe calls only.
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t t0 = now_ns();
+      const int fd = ::openat(dirs[i], file, O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, "0", 1) != 1) ::_exit(1);
+      ::close(fd);
+      ns[i] = now_ns() - t0;
+    }
+    const auto bytes = static_cast<ssize_t>(n * sizeof ns[0]);
+    ::_exit(::write(wr.get(), ns.data(), static_cast<std::size_t>(bytes)) == bytes ? 0 : 2);
+  }
+  wr.reset();
+  const ssize_t got = ::read(rd.get(), ns.data(), n * sizeof ns[0]);
+  auto status = wait_pid(pid);
+  if (!status) return base::propagate(std::move(status.error()));
+  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0 || got != static_cast<ssize_t>(n * sizeof ns[0])) {
+    return base::make_error(EIO, fmt::format("the child joining through {} failed", file));
+  }
+  return std::vector<std::int64_t>(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+// The warm pool's counters from tandemd (ctl status: host.pool.hits and
+// .misses); nullopt if it cannot say.
+struct PoolCounts {
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+};
+std::optional<PoolCounts> pool_counts(const TandemSide& side) {
+  auto c = ipc::DaemonConnection::connect(side.runtime_dir + "/tandemd.sock");
+  if (!c || !c->hello(wire::Role::CtlRead, "spawn-bench-ctl", std::nullopt, std::chrono::milliseconds(3000))) {
+    return std::nullopt;
+  }
+  auto body = c->ctl("status");
+  if (!body) return std::nullopt;
+  const auto j = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json* pool = nullptr;
+  if (j.is_object() && j.contains("host") && j["host"].is_object() && j["host"].contains("pool")) {
+    pool = &j["host"]["pool"];
+  }
+  if (pool == nullptr || !pool->is_object() || !(*pool)["hits"].is_number() || !(*pool)["misses"].is_number()) {
+    return std::nullopt;
+  }
+  return PoolCounts{(*pool)["hits"].get<std::uint64_t>(), (*pool)["misses"].get<std::uint64_t>()};
+}
+
 int run(const Options& o) {
   const bool root = ::geteuid() == 0;
   fmt::print(
-      "spawn_bench: {}, {} timed spawns per variant after {} warm-up, variants alternating every round, {} ms quiet "
-      "before each spawn{}\n",
-      kProgram, o.spawns, o.warmup, o.gap_ms, !root ? "" : (o.settle ? ", tandem calls settled" : ", not settled"));
+      "spawn_bench: {}, {} timed isolated spawns per variant after {} warm-up ({} ms quiet before each{}), then {} "
+      "per variant in bursts of {}; variants alternate\n",
+      kProgram, o.spawns, o.warmup, o.gap_ms, !root ? "" : (o.settle ? ", tandem calls settled" : ", not settled"),
+      o.burst, kBurstBlock);
   print_machine();
   if (!root) {
     fmt::print(
-        "not root: cpu::spawn into a cgroup and tandem need root (they create cgroups beneath this process's "
-        "own); running plain, posix_spawn and cpu::spawn without a cgroup only\n");
+        "not root: the floor, cpu::spawn into a cgroup and tandem need root (they create cgroups beneath this "
+        "process's own); running plain, posix_spawn and cpu::spawn without a cgroup only\n");
   }
   std::fflush(stdout);
 
-  // Declared in this order so that destruction goes: runner handle →
-  // tandemd → sweep of tandemd's subtree → our cgroup node → our subtree →
+  // Declared in this order so that destruction goes: runner handles →
+  // tandemds → sweeps of their subtrees → our cgroup nodes → our subtree →
   // the runtime dir.
   TempDir dir(o.keep);
   std::unique_ptr<OwnedSubtree> cgroups;
   std::optional<cpu::Node> node;
-  DaemonSubtreeSweeper sweeper;
-  DaemonProcess daemon;
-  ClientHandle runner;
-  TandemRunner tr;
-  std::string log_path;
+  TandemSide warm;
+  TandemSide cold;
+  warm.label = "warm";
+  cold.label = "cold";
 
   auto fail = [&](const std::string& why) {
     std::fflush(stdout);
     fmt::print(stderr, "spawn_bench: {}\n", why);
-    if (!log_path.empty()) {
-      fmt::print(stderr, "--- tandemd.log (tail) ---\n{}--------------------------\n",
-                 tail_lines(read_text(log_path), 20));
+    for (const TandemSide* side : {&warm, &cold}) {
+      if (!side->log_path.empty()) {
+        fmt::print(stderr, "--- {} tandemd.log (tail) ---\n{}--------------------------\n", side->label,
+                   tail_lines(read_text(side->log_path), 20));
+      }
     }
     return 1;
   };
@@ -802,9 +1050,9 @@ int run(const Options& o) {
   auto selected = [&](std::string_view key) {
     return o.only.empty() || std::ranges::find(o.only, key) != o.only.end();
   };
-  const bool with_tandem = root && selected("tandem");
   const std::string subtree = fmt::format("tandem-spawnbench-{}", ::getpid());
   cpu::Placement placement;
+  cpu::Placement floor_placement;
   if (root) {
     // The mechanism's cgroup: tools/s/1 beneath our own, in every hierarchy.
     auto s = OwnedSubtree::open(subtree);
@@ -816,62 +1064,36 @@ int run(const Options& o) {
     const cpu::PlacementFds fds = cgroups->manager().placement(*node);
     placement.v2_dir = fds.v2_dir;
     placement.v1_dirs = fds.v1_dirs;
+    floor_placement.v2_dir = fds.v2_dir;  // v2 only: clone3(CLONE_INTO_CGROUP) and nothing else
     fmt::print("cgroups (bench, pre-made tools/s/1): {}\n", cgroups->manager().describe());
+    if (auto f = cgroups->manager().favordynmods()) fmt::print("cgroup2 favordynmods: {}\n", *f ? "yes" : "no");
+    if (fds.v2_dir < 0) fmt::print("no cgroup v2 here: the floor row is skipped\n");
   }
-  if (with_tandem) {
-    // tandemd, in a runtime dir and a cgroup subtree of its own.
+  for (auto [side, key, tools] : {std::tuple{&warm, "warm", ""}, std::tuple{&cold, "cold", "pool_max = 0\n"}}) {
+    if (!root || !selected(key)) continue;
     if (dir.path().empty()) return fail(fmt::format("mkdtemp: {}", std::strerror(errno)));
-    if (o.keep) fmt::print("runtime dir: {}\n", dir.path());
-    const std::string config = dir.path() + "/tandemd.toml";
-    log_path = dir.path() + "/tandemd.log";
-    const std::string daemon_subtree = subtree + "-d";
-    std::ofstream(config) << fmt::format("[cgroups]\nmode = \"on\"\nsubtree = \"{}\"\n", daemon_subtree);
-    std::vector<std::string> daemon_paths;
-    for (const cpu::Hierarchy& h : cgroups->manager().hierarchies()) daemon_paths.push_back(h.path() + "-d");
-    sweeper.arm(daemon_subtree, daemon_paths);
-    if (auto r = daemon.start({TANDEMD_PATH, "--config", config, "--runtime-dir", dir.path()}, log_path); !r) {
-      return fail(fmt::format("start tandemd: {}", r.error().message()));
+    side->runtime_dir = fmt::format("{}/{}", dir.path(), key);
+    side->wait_for_pool = side == &warm;
+    if (auto r =
+            start_tandem(*side, fmt::format("{}-{}", subtree, key), tools, cgroups->manager().hierarchies(), subtree);
+        !r) {
+      return fail(fmt::format("{}: {}", key, r.error().message()));
     }
-    const std::string sock = dir.path() + "/tandemd.sock";
-    const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
-    while (!std::filesystem::exists(sock)) {
-      if (daemon.exited()) return fail("tandemd exited at start");
-      if (g_interrupted != 0) return fail("interrupted");
-      if (std::chrono::steady_clock::now() > deadline) return fail("tandemd's socket did not appear");
-      sleep_ns(5'000'000);
-    }
-    tandem_options opts{};
-    opts.sz = sizeof opts;
-    opts.runtime_dir = dir.path().c_str();
-    opts.name = "spawn-bench";
-    opts.reconnect_min_ms = 10;
-    tandem_client* c = nullptr;
-    if (const int rc = tandem_runner_open(&opts, &c); rc != 0) {
-      return fail(fmt::format("tandem_runner_open: {}", std::strerror(-rc)));
-    }
-    runner.reset(c);
-    tr.client = runner.get();
-    if (auto r = wait_connected(tr.client, daemon); !r) return fail(r.error().message());
-    if (tandem_session_open(tr.client, kSessionName, nullptr, &tr.session) != 0) {
-      return fail(fmt::format("tandem_session_open: {}", tandem_last_error(tr.client)));
-    }
-    for (const std::string& p : daemon_paths) {
-      if (!std::filesystem::is_directory(p)) {
-        return fail(fmt::format("tandemd's cgroup subtree is not at {} (where this bench expects it)", p));
-      }
-      tr.session_dirs.push_back(fmt::format("{}/tools/{:016x}", p, tr.session));
-    }
-    const std::string host = line_after(read_text(log_path), "host: cgroups ");
-    fmt::print("cgroups (tandemd): {}\n", host.empty() ? "(not in its log)" : host);
+    const std::string host = line_after(read_text(side->log_path), "host: cgroups ");
+    fmt::print("cgroups (tandemd, {}): {}\n", key, host.empty() ? "(not in its log)" : host);
   }
+  if (o.keep && !dir.path().empty()) fmt::print("runtime dirs: {}/{{warm,cold}}\n", dir.path());
 
   const Command cmd;
   cpu::SpawnSpec spec;  // libtandem's defaults: a new session, other fds closed, environ inherited
   spec.argv = {kProgram};
   const cpu::Placement no_placement;
   std::optional<cpu::SpawnMethod> bare_method;
+  std::optional<cpu::SpawnMethod> floor_method;
   std::optional<cpu::SpawnMethod> placed_method;
-  std::vector<std::int64_t> removed_ns;  // start → the call's cgroup seen gone (settling)
+  std::optional<PoolCounts> pool_start;  // warm tandemd's counters before the timed spawns, between phases, after
+  std::optional<PoolCounts> pool_mid;
+  std::optional<PoolCounts> pool_end;
 
   std::vector<Variant> variants;
   auto add = [&](std::string key, std::string name, std::function<Result<Sample>()> spawn) -> Variant* {
@@ -884,31 +1106,38 @@ int run(const Options& o) {
     v.reaped_ns.reserve(static_cast<std::size_t>(o.spawns));
     return &v;
   };
-  variants.reserve(5);  // `t` below points into it
+  variants.reserve(kVariantKeys.size());  // the pointers below point into it
   add("plain", "plain fork+execve", [&] { return spawn_plain(cmd); });
   add("posix_spawn", "posix_spawn", [&] { return spawn_posix(cmd); });
   add("cpu_nocg", "cpu::spawn, no cgroup", [&] { return spawn_cpu(spec, no_placement, bare_method); });
+  std::uint64_t last_id = 0;
   if (root) {
-    add("cpu_cg", "cpu::spawn, cgroup", [&] { return spawn_cpu(spec, placement, placed_method); });
-    Variant* t = add("tandem", "tandem spawn+wait", [&] { return spawn_tandem(tr); });
-    removed_ns.reserve(static_cast<std::size_t>(o.spawns));
-    if (t != nullptr)
-      t->after = [&](const Sample& s, bool timed) -> Result<void> {
-        (void)tandem_poll(tr.client, 0, 0, nullptr);  // the runner's event loop, between calls
-        if (!o.settle) return {};
-        auto gone = settle(tr);
+    if (floor_placement.v2_dir >= 0) {
+      add("floor", "floor: clone3 into v2 cgroup", [&] { return spawn_cpu(spec, floor_placement, floor_method); });
+    }
+    add("cpu_cg", "cpu::spawn, cgroup + v1 joins", [&] { return spawn_cpu(spec, placement, placed_method); });
+    for (auto [side, key, name] :
+         {std::tuple{&warm, "warm", "tandem, warm pool"}, std::tuple{&cold, "cold", "tandem, cold (no pool)"}}) {
+      TandemSide* t = side;
+      Variant* v = add(key, name, [t, &last_id] { return spawn_tandem(*t, last_id); });
+      if (v == nullptr) continue;
+      v->after = [&o, t, &last_id](const Sample&, bool /*timed*/, bool burst) -> Result<void> {
+        (void)tandem_poll(t->client, 0, 0, nullptr);  // the runner's event loop, between calls
+        if (!o.settle || burst) return {};
+        auto gone = settle(*t, last_id);
         if (!gone) return base::propagate(std::move(gone.error()));
-        if (timed) removed_ns.push_back(*gone - s.start_ns);
         return {};
       };
+    }
   }
   std::fflush(stdout);
 
-  // Rounds: every variant once, starting one further each round.
+  // Isolated: every variant once per round, starting one further each round.
   const std::int64_t began = now_ns();
   const int rounds = o.warmup + o.spawns;
   for (int round = 0; round < rounds; ++round) {
     const bool timed = round >= o.warmup;
+    if (round == o.warmup && warm.client != nullptr) pool_start = pool_counts(warm);
     for (std::size_t k = 0; k < variants.size(); ++k) {
       if (g_interrupted != 0) return fail("interrupted");
       Variant& v = variants[(static_cast<std::size_t>(round) + k) % variants.size()];
@@ -920,71 +1149,109 @@ int run(const Options& o) {
         v.reaped_ns.push_back(s->reaped_ns);
       }
       if (v.after) {
-        if (auto a = v.after(*s, timed); !a) {
+        if (auto a = v.after(*s, timed, false); !a) {
           return fail(fmt::format("{}: after spawn {} of {}: {}", v.name, round + 1, rounds, a.error().message()));
         }
       }
     }
   }
+  // Bursts: blocks of kBurstBlock back-to-back spawns of one variant, a
+  // quiet gap before each block, the variants alternating block by block.
+  if (warm.client != nullptr) pool_mid = pool_counts(warm);
+  // The v1 joins alone, per hierarchy, through tasks (what cpu::spawn does)
+  // and through cgroup.procs (what it did), alternating, each after the gap.
+  std::vector<std::string> v1_names;
+  std::array<std::vector<std::vector<std::int64_t>>, 2> joins;  // [tasks, procs][hierarchy][sample]
+  if (root && !placement.v1_dirs.empty() && selected("cpu_cg")) {
+    for (const cpu::Hierarchy& h : cgroups->manager().hierarchies()) {
+      if (h.v2) continue;
+      std::string cs;
+      for (cpu::Controller c : h.controllers) cs += fmt::format("{}{}", cs.empty() ? "" : ",", cpu::name(c));
+      v1_names.push_back(cs);
+    }
+    for (auto& j : joins) j.resize(placement.v1_dirs.size());
+    const int n = std::min(o.spawns, 200);
+    for (int i = 0; i < 2 * n; ++i) {
+      if (g_interrupted != 0) return fail("interrupted");
+      sleep_ns(std::int64_t{o.gap_ms} * 1'000'000);
+      const std::size_t which = static_cast<std::size_t>(i % 2);
+      auto t = time_v1_joins(placement.v1_dirs, which == 0 ? "tasks" : "cgroup.procs");
+      if (!t) return fail(fmt::format("v1 joins: {}", t.error().message()));
+      for (std::size_t k = 0; k < t->size(); ++k) joins[which][k].push_back((*t)[k]);
+    }
+  }
+  const int blocks = (o.burst + kBurstBlock - 1) / kBurstBlock;
+  for (int block = 0; block < blocks; ++block) {
+    for (std::size_t k = 0; k < variants.size(); ++k) {
+      Variant& v = variants[(static_cast<std::size_t>(block) + k) % variants.size()];
+      sleep_ns(std::int64_t{std::max(o.gap_ms, kDefaultGapMs)} * 1'000'000);
+      const int n = std::min(kBurstBlock, o.burst - block * kBurstBlock);
+      for (int i = 0; i < n; ++i) {
+        if (g_interrupted != 0) return fail("interrupted");
+        auto s = v.spawn();
+        if (!s) return fail(fmt::format("{}: burst spawn: {}", v.name, s.error().message()));
+        v.burst_exec_ns.push_back(s->exec_ns);
+        v.burst_reaped_ns.push_back(s->reaped_ns);
+        if (v.after) {
+          if (auto a = v.after(*s, true, true); !a) return fail(fmt::format("{}: {}", v.name, a.error().message()));
+        }
+      }
+    }
+  }
   const double took_s = static_cast<double>(now_ns() - began) / 1e9;
+  if (warm.client != nullptr) pool_end = pool_counts(warm);
 
-  // The tandem handle stayed connected, and every call had its cgroup.
-  if (with_tandem) {
+  // The tandem handles stayed connected, and every call had its cgroup.
+  for (const TandemSide* side : {&warm, &cold}) {
+    if (side->client == nullptr) continue;
     tandem_client_stats st{};
     st.sz = sizeof st;
-    if (tandem_get_stats(tr.client, &st) != 0) return fail("tandem_get_stats failed");
-    if (st.tools_spawned != static_cast<std::uint64_t>(rounds) || st.tools_unplaced != 0 || st.disconnects != 0 ||
-        st.records_dropped != 0 || tandem_connected(tr.client) != 1) {
+    if (tandem_get_stats(side->client, &st) != 0) return fail("tandem_get_stats failed");
+    const std::uint64_t expected = static_cast<std::uint64_t>(rounds) + static_cast<std::uint64_t>(o.burst);
+    if (st.tools_spawned != expected || st.tools_unplaced != 0 || st.disconnects != 0 || st.records_dropped != 0 ||
+        tandem_connected(side->client) != 1) {
       return fail(fmt::format(
-          "libtandem: {} tools spawned (expected {}), {} without a cgroup, {} disconnects, {} records dropped",
-          st.tools_spawned, rounds, st.tools_unplaced, st.disconnects, st.records_dropped));
+          "{}: libtandem: {} tools spawned (expected {}), {} without a cgroup, {} disconnects, {} records dropped",
+          side->label, st.tools_spawned, expected, st.tools_unplaced, st.disconnects, st.records_dropped));
     }
   }
 
   print_table(variants);
   fmt::print("\n");
+  if (!v1_names.empty()) {
+    fmt::print("v1 joins before exec, by themselves (a forked child, {} ms quiet before each), µs:\n", o.gap_ms);
+    fmt::print("  {:<16} {:>9} {:>9}   {:>14} {:>9}\n", "hierarchy", "tasks p50", "p99", "cgroup.procs p50", "p99");
+    for (std::size_t k = 0; k < v1_names.size() && k < joins[0].size(); ++k) {
+      const Stats t = stats_of(joins[0][k]);
+      const Stats p = stats_of(joins[1][k]);
+      fmt::print("  {:<16} {:>9.1f} {:>9.1f}   {:>14.1f} {:>9.1f}\n", v1_names[k], t.median_us, t.p99_us, p.median_us,
+                 p.p99_us);
+    }
+    fmt::print("\n");
+  }
   if (bare_method) fmt::print("cpu::spawn without a cgroup used {}\n", method_name(*bare_method));
+  if (floor_method) fmt::print("the floor used {}\n", method_name(*floor_method));
   if (placed_method) fmt::print("cpu::spawn into the cgroup used {}\n", method_name(*placed_method));
-  const Variant* plain = find_variant(variants, "plain");
-  const Variant* tandem = find_variant(variants, "tandem");
-  if (plain != nullptr && tandem != nullptr) {
-    const Stats pe = stats_of(plain->exec_ns);
-    const Stats pr = stats_of(plain->reaped_ns);
-    const Stats te = stats_of(tandem->exec_ns);
-    const Stats tre = stats_of(tandem->reaped_ns);
-    fmt::print(
-        "tandem / plain, medians: start → exec {:.2f}x ({:.1f} / {:.1f} µs), start → reaped {:.2f}x ({:.1f} / "
-        "{:.1f} µs)\n",
-        te.median_us / pe.median_us, te.median_us, pe.median_us, tre.median_us / pr.median_us, tre.median_us,
-        pr.median_us);
+  if (pool_start && pool_mid && pool_end) {
+    fmt::print("warm: tandemd's pool served {} of {} timed isolated calls and {} of {} burst calls (ctl status)\n",
+               pool_mid->hits - pool_start->hits,
+               pool_mid->hits - pool_start->hits + pool_mid->misses - pool_start->misses,
+               pool_end->hits - pool_mid->hits, pool_end->hits - pool_mid->hits + pool_end->misses - pool_mid->misses);
   }
-  if (tandem != nullptr && o.settle) {
-    const Stats rm = stats_of(removed_ns);
-    fmt::print(
-        "tandem, informational: start → tandemd had removed the call's cgroup (polled every {} µs): median {:.1f} "
-        "µs, p90 {:.1f} µs{}, max {:.1f} µs\n",
-        kSettlePollNs / 1000, rm.median_us, rm.p90_us,
-        rm.n >= kMinForP99 ? fmt::format(", p99 {:.1f} µs", rm.p99_us) : "", rm.max_us);
-  }
-  fmt::print("{} spawns in {:.1f} s; load average now {}\n", rounds * static_cast<int>(variants.size()), took_s,
-             loadavg());
+  fmt::print("{} spawns in {:.1f} s; load average now {}\n", (rounds + o.burst) * static_cast<int>(variants.size()),
+             took_s, loadavg());
   std::fflush(stdout);
+  if (!o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    out << rows_json(variants);
+    if (!out) return fail(fmt::format("write {}", o.json_path));
+    fmt::print("rows written to {}\n", o.json_path);
+  }
 
   // Tear down, checking each step.
-  if (with_tandem) {
-    if (tandem_session_close(tr.client, tr.session, TANDEM_CLOSE_NORMAL) != 0) {
-      return fail(fmt::format("tandem_session_close: {}", tandem_last_error(tr.client)));
-    }
-    runner.reset();
-    tr.client = nullptr;
-    const int status = daemon.stop();
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      return fail(fmt::format("tandemd did not exit cleanly on SIGTERM (wait status {:#x})", status));
-    }
-    if (sweeper.left_behind()) {
-      fmt::print("warning: tandemd left its cgroup subtree behind; removing it\n");
-    }
-    if (auto r = sweeper.sweep(); !r) return fail(r.error().message());
+  for (TandemSide* side : {&warm, &cold}) {
+    if (side->runtime_dir.empty()) continue;
+    if (auto r = stop_tandem(*side); !r) return fail(r.error().message());
   }
   if (root) {
     node.reset();

@@ -367,6 +367,7 @@ base::Result<void> CgroupManager::init(const ManagerOptions& options) {
     if (!own) continue;
     Hierarchy h;
     h.v2 = true;
+    h.favordynmods = m.favordynmods;
     h.mount_point = m.mount_point;
     h.root = subtree_of(*own);
     // The controllers v2 hands to our subtree: those the root's parent
@@ -414,6 +415,7 @@ base::Result<void> CgroupManager::init(const ManagerOptions& options) {
     auto own = own_path(m);
     if (!own) continue;
     h.mount_point = m.mount_point;
+    h.favordynmods = m.favordynmods;
     h.root = subtree_of(*own);
     for (Controller c : h.controllers) serving_[index(c)] = static_cast<int>(hierarchies_.size());
     hierarchies_.push_back(std::move(h));
@@ -688,6 +690,22 @@ base::Result<void> CgroupManager::remove(const Node& node) const {
       const std::string path = d.empty() ? base : fmt::format("{}/{}", base, d);
       if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return base::errno_error(fmt::format("rmdir {}", path));
     }
+  }
+  return {};
+}
+
+base::Result<void> CgroupManager::remove_leaf(const Node& node) const {
+  if (node.rel.empty()) return base::make_error(EINVAL, "remove_leaf: not the subtree's root");
+  // v2 first: it is where a process of the cgroup always is, so a busy
+  // cgroup fails here, before any hierarchy lost its directory.
+  std::vector<std::size_t> order;
+  if (v2_ >= 0) order.push_back(static_cast<std::size_t>(v2_));
+  for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
+    if (static_cast<int>(i) != v2_) order.push_back(i);
+  }
+  for (std::size_t i : order) {
+    const std::string path = fmt::format("{}/{}", hierarchies_[i].path(), node.rel);
+    if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return base::errno_error(fmt::format("rmdir {}", path));
   }
   return {};
 }

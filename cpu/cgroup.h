@@ -88,6 +88,7 @@ struct Hierarchy {
   std::string mount_point;              // "/sys/fs/cgroup/memory"
   std::vector<Controller> controllers;  // those tandem takes from this hierarchy
   std::string root;                     // the subtree's path within the hierarchy ("/x/tandem")
+  bool favordynmods = false;            // mounted with favordynmods (parse.h CgroupMount)
   std::string path() const;             // mount_point + root
 };
 
@@ -154,6 +155,12 @@ class CgroupManager {
   // Which Limits fields this setup cannot apply (Unsupported bits).
   std::uint32_t unsupported() const;
   bool has_v2() const { return v2_ >= 0; }
+  // Whether the v2 hierarchy is mounted with favordynmods; nullopt without v2.
+  // Reported, never changed: remounting is the host's decision.
+  std::optional<bool> favordynmods() const {
+    if (v2_ < 0) return std::nullopt;
+    return hierarchies_[static_cast<std::size_t>(v2_)].favordynmods;
+  }
   // One line: "v2 /sys/fs/cgroup/unified/tandem; v1 cpu,cpuacct /sys/fs/cgroup/cpu/tandem; …".
   std::string describe() const;
   const Node& root() const { return root_; }
@@ -180,6 +187,12 @@ class CgroupManager {
   // Removes `node` and its descendants, bottom-up, in every hierarchy; EBUSY
   // if a cgroup still has processes (kill first). A missing cgroup is fine.
   base::Result<void> remove(const Node& node) const;
+  // Removes `node` alone: one rmdir per hierarchy, v2 first, no walk and no
+  // process listing. EBUSY (processes left) or ENOTEMPTY (child cgroups)
+  // from the first hierarchy leaves it whole; remove() is then the careful
+  // way. For cgroups that are leaves and normally empty: an ended call's,
+  // a ready one of the pool.
+  base::Result<void> remove_leaf(const Node& node) const;
   base::Result<Usage> usage(const Node& node) const;
   // cpu.pressure / memory.pressure of `node` (v2 only: ENOTSUP without v2).
   base::Result<Psi> pressure(const Node& node, std::string_view resource) const;

@@ -232,8 +232,10 @@ base::Result<std::vector<CgroupMount>> parse_mountinfo(std::string_view text) {
     m.v2 = fstype == "cgroup2";
     m.root = unescape_mount_field(fields[3]);
     m.mount_point = unescape_mount_field(fields[4]);
-    if (!m.v2 && dash + 3 < fields.size()) {
+    if (dash + 3 < fields.size()) {
       for (std::string_view opt : base::split(fields[dash + 3], ',', /*skip_empty=*/true)) {
+        if (opt == "favordynmods") m.favordynmods = true;
+        if (m.v2) continue;
         if (opt == "rw" || opt == "ro" || opt.starts_with("release_agent=") || opt == "noprefix" ||
             opt == "clone_children" || opt == "xattr" || opt == "cpuset_v2_mode" || opt == "favordynmods") {
           continue;

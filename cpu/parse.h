@@ -99,6 +99,10 @@ struct CgroupMount {
   std::string mount_point;  // "/sys/fs/cgroup/cpu"
   std::string root;         // the hierarchy path the mount shows ("/" unless bind-mounted or namespaced)
   std::vector<std::string> controllers;
+  // The super option "favordynmods" (Linux ≥ 6.0 mount option, or the
+  // cgroup_favordynmods= boot parameter): cgroup_threadgroup_rwsem stays in
+  // its slow-reader mode, so migrations never wait for an RCU grace period.
+  bool favordynmods = false;
 };
 // Every cgroup and cgroup2 mount, in file order; other filesystems are skipped.
 base::Result<std::vector<CgroupMount>> parse_mountinfo(std::string_view text);

@@ -110,9 +110,9 @@ std::int64_t monotonic_ns() {
   ::_exit(127);
 }
 
-// Writes "0" (the writing process) into <dir>/cgroup.procs; 0 or an errno.
-int join_cgroup(int dir) {
-  int fd = ::openat(dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+// Writes "0" (the writing process) into <dir>/<file>; 0 or an errno.
+int write_zero(int dir, const char* file) {
+  int fd = ::openat(dir, file, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return errno;
   ssize_t n = 0;
   do {
@@ -121,6 +121,23 @@ int join_cgroup(int dir) {
   int error = n == 1 ? 0 : (n < 0 ? errno : EIO);
   ::close(fd);
   return error;
+}
+
+// Joins the v2 cgroup at `dir` (the methods without CLONE_INTO_CGROUP).
+int join_cgroup(int dir) { return write_zero(dir, "cgroup.procs"); }
+
+// Joins the v1 cgroup at `dir`. The child is one thread (a clone without
+// CLONE_THREAD), so moving that thread through `tasks` moves the whole
+// process, and it is the cheaper write: the kernel takes
+// cgroup_threadgroup_rwsem only for `pid || threadgroup`
+// (cgroup_procs_write_start), so a thread writing "0" to `tasks` skips the
+// lock whose write side waits for an RCU grace period when it has been idle.
+// Through `cgroup.procs` that wait was the 8-14 ms first join of an isolated
+// spawn on a hybrid host (docs/host.md). `cgroup.procs` is the fallback
+// where `tasks` is missing.
+int join_cgroup_v1(int dir) {
+  const int e = write_zero(dir, "tasks");
+  return e == ENOENT ? write_zero(dir, "cgroup.procs") : e;
 }
 
 // Default dispositions for every signal (SIG_IGN survives exec, and a handler
@@ -146,7 +163,7 @@ void reset_signals() {
     if (int e = join_cgroup(plan.v2_join_dir); e != 0) child_fail(report, Step::kJoinV2, -1, e);
   }
   for (std::size_t i = 0; i < plan.v1_dirs.size(); ++i) {
-    if (int e = join_cgroup(plan.v1_dirs[i]); e != 0) child_fail(report, Step::kJoinV1, static_cast<int>(i), e);
+    if (int e = join_cgroup_v1(plan.v1_dirs[i]); e != 0) child_fail(report, Step::kJoinV1, static_cast<int>(i), e);
   }
   // The namespace's root is the cgroup the child is in now: its own.
   if (plan.new_cgroup_ns && ::syscall(SYS_unshare, CLONE_NEWCGROUP) != 0) {

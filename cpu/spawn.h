@@ -5,9 +5,11 @@
 // fds; spawn() starts the command so that it never runs outside them:
 //   - cgroup v2: clone3(CLONE_PIDFD | CLONE_INTO_CGROUP) puts the child into
 //     `v2_dir` atomically, before its first instruction.
-//   - cgroup v1: the child writes "0" into <dir>/cgroup.procs of every v1
-//     directory before exec, so the command's first instruction already runs
-//     there (v1 has no clone-time placement).
+//   - cgroup v1: the child writes "0" into <dir>/tasks (else cgroup.procs) of
+//     every v1 directory before exec, so the command's first instruction
+//     already runs there (v1 has no clone-time placement). `tasks` moves only
+//     the writing thread, which is the whole child, and spares the global
+//     cgroup_threadgroup_rwsem that a cgroup.procs write takes (spawn.cc).
 // Fallbacks, used only when the kernel lacks a feature (never to paper over a
 // refusal): a kernel without CLONE_INTO_CGROUP (before 5.7: clone3 answers
 // EINVAL for the unknown flag, or E2BIG for the longer struct) gets plain

@@ -77,8 +77,11 @@ constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy",  
 constexpr std::string_view kMetricsKeys[] = {"listen"};
 constexpr std::string_view kCgroupKeys[] = {"mode",        "subtree",     "root",     "on_restart",
                                             "adopt_grace", "engine_cpus", "tool_cpus"};
-constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max", "pids_max",
-                                          "cpu_max_percent", "bubblewrap", "bubblewrap_args"};
+constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max",       "pids_max",
+                                          "cpu_max_percent", "bubblewrap",       "bubblewrap_args",
+                                          "pool_max",        "pool_per_session", "pool_idle"};
+constexpr std::int64_t kMaxPool = 4096;           // tools.pool_max: empty cgroups tandemd keeps ready
+constexpr std::int64_t kMaxPoolPerSession = 256;  // tools.pool_per_session
 constexpr std::string_view kMemoryKeys[] = {"pressure_high", "pressure_critical", "tools_budget", "stall_kill_after",
                                             "protect_low"};
 constexpr std::string_view kTelemetryKeys[] = {"mode"};
@@ -528,7 +531,7 @@ class Parser {
           ok = unknown(key, v, join(kCgroupKeys));
         }
       } else if (table_name == "tools") {
-        std::int64_t pct = 0;
+        std::int64_t pct = 0;  // an integer key's value
         if (name == "memory_high") {
           ok = size(v, key, h.memory_high);
         } else if (name == "memory_max") {
@@ -542,6 +545,14 @@ class Parser {
           ok = string(v, key, h.bubblewrap);
         } else if (name == "bubblewrap_args") {
           ok = strings(v, key, h.bubblewrap_args);
+        } else if (name == "pool_max") {
+          ok = integer(v, key, 0, kMaxPool, pct);
+          h.pool_max = static_cast<std::uint32_t>(pct);
+        } else if (name == "pool_per_session") {
+          ok = integer(v, key, 1, kMaxPoolPerSession, pct);
+          h.pool_per_session = static_cast<std::uint32_t>(pct);
+        } else if (name == "pool_idle") {
+          ok = duration(v, key, h.pool_idle);
         } else {
           ok = unknown(key, v, join(kToolKeys));
         }
@@ -705,6 +716,9 @@ base::Result<void> validate(const Config& c) {
   }
   if (h.stall_kill_after < std::chrono::milliseconds(100))
     return fail("memory.stall_kill_after", "must be at least 100ms");
+  if (h.pool_idle < std::chrono::seconds(1) || h.pool_idle > std::chrono::hours(24)) {
+    return fail("tools.pool_idle", "must be between 1s and 24h");
+  }
   if (!h.bubblewrap.empty() && h.bubblewrap.front() != '/') {
     return fail("tools.bubblewrap", fmt::format("must be an absolute path, got '{}'", h.bubblewrap));
   }
@@ -795,9 +809,12 @@ std::string describe(const Config& c) {
   out += fmt::format("cgroups      {}, {}, on restart {} (grace {} s)\n", h.cgroups,
                      h.root.empty() ? fmt::format("subtree {}", h.subtree) : fmt::format("root {}", h.root),
                      h.on_restart, std::chrono::duration<double>(h.adopt_grace).count());
-  out += fmt::format("tools        memory_high {}, memory_max {}, pids_max {}, cpu_max_percent {}{}\n", h.memory_high,
-                     h.memory_max, h.pids_max, h.cpu_max_percent,
-                     h.bubblewrap.empty() ? "" : fmt::format(", bubblewrap {}", h.bubblewrap));
+  out += fmt::format(
+      "tools        memory_high {}, memory_max {}, pids_max {}, cpu_max_percent {}{}; "
+      "pool_max {}, pool_per_session {}, pool_idle {} s\n",
+      h.memory_high, h.memory_max, h.pids_max, h.cpu_max_percent,
+      h.bubblewrap.empty() ? "" : fmt::format(", bubblewrap {}", h.bubblewrap), h.pool_max, h.pool_per_session,
+      std::chrono::duration<double>(h.pool_idle).count());
   out += fmt::format(
       "memory       pressure_high {} %, pressure_critical {} %, tools_budget {}, stall_kill_after {} s\n",
       h.pressure_high, h.pressure_critical, h.tools_budget, std::chrono::duration<double>(h.stall_kill_after).count());

@@ -624,6 +624,16 @@ std::string Server::metrics_text(base::Time now) const {
   p.counter("tandem_tools_killed_total", "tool calls tandemd killed", num("tools_killed"));
   p.counter("tandem_tool_throttles_total", "tool calls throttled under memory pressure", num("throttles"));
   p.counter("tandem_tool_freezes_total", "tool calls frozen under memory pressure", num("freezes"));
+  // The warm pool of tool-call cgroups.
+  const json pool = host.is_object() && host.contains("pool") ? host["pool"] : json();
+  const auto pool_num = [&](const char* key) {
+    return pool.is_object() && pool.contains(key) && pool[key].is_number() ? pool[key].get<double>() : 0.0;
+  };
+  p.gauge("tandem_tool_pool_ready", "tool-call cgroups made ahead and ready to hand out", pool_num("ready"));
+  p.gauge("tandem_tool_pool_target", "ready tool-call cgroups the sessions' call rates ask for", pool_num("target"));
+  p.counter("tandem_tool_pool_hits_total", "tool calls given a ready cgroup from the pool", pool_num("hits"));
+  p.counter("tandem_tool_pool_misses_total", "tool calls that made their cgroup (the pool had none ready)",
+            pool_num("misses"));
   const double mem_psi = num("memory_psi_some_avg10");
   const double cpu_psi = num("cpu_psi_some_avg10");
   if (host.is_object() && host.contains("memory_psi_some_avg10") && mem_psi >= 0) {

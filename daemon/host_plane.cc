@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -27,6 +28,11 @@ constexpr int kKillWaitMs = 200;  // how long one kill waits for the processes t
 
 std::string session_dir(sched::SessionId s) { return fmt::format("tools/{:016x}", s); }
 std::string call_dir(sched::SessionId s, std::uint32_t call) { return fmt::format("tools/{:016x}/{}", s, call); }
+// Ready cgroups of the warm pool: never a number, so never taken for a call's.
+constexpr std::string_view kPoolPrefix = "pool-";
+std::string pool_dir(sched::SessionId s, std::uint64_t seq) {
+  return fmt::format("tools/{:016x}/{}{}", s, kPoolPrefix, seq);
+}
 
 // Cores in a cpu list ("0-3,6" → 5); 0 for an empty or malformed list.
 std::uint32_t count_cpus(std::string_view list) {
@@ -85,8 +91,11 @@ HostPlane::HostPlane(const HostConfig& config, std::unique_ptr<cpu::CgroupManage
 HostPlane::~HostPlane() {
   if (!lock_) return;  // never started: the subtree may be another tandemd's
   // Sessions still running tools stay for the next tandemd to adopt; empty
-  // folders, and the subtree itself when no process is left in it, go.
+  // folders, and the subtree itself when no process is left in it, go. Ready
+  // cgroups of the pool go in any case: the next tandemd makes its own.
   for (auto& [id, s] : sessions_) {
+    for (cpu::Node& n : s.ready) (void)drop_ready(std::move(n));
+    s.ready.clear();
     auto procs = cgroups_->processes(s.node);
     if (procs && procs->empty()) (void)cgroups_->remove(s.node);
   }
@@ -136,6 +145,8 @@ base::Result<void> HostPlane::start(Time now) {
     if (!r) return base::propagate(std::move(r.error()), fmt::format("cpuset of {}", node->rel));
     if (*r & cpu::kNoCpus) spdlog::warn("host: no cpuset controller: {} = {} is not applied", node->rel, *cpus);
   }
+  pool_limits_ = limits_for({});
+  if (auto v = cpu::validate(pool_limits_); !v) return base::propagate(std::move(v.error()), "[tools] limits");
   tool_cores_ = count_cpus(config_.tool_cpus);
   if (tool_cores_ == 0) tool_cores_ = static_cast<std::uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
 
@@ -176,6 +187,21 @@ base::Result<void> HostPlane::start(Time now) {
     s.orphan = true;
     s.orphan_deadline = now + config_.adopt_grace;
     for (const std::string& c : cgroups_->children(s.node.rel).value_or(std::vector<std::string>{})) {
+      if (c.starts_with(kPoolPrefix)) {
+        // A pooled cgroup of the previous run: a ready one (empty) goes; one
+        // it had handed out stays until its processes are gone. create()
+        // also completes one that a killed tandemd left half made.
+        auto pn = cgroups_->create(s.node.rel + "/" + c);
+        if (!pn) continue;
+        auto procs = cgroups_->processes(*pn);
+        if (procs && procs->empty()) {
+          (void)cgroups_->remove(*pn);
+          continue;
+        }
+        if (telemetry_) (void)telemetry_->track(pn->id, id, pn->dirs.front().get());
+        s.leftovers.push_back(std::move(*pn));
+        continue;
+      }
       auto call = base::parse_int<std::uint32_t>(c);
       auto cn = cgroups_->open_node(s.node.rel + "/" + c);
       if (!call || !cn) continue;
@@ -185,7 +211,7 @@ base::Result<void> HostPlane::start(Time now) {
       s.calls.emplace(*call, std::move(entry));
     }
     spdlog::info("host: found session {:016x} of a previous run ({} tool calls); kept {} s for its runner", id,
-                 s.calls.size(), std::chrono::duration<double>(config_.adopt_grace).count());
+                 s.calls.size() + s.leftovers.size(), std::chrono::duration<double>(config_.adopt_grace).count());
     sessions_.emplace(id, std::move(s));
   }
   if (const std::uint32_t u = cgroups_->unsupported(); u != 0) {
@@ -319,7 +345,14 @@ void HostPlane::session_gone(sched::SessionId session) {
     if (!c.ended && c.pid != 0)
       notice(ToolNotice{session, call, ipc::ToolExitReason::kKilledSession, "its session ended"});
   }
-  if (telemetry_) telemetry_->forget_group(session);
+  if (telemetry_) {
+    for (const cpu::Node& n : s.leftovers) telemetry_->untrack(n.id);
+    telemetry_->forget_group(session);
+  }
+  // The ready cgroups are empty; they go with the folder.
+  pool_ready_ -= s.ready.size();
+  pool_dropped_ += s.ready.size();
+  s.ready.clear();
   bury(std::move(s.node));
   sessions_.erase(it);
 }
@@ -381,12 +414,22 @@ base::Result<ToolGrant> HostPlane::prepare_tool(const ToolRequest& req) {
   }
   const cpu::Limits limits = limits_for(req.limits);
   if (auto v = cpu::validate(limits); !v) return base::propagate(std::move(v.error()), "tool limits");
-  auto node = cgroups_->create(call_dir(req.session, req.call));
-  if (!node) return base::propagate(std::move(node.error()));
-  auto applied = cgroups_->apply(*node, limits);
-  if (!applied) {
-    (void)cgroups_->remove(*node);
-    return base::propagate(std::move(applied.error()), "tool limits");
+  s->called = true;
+  ++s->calls_in_period;
+  std::optional<cpu::Node> node = take_ready(*s, limits);
+  if (node) {
+    ++pool_hits_;
+  } else {
+    // Cold: made here, on the runner's path.
+    ++pool_misses_;
+    auto made = cgroups_->create(call_dir(req.session, req.call));
+    if (!made) return base::propagate(std::move(made.error()));
+    auto applied = cgroups_->apply(*made, limits);
+    if (!applied) {
+      (void)cgroups_->remove(*made);
+      return base::propagate(std::move(applied.error()), "tool limits");
+    }
+    node = std::move(*made);
   }
   if (telemetry_) {
     // dirs.front() is the v2 directory when there is one.
@@ -422,6 +465,114 @@ base::Result<ToolGrant> HostPlane::prepare_tool(const ToolRequest& req) {
   return g;
 }
 
+std::optional<cpu::Node> HostPlane::take_ready(SessionCg& s, const cpu::Limits& limits) {
+  if (s.ready.empty()) return std::nullopt;
+  cpu::Node node = std::move(s.ready.back());
+  s.ready.pop_back();
+  --pool_ready_;
+  // Only what the runner tightened is written now; the rest is in place.
+  cpu::Limits extra;
+  bool any = false;
+  if (limits.cpu_max != pool_limits_.cpu_max) {
+    extra.cpu_max = limits.cpu_max;
+    any = true;
+  }
+  if (limits.memory_high != pool_limits_.memory_high || limits.memory_max != pool_limits_.memory_max) {
+    // Both: v1 derives its one limit from the pair.
+    extra.memory_high = limits.memory_high;
+    extra.memory_max = limits.memory_max;
+    any = true;
+  }
+  if (limits.pids_max != pool_limits_.pids_max) {
+    extra.pids_max = limits.pids_max;
+    any = true;
+  }
+  if (any) {
+    auto r = cgroups_->apply(node, extra);
+    if (!r) {
+      spdlog::debug("host: pooled cgroup {}: {} (a fresh one is made)", node.rel, r.error().message());
+      (void)drop_ready(std::move(node));
+      return std::nullopt;
+    }
+  }
+  return node;
+}
+
+bool HostPlane::drop_ready(cpu::Node node) {
+  ++pool_dropped_;
+  if (cgroups_->remove_leaf(node)) return true;
+  auto r = cgroups_->remove(node);
+  if (r) return true;
+  // Never held a process, so this is odd; the folder's removal retries it.
+  spdlog::debug("host: removing pooled cgroup {}: {}", node.rel, r.error().message());
+  return false;
+}
+
+void HostPlane::pool_tick(Time now, bool period) {
+  recycle(period ? SIZE_MAX : kRecycleBatch, period);  // each period: every ended call, as before the pool
+  if (config_.pool_max == 0) return;
+  const double period_s = std::chrono::duration<double>(kHostPeriod).count();
+  const double horizon_s = std::chrono::duration<double>(kPoolHorizon).count();
+  std::uint32_t target_sum = 0;
+  struct Want {
+    sched::SessionId id;
+    SessionCg* s;
+    std::uint32_t target;
+  };
+  std::vector<Want> want;  // sessions under their target
+  std::uint32_t budget = kPoolBatch;
+  for (auto& [id, s] : sessions_) {
+    if (s.calls_in_period > 0) s.last_call = now;
+    if (period) {
+      // EWMA with weight 1/2 per kHostPeriod: a burst lifts it at once, an idle second takes it to 1/16.
+      s.rate = 0.5 * s.rate + 0.5 * static_cast<double>(s.calls_in_period) / period_s;
+      s.calls_in_period = 0;
+    }
+    std::uint32_t target = 0;
+    if (s.called && !s.orphan && now - s.last_call < config_.pool_idle) {
+      const double ahead = std::ceil(s.rate * horizon_s) + 1.0;
+      target = static_cast<std::uint32_t>(std::min<double>(ahead, config_.pool_per_session));
+    }
+    target_sum += target;
+    // Shrink first: what it frees may fill another session.
+    while (s.ready.size() > target && budget > 0) {
+      cpu::Node n = std::move(s.ready.back());
+      s.ready.pop_back();
+      --pool_ready_;
+      (void)drop_ready(std::move(n));
+      --budget;
+    }
+    if (s.ready.size() < target) want.push_back({id, &s, target});
+  }
+  pool_target_ = target_sum;
+  // Grow one at a time round the sessions, so that one busy session cannot
+  // take a tick's whole batch or the whole pool while another has none.
+  bool progress = true;
+  while (progress && budget > 0 && pool_ready_ < config_.pool_max) {
+    progress = false;
+    for (auto& [id, s, target] : want) {
+      if (s->ready.size() >= target || budget == 0 || pool_ready_ >= config_.pool_max) continue;
+      --budget;
+      auto made = cgroups_->create(pool_dir(id, ++pool_seq_));
+      if (!made) {
+        if (++pool_errors_ == 1) spdlog::warn("host: warm pool: {} (retried each tick)", made.error().message());
+        return;  // the next tick tries again
+      }
+      auto applied = cgroups_->apply(*made, pool_limits_);
+      if (!applied) {
+        ++pool_errors_;
+        spdlog::warn("host: warm pool: limits of {}: {}", made->rel, applied.error().message());
+        (void)cgroups_->remove(*made);
+        return;
+      }
+      ++pool_made_;
+      ++pool_ready_;
+      s->ready.push_back(std::move(*made));
+      progress = true;
+    }
+  }
+}
+
 void HostPlane::tool_started(sched::SessionId session, std::uint32_t call, std::int32_t pid) {
   SessionCg* s = session_cg(session, false);
   if (s == nullptr) return;
@@ -430,22 +581,55 @@ void HostPlane::tool_started(sched::SessionId session, std::uint32_t call, std::
 }
 
 void HostPlane::tool_ended(sched::SessionId session, std::uint32_t call) {
+  // Only marked: TOOL_END often reaches tandemd inside the runner's next
+  // ToolPrepare (its ring is pumped first), and removing the cgroup there
+  // would put rmdir in every hierarchy on that call's path. recycle() takes
+  // it at the next tick.
   SessionCg* s = session_cg(session, false);
   if (s == nullptr) return;
   auto it = s->calls.find(call);
   if (it == s->calls.end()) return;
   it->second.ended = true;
-  if (auto u = cgroups_->usage(it->second.node)) account_cpu(it->second, *u);
-  auto procs = cgroups_->processes(it->second.node);
-  if (procs && procs->empty() && cgroups_->remove(it->second.node)) {
-    if (telemetry_) telemetry_->untrack(it->second.node.id);
-    s->calls.erase(it);
+  ++ended_waiting_;
+}
+
+void HostPlane::recycle(std::size_t budget, bool all) {
+  if (ended_waiting_ == 0 && !all) return;
+  std::size_t waiting = 0;
+  for (auto& [id, s] : sessions_) {
+    for (auto it = s.calls.begin(); it != s.calls.end();) {
+      Call& c = it->second;
+      if (!c.ended) {
+        ++it;
+        continue;
+      }
+      if (budget == 0) {
+        ++waiting;
+        ++it;
+        continue;
+      }
+      --budget;
+      if (auto u = cgroups_->usage(c.node)) account_cpu(c, *u);
+      // One rmdir per hierarchy; a busy cgroup (leftovers) or one with child
+      // cgroups fails it whole, and then takes the careful way. Leftovers (or
+      // a failed removal): the host period's sweep looks again.
+      if (!cgroups_->remove_leaf(c.node)) {
+        auto procs = cgroups_->processes(c.node);
+        if (!procs || !procs->empty() || !cgroups_->remove(c.node)) {
+          ++it;
+          continue;
+        }
+      }
+      if (telemetry_) telemetry_->untrack(c.node.id);
+      it = s.calls.erase(it);
+    }
   }
+  ended_waiting_ = waiting;
 }
 
 std::size_t HostPlane::tool_cgroups(sched::SessionId session) const {
   auto it = sessions_.find(session);
-  return it == sessions_.end() ? 0 : it->second.calls.size();
+  return it == sessions_.end() ? 0 : it->second.calls.size() + it->second.leftovers.size();
 }
 
 void HostPlane::account_cpu(Call& c, const cpu::Usage& u) {
@@ -463,7 +647,10 @@ void HostPlane::on_events() {
 }
 
 std::optional<sched::CpuView> HostPlane::host_tick(Time now, const sched::NodeModel& model) {
-  if (sampled_ && now - last_sample_ < kHostPeriod) return view_;
+  if (sampled_ && now - last_sample_ < kHostPeriod) {
+    pool_tick(now, false);
+    return view_;
+  }
   sampled_ = true;
   last_sample_ = now;
 
@@ -483,24 +670,28 @@ std::optional<sched::CpuView> HostPlane::host_tick(Time now, const sched::NodeMo
         for (auto& [call, c] : s.calls) {
           if (telemetry_) telemetry_->untrack(c.node.id);
         }
+        for (const cpu::Node& n : s.leftovers) {
+          if (telemetry_) telemetry_->untrack(n.id);
+        }
         if (telemetry_) telemetry_->forget_group(it->first);
+        pool_ready_ -= s.ready.size();
+        pool_dropped_ += s.ready.size();
+        s.ready.clear();
         bury(std::move(s.node));
         it = sessions_.erase(it);
         continue;
       }
     }
-    // Ended calls whose leftovers have gone.
-    std::erase_if(s.calls, [&](auto& kv) {
-      const Call& c = kv.second;
-      if (!c.ended) return false;
-      auto procs = cgroups_->processes(c.node);
-      if (!procs || !procs->empty() || !cgroups_->remove(c.node)) return false;
-      if (telemetry_) telemetry_->untrack(c.node.id);
+    std::erase_if(s.leftovers, [&](const cpu::Node& n) {
+      auto procs = cgroups_->processes(n);
+      if (!procs || !procs->empty() || !cgroups_->remove(n)) return false;
+      if (telemetry_) telemetry_->untrack(n.id);
       return true;
     });
     ++it;
   }
   retry_burials();
+  pool_tick(now, true);  // also every ended call whose leftovers have gone since the last period
 
   // Pressure and telemetry.
   memory_psi_ = node_psi("/proc/pressure/memory").value_or(-1.0);
@@ -643,7 +834,7 @@ void HostPlane::status(nlohmann::json& out) const {
   std::uint64_t calls = 0;
   std::uint64_t orphans = 0;
   for (const auto& [id, s] : sessions_) {
-    calls += s.calls.size();
+    calls += s.calls.size() + s.leftovers.size();
     orphans += s.orphan ? 1 : 0;
   }
   out = {
@@ -672,6 +863,20 @@ void HostPlane::status(nlohmann::json& out) const {
       {"execs_seen", execs_},
       {"exits_seen", exits_},
       {"lineage_killed", lineage_killed_},
+      {"favordynmods", cgroups_->favordynmods() ? nlohmann::json(*cgroups_->favordynmods()) : nlohmann::json(nullptr)},
+      {"pool",
+       {{"ready", pool_ready_},
+        {"target", pool_target_},
+        {"max", config_.pool_max},
+        {"per_session", config_.pool_per_session},
+        {"hits", pool_hits_},
+        {"misses", pool_misses_},
+        {"hit_rate", pool_hits_ + pool_misses_ == 0 ? nlohmann::json(nullptr)
+                                                    : nlohmann::json(static_cast<double>(pool_hits_) /
+                                                                     static_cast<double>(pool_hits_ + pool_misses_))},
+        {"made", pool_made_},
+        {"dropped", pool_dropped_},
+        {"errors", pool_errors_}}},
   };
 }
 
@@ -691,6 +896,8 @@ void HostPlane::tools(nlohmann::json& out) const {
     auto u = cgroups_->usage(s.node);
     out.push_back({{"session", fmt::format("{:016x}", id)},
                    {"orphan", s.orphan},
+                   {"ready", s.ready.size()},
+                   {"leftovers", s.leftovers.size()},
                    {"pinned", s.pinned},
                    {"cpu_weight", s.cpu_weight ? nlohmann::json(*s.cpu_weight) : nlohmann::json(nullptr)},
                    {"cpu_ns", u && u->cpu_ns ? *u->cpu_ns : 0},

@@ -3,13 +3,14 @@
 // (bpf/telemetry.h):
 //
 //   <subtree>/engines/                      cpuset of the engines' cores
-//   <subtree>/tools/<session>/<call>/       one cgroup per tool call
+//   <subtree>/tools/<session>/<call>/       one cgroup per tool call (made on demand: cold)
+//   <subtree>/tools/<session>/pool-<n>/     a ready one of the warm pool (below)
 //
 // Session folders are the session id in 16 hex digits; a session's
 // cpu.weight and cpu.max (the policy's set_cpu_weight / set_cpu_quota) sit on
 // its folder, a tool call's limits on the call's. Tool calls are created on
 // a runner's ToolPrepare; the runner starts the tool inside them. When a
-// call ends its cgroup goes as soon as it is empty (daemonised leftovers keep
+// call ends its cgroup goes at the next tick if it is empty (daemonised leftovers keep
 // it until the session ends); when a session ends every process in its folder
 // is killed — found by cgroup membership, not the process tree — and the
 // folder removed, retried each tick while a process is stuck.
@@ -23,6 +24,25 @@
 // "high". Sessions whose KV is pinned are protected: never throttled or
 // frozen, memory.low = [memory] protect_low on v2. A tool stalled at its
 // limit for [memory] stall_kill_after is killed with reason kKilledMemory.
+//
+// The warm pool (docs/host.md "The warm pool"). Making a call's cgroup on
+// ToolPrepare costs a mkdir and the limit writes in every hierarchy on the
+// runner's path. So each session that calls tools keeps a few cgroups ready
+// in its folder, made ahead with the call limits of [tools] written (the
+// session's cpu.weight and cpu.max sit on the folder above them). ToolPrepare
+// takes one (a hit) and writes only the limits the runner tightened; with
+// none ready it makes one as before (a miss, counted). Refill and shrinking
+// run in host_tick, at most kPoolBatch cgroups made or removed per tick, never
+// on a request. A session's target follows its tool-call rate (an EWMA over
+// kHostPeriod): ceil(rate × kPoolHorizon) + 1, at most
+// [tools] pool_per_session; a session without a call for pool_idle keeps
+// none; over all sessions at most pool_max. A used cgroup is never reused: a
+// call's counters (cpu.stat, memory.peak, memory.events) cannot all be reset,
+// and TOOL_END reads them, so a call's cgroup is removed once empty, as
+// before, and the pool makes a fresh one. Ready cgroups hold no process and
+// go with their session's folder; at stop they are removed; at start the
+// ones found are removed (a handed-out one still holding processes is kept
+// as its session's leftover until empty).
 //
 // Restart: tool cgroups found at start belong to sessions of the previous
 // run. With on_restart = "adopt" each is kept for adopt_grace, and kept for
@@ -57,6 +77,17 @@ namespace tandem::daemon {
 // may be faster; reading every tool's files at 20 Hz would cost more than
 // the rest of the daemon).
 inline constexpr base::Duration kHostPeriod = std::chrono::milliseconds(250);
+// The warm pool: cgroups made or removed per host_tick at most (the tick runs
+// every policy tick, 50 ms by default: up to 80 a second), and how far ahead
+// of its tool-call rate a session's ready cgroups reach. The batches are
+// small because the loop does them: a cgroup made in five hierarchies cost
+// about 0.8 ms on the development VM (spawn_bench, cold − warm), and a burst
+// of calls waits behind the whole batch.
+inline constexpr std::uint32_t kPoolBatch = 4;
+// Ended calls' cgroups removed per tick at most (TOOL_END only marks them);
+// every ended one each host period.
+inline constexpr std::size_t kRecycleBatch = 16;
+inline constexpr base::Duration kPoolHorizon = std::chrono::milliseconds(500);
 
 class HostPlane final : public HostEffects {
  public:
@@ -89,6 +120,10 @@ class HostPlane final : public HostEffects {
   const bpf::Telemetry* telemetry() const { return telemetry_.get(); }
   std::size_t sessions() const { return sessions_.size(); }
   std::size_t pending_removals() const { return doomed_.size(); }
+  // The warm pool: cgroups ready now (all sessions), and ToolPrepares served from it or not.
+  std::size_t pool_ready() const { return pool_ready_; }
+  std::uint64_t pool_hits() const { return pool_hits_; }
+  std::uint64_t pool_misses() const { return pool_misses_; }
 
  private:
   struct Call {
@@ -115,6 +150,13 @@ class HostPlane final : public HostEffects {
     bool protected_low = false;  // memory.low is set
     std::uint8_t priority_class = 0;
     bool pinned = false;
+    // The warm pool: ready cgroups (made with pool_limits_), and the tool-call rate.
+    std::vector<cpu::Node> ready;
+    std::vector<cpu::Node> leftovers;  // handed-out pool cgroups found at start with processes
+    std::uint32_t calls_in_period = 0;
+    double rate = 0.0;  // tool calls a second, EWMA over kHostPeriod
+    base::Time last_call{};
+    bool called = false;  // a tool call seen by this run (orphans found at start have none)
   };
   // Mirrors sched::MemoryLevel (the rule's levels), for status.
   enum class Pressure : std::uint8_t { kNormal, kHigh, kCritical };
@@ -131,6 +173,16 @@ class HostPlane final : public HostEffects {
   void kill_call(sched::SessionId session, std::uint32_t call, Call& c, ipc::ToolExitReason reason,
                  std::string message);
   cpu::Limits limits_for(const ipc::ToolLimitsInfo& asked) const;
+  // Removes the cgroups of up to `budget` ended calls that are empty: those
+  // TOOL_END marked since, or with `all` (each host period) every ended one.
+  void recycle(std::size_t budget, bool all);
+  // The warm pool: grows and shrinks each session's ready cgroups (host_tick).
+  void pool_tick(base::Time now, bool period);
+  // Removes one ready cgroup (empty by construction); false if it failed.
+  bool drop_ready(cpu::Node node);
+  // A pooled cgroup of session `s` limited as `limits`, or nullopt (none ready, or
+  // the extra limits would not apply: that one is removed).
+  std::optional<cpu::Node> take_ready(SessionCg& s, const cpu::Limits& limits);
 
   HostConfig config_;
   std::unique_ptr<cpu::CgroupManager> cgroups_;
@@ -165,6 +217,17 @@ class HostPlane final : public HostEffects {
   std::uint64_t execs_ = 0;
   std::uint64_t exits_ = 0;
   std::uint64_t lineage_killed_ = 0;  // processes killed at a session's end that had left its cgroups
+  // The warm pool.
+  cpu::Limits pool_limits_;  // what a ready cgroup carries: limits_for({})
+  std::uint64_t pool_seq_ = 0;
+  std::size_t pool_ready_ = 0;      // Σ ready over the sessions
+  std::uint64_t pool_hits_ = 0;     // ToolPrepares served from the pool
+  std::uint64_t pool_misses_ = 0;   // ToolPrepares that made their cgroup (cold)
+  std::uint64_t pool_made_ = 0;     // ready cgroups made
+  std::uint64_t pool_dropped_ = 0;  // ready cgroups removed unused (shrinking, session end, stop)
+  std::uint64_t pool_errors_ = 0;   // refills that failed
+  std::uint32_t pool_target_ = 0;   // Σ of the sessions' targets at the last tick
+  std::size_t ended_waiting_ = 0;   // ended calls whose cgroup recycle() may remove (0: none)
 };
 
 }  // namespace tandem::daemon

@@ -1114,10 +1114,14 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
     send_message(c, ipc::build_tool_placement(reply));
   };
   // Its SESSION_OPEN may still sit below its ring's wake-up watermark: take
-  // its records first (ToolPrepare comes over the socket, records over the ring).
+  // its records first (ToolPrepare comes over the socket, records over the
+  // ring). Only this runner's: the other clients' rings, their backlogs and
+  // the engines' bells wait for the loop's own pump, off the runner's path.
   if (c.has_channel) {
     c.pending = true;
-    pump();
+    const Time now = clock_.now();
+    for (int round = 0; round < kPumpRounds && !c.doomed && pump_client(c, now); ++round) {
+    }
     if (c.doomed) return;
   }
   // The runner's own, open session only.

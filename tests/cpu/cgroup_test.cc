@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <thread>
@@ -38,6 +39,23 @@ TEST(Mountinfo, HybridAndPureV2) {
   EXPECT_EQ((*m)[2].mount_point, "/sys/fs/cgroup/uni fied");
   EXPECT_EQ((*m)[2].root, "/sub");
   EXPECT_FALSE(parse_mountinfo("31 23 0:28 / /x rw - cgroup2\n"));  // no source after the type
+  EXPECT_FALSE((*m)[2].favordynmods);
+  EXPECT_FALSE((*m)[0].favordynmods);
+}
+
+// favordynmods is a super option (after the "-"), on v2 and v1 alike; it is
+// no controller, and a mount option of the same name does not count.
+TEST(Mountinfo, Favordynmods) {
+  auto m = parse_mountinfo(
+      "41 31 0:38 / /sys/fs/cgroup rw,favordynmods - cgroup2 cgroup2 rw,nsdelegate,favordynmods,memory_recursiveprot\n"
+      "42 31 0:39 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,favordynmods,pids\n"
+      "43 31 0:40 / /sys/fs/cgroup/cpu rw,favordynmods - cgroup cgroup rw,cpu\n");
+  ASSERT_TRUE(m) << m.error().message();
+  ASSERT_EQ(m->size(), 3u);
+  EXPECT_TRUE((*m)[0].favordynmods);
+  EXPECT_TRUE((*m)[1].favordynmods);
+  EXPECT_EQ((*m)[1].controllers, std::vector<std::string>{"pids"});
+  EXPECT_FALSE((*m)[2].favordynmods);
 }
 
 TEST(OomControl, ParsesAndRejects) {
@@ -174,6 +192,52 @@ TEST_F(CgroupTest, ProcessesKillAndRemoveCoverDaemonisedGrandchildren) {
   EXPECT_TRUE(mgr_->processes(*session)->empty());
   ASSERT_TRUE(mgr_->remove(*session));
   EXPECT_TRUE(mgr_->children("tools")->empty());
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+}
+
+// remove_leaf(): one rmdir per hierarchy. A busy cgroup, or one with a child
+// cgroup, is left whole in every hierarchy; an empty leaf goes from all.
+TEST_F(CgroupTest, RemoveLeafLeavesABusyCgroupWholeAndRemovesAnEmptyOne) {
+  auto node = mgr_->create("tools/s3/1");
+  ASSERT_TRUE(node) << node.error().message();
+  auto exists_everywhere = [&](const std::string& rel) {
+    return std::ranges::all_of(mgr_->hierarchies(),
+                               [&](const Hierarchy& h) { return ::access((h.path() + "/" + rel).c_str(), F_OK) == 0; });
+  };
+  auto gone_everywhere = [&](const std::string& rel) {
+    return std::ranges::none_of(
+        mgr_->hierarchies(), [&](const Hierarchy& h) { return ::access((h.path() + "/" + rel).c_str(), F_OK) == 0; });
+  };
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  const pid_t child = start_in(*node, [&] {
+    char c = 'x';
+    (void)!::write(pipefd[1], &c, 1);
+    ::pause();
+  });
+  char c = 0;
+  ASSERT_EQ(::read(pipefd[0], &c, 1), 1);
+  auto busy = mgr_->remove_leaf(*node);
+  ASSERT_FALSE(busy);
+  EXPECT_EQ(busy.error().code(), EBUSY);
+  EXPECT_TRUE(exists_everywhere("tools/s3/1"));
+
+  ASSERT_TRUE(mgr_->kill(*node, 5000));
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  // A child cgroup: refused, nothing removed.
+  ASSERT_TRUE(mgr_->create("tools/s3/1/sub"));
+  EXPECT_FALSE(mgr_->remove_leaf(*node));
+  EXPECT_TRUE(exists_everywhere("tools/s3/1/sub"));
+  auto sub = mgr_->open_node("tools/s3/1/sub");
+  ASSERT_TRUE(sub);
+  ASSERT_TRUE(mgr_->remove_leaf(*sub));
+  EXPECT_TRUE(gone_everywhere("tools/s3/1/sub"));
+  // Empty now: gone from every hierarchy, and a second call is fine.
+  ASSERT_TRUE(mgr_->remove_leaf(*node));
+  EXPECT_TRUE(gone_everywhere("tools/s3/1"));
+  EXPECT_TRUE(mgr_->remove_leaf(*node));
+  EXPECT_FALSE(mgr_->remove_leaf(mgr_->root()));  // never the subtree's root
   ::close(pipefd[0]);
   ::close(pipefd[1]);
 }

@@ -71,7 +71,11 @@ TEST(RenderStatus, SampleIsAlignedKeyValueLines) {
             "host.sessions:        2\n"
             "host.tool_cgroups:    3\n"
             "host.memory_pressure: normal\n"
-            "tools.prepared:       7\n");
+            "tools.prepared:       7\n"
+            "host.pool.ready:      -\n"
+            "host.pool.hits:       -\n"
+            "host.pool.hit_rate:   -\n"
+            "host.favordynmods:    -\n");
 }
 
 TEST(RenderStatus, MissingKeysAreDashesAndUnknownKeysFollow) {
@@ -246,11 +250,12 @@ TEST(RenderTop, StatusSummaryAndTables) {
   auto head = render_top_part("status", R"({"version":"0.1.0","uptime_s":65,"policy":{"name":"tandem"},
       "admission_window":12,"draining":true,"sessions":{"total":3,"waiting":1,"reasoning":1,"acting":1,"paused":0},
       "clients":{"engine":2,"runner":1},"host":{"memory_pressure":"normal","memory_psi_some_avg10":0.5,
-      "tool_cgroups":4,"tools_memory_bytes":1048576}})");
+      "tool_cgroups":4,"tools_memory_bytes":1048576,"favordynmods":false,"pool":{"ready":3,"hit_rate":0.5}}})");
   ASSERT_TRUE(head) << head.error().message();
   EXPECT_NE(head->find("policy tandem (window 12)  DRAINING"), std::string::npos) << *head;
   EXPECT_NE(head->find("sessions 3: 1 waiting, 1 reasoning, 1 acting, 0 paused"), std::string::npos) << *head;
-  EXPECT_NE(head->find("4 tool cgroups, 1.0 MiB"), std::string::npos) << *head;
+  EXPECT_NE(head->find("4 tool cgroups, 1.0 MiB; pool 3 ready, hit rate 0.5; favordynmods no"), std::string::npos)
+      << *head;
   auto sparse = render_top_part("status", "{}");
   ASSERT_TRUE(sparse) << "missing keys are dashes, not errors";
   EXPECT_TRUE(render_top_part("sessions", R"({"sessions":[]})"));

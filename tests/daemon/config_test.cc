@@ -193,6 +193,23 @@ TEST(Config, OutOfRangeNumbers) {
   EXPECT_EQ(r->tick, 10s);
 }
 
+TEST(Config, ToolPoolKeysAndTheirBounds) {
+  auto r = parse_config("[tools]\npool_max = 0\npool_per_session = 256\npool_idle = \"5s\"\n", "t.toml");
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->host.pool_max, 0u);
+  EXPECT_EQ(r->host.pool_per_session, 256u);
+  EXPECT_EQ(r->host.pool_idle, 5s);
+  const HostConfig d;
+  EXPECT_EQ(d.pool_max, 64u);
+  EXPECT_EQ(d.pool_per_session, 8u);
+  EXPECT_EQ(d.pool_idle, 30s);
+  EXPECT_THAT(bad("[tools]\npool_max = 4097\n"), HasSubstr("tools.pool_max: must be between 0 and 4096, got 4097"));
+  EXPECT_THAT(bad("[tools]\npool_max = -1\n"), HasSubstr("tools.pool_max"));
+  EXPECT_THAT(bad("[tools]\npool_per_session = 0\n"), HasSubstr("tools.pool_per_session: must be between 1 and 256"));
+  EXPECT_THAT(bad("[tools]\npool_idle = \"10ms\"\n"), HasSubstr("tools.pool_idle: must be between 1s and 24h"));
+  EXPECT_THAT(bad("[tools]\npool_size = 3\n"), HasSubstr("pool_per_session"));  // the known keys are listed
+}
+
 TEST(Config, SlotsMustBePowersOfTwo) {
   EXPECT_THAT(bad("[ipc]\nevent_slots = 1000\n"), HasSubstr("ipc.event_slots: must be a power of two, got 1000"));
   EXPECT_THAT(bad("[ipc]\ndirective_slots = 96\n"), HasSubstr("ipc.directive_slots: must be a power of two"));
@@ -285,6 +302,9 @@ TEST(Config, ExampleFileIsTheDefaults) {
   EXPECT_EQ(r->limits.messages_per_s, d.limits.messages_per_s);
   EXPECT_EQ(r->limits.pump_batch, d.limits.pump_batch);
   EXPECT_EQ(r->metrics_listen, d.metrics_listen);
+  EXPECT_EQ(r->host.pool_max, d.host.pool_max);
+  EXPECT_EQ(r->host.pool_per_session, d.host.pool_per_session);
+  EXPECT_EQ(r->host.pool_idle, d.host.pool_idle);
 }
 
 TEST(Config, MetricsListensOnLoopbackOnly) {
