@@ -136,6 +136,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/result.h"
+#include "base/stats.h"
 #include "base/unique_fd.h"
 #include "cpu/cgroup.h"
 #include "cpu/spawn.h"
@@ -695,22 +696,19 @@ struct Stats {
   double max_us = 0;
 };
 
-// Nearest-rank percentiles.
-Stats stats_of(std::vector<std::int64_t> v) {
+// Percentiles as everywhere in tandem (base/stats.h).
+Stats stats_of(const std::vector<std::int64_t>& v) {
   Stats s;
   s.n = v.size();
   if (v.empty()) return s;
-  std::ranges::sort(v);
-  auto at = [&](double p) {
-    const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
-    return static_cast<double>(v[std::clamp<std::size_t>(rank, 1, v.size()) - 1]) / 1e3;
-  };
-  s.median_us = v.size() % 2 == 1
-                    ? static_cast<double>(v[v.size() / 2]) / 1e3
-                    : static_cast<double>(v[v.size() / 2 - 1] + v[v.size() / 2]) / 2e3;  // mean of the middle two
-  s.p90_us = at(0.90);
-  s.p99_us = at(0.99);
-  s.max_us = static_cast<double>(v.back()) / 1e3;
+  std::vector<double> us;
+  us.reserve(v.size());
+  for (const std::int64_t ns : v) us.push_back(static_cast<double>(ns) / 1e3);
+  const std::vector<double> sorted = base::sorted_finite(us);
+  s.median_us = base::percentile_sorted(sorted, 50);
+  s.p90_us = base::percentile_sorted(sorted, 90);
+  s.p99_us = base::percentile_sorted(sorted, 99);
+  s.max_us = sorted.back();
   return s;
 }
 
