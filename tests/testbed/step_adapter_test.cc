@@ -31,6 +31,21 @@ sched::StepRequest running(std::uint64_t id, std::uint32_t tokens, std::uint32_t
   return r;
 }
 
+// The adapter's plan for `reqs` with no free block (the engine's limits
+// as open() gives them).
+sched::StepPlan plan_full_pool(TandemStepScheduler& adapter, const std::vector<sched::StepRequest>& reqs) {
+  sched::StepInput in;
+  in.token_budget = 256;
+  in.max_seqs = 8;
+  in.block_size = 16;
+  in.free_blocks = 0;
+  in.max_model_len = 4096;
+  in.requests = reqs;
+  sched::StepPlan out;
+  adapter.plan(in, base::from_ns(1'000'000), out);
+  return out;
+}
+
 class StepAdapterTest : public ::testing::Test {
  protected:
   void open(const char* policy) {
@@ -67,15 +82,7 @@ TEST_F(StepAdapterTest, SwapPreemptionsComeBackAsSwaps) {
   EXPECT_EQ(adapter.name(), "autellix");
   // The first request needs a third block for its next token; none is free.
   const std::vector<sched::StepRequest> reqs = {running(0, 32, 2), running(1, 48, 3)};
-  sched::StepInput in;
-  in.token_budget = 256;
-  in.max_seqs = 8;
-  in.block_size = 16;
-  in.free_blocks = 0;
-  in.max_model_len = 4096;
-  in.requests = reqs;
-  sched::StepPlan out;
-  adapter.plan(in, base::from_ns(1'000'000), out);
+  const sched::StepPlan out = plan_full_pool(adapter, reqs);
   EXPECT_TRUE(out.preempt.empty());
   ASSERT_EQ(out.swap.size(), 1u);
   ASSERT_EQ(out.run.size(), 1u);
@@ -87,15 +94,7 @@ TEST_F(StepAdapterTest, RecomputePreemptionsStayRecomputes) {
   ASSERT_NO_FATAL_FAILURE(open("fcfs"));
   TandemStepScheduler adapter(client_);
   const std::vector<sched::StepRequest> reqs = {running(0, 32, 2), running(1, 32, 2)};
-  sched::StepInput in;
-  in.token_budget = 256;
-  in.max_seqs = 8;
-  in.block_size = 16;
-  in.free_blocks = 0;
-  in.max_model_len = 4096;
-  in.requests = reqs;
-  sched::StepPlan out;
-  adapter.plan(in, base::from_ns(1'000'000), out);
+  const sched::StepPlan out = plan_full_pool(adapter, reqs);
   EXPECT_EQ(out.preempt, (std::vector<std::uint32_t>{1})) << "vLLM: the newest running request";
   EXPECT_TRUE(out.swap.empty());
   EXPECT_EQ(adapter.failures(), 0u);
