@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "base/ids.h"
+#include "sched/apply.h"
 #include "sched/registry.h"
 #include "sim/cpu_pool.h"
 #include "sim/host_memory.h"
@@ -55,7 +56,7 @@ struct SimSession {
   std::vector<double> ttft;
 };
 
-class Node final : public EngineHost {
+class Node final : public EngineHost, private sched::ActionSink {
  public:
   Node(const Workload& w, const SimConfig& c, std::span<const double> ideal)
       : workload_(w), config_(c), ideal_(ideal), cpu_(c.tool_cores) {}
@@ -78,8 +79,21 @@ class Node final : public EngineHost {
   void submit(SimSession& s, Time now);
   void tool_done(SimSession& s, Time now, std::int32_t exit_code);
   void tick(Time now);
-  void apply(const sched::Action& a, Time now);
-  EngineId route() const;  // engine for a new session
+  // What the policy's actions do in the simulator (sched/apply.h applies
+  // them, as in tandemd): its engines, its CPU pool, its tools.
+  void admitted(const sched::Session& st, Time now) override;
+  void paused(const sched::Session& st, Time now) override;
+  void restored(const sched::Session& st, EngineId from, Time now) override;
+  void priority(const sched::Session& st, std::int64_t level, Time now) override;
+  void pinned(const sched::Session& st, Time until, Time now) override;
+  void unpinned(const sched::Session& st, Time now) override;
+  void dropped(const sched::Session& st, Time now) override;
+  void offloaded(const sched::Session& st, Time now) override;
+  void cpu_weight(const sched::Session& st, std::int64_t weight, Time now) override;
+  void cpu_quota(const sched::Session& st, std::int64_t us_per_100ms, Time now) override;
+  void kill_tools(const sched::Session& st, Time now) override;
+  void sm_partition(EngineId /*engine*/, std::int64_t /*index*/, Time /*now*/) override {}  // no SM model
+  EngineId route() const;                                                                   // engine for a new session
   std::string stuck_report() const;
   // Host memory (only with config_.tool_mem).
   struct HostTool {
@@ -435,77 +449,69 @@ void Node::tick(Time now) {
   actions_.clear();
   control_->tick(model_, now, actions_);
   result_.actions += actions_.list().size();
-  for (const sched::Action& a : actions_.list()) apply(a, now);
+  for (const sched::Action& a : actions_.list()) sched::apply(a, model_.sessions(), *this, now);
 }
 
-void Node::apply(const sched::Action& a, Time now) {
-  using K = sched::ActionKind;
-  auto it = by_id_.find(a.session);
-  if (a.kind == K::kSetSmPartition) return;  // the simulator models no SM partitions
-  if (it == by_id_.end()) return;
-  SimSession& s = sessions_[it->second];
-  if (s.done) return;
-  auto& table = model_.sessions();
-  switch (a.kind) {
-    case K::kAdmit:
-      if (table.transition(s.id, SessionState::kReasoning, now)) {
-        s.admitted = true;
-        count_baseline(s, true);
-        if (s.pending && !s.paused) submit(s, now);
-      }
-      break;
-    case K::kPause:
-      if (table.transition(s.id, SessionState::kPaused, now)) s.paused = true;
-      break;
-    case K::kRestore:
-      if (table.transition(s.id, SessionState::kReasoning, now, a.engine)) {
-        s.paused = false;
-        s.admitted = true;
-        count_baseline(s, true);
-        if (a.engine < engines_.size() && a.engine != s.engine) {
-          --live_on_engine_[s.engine];
-          s.engine = a.engine;
-          ++live_on_engine_[s.engine];
-        }
-        if (s.pending) submit(s, now);
-      }
-      break;
-    case K::kSetPriority:
-      s.priority = static_cast<std::uint8_t>(std::clamp<std::int64_t>(a.value, 0, 255));
-      break;
-    case K::kPin:
-      for (auto& e : engines_) e->pin(s.id, base::from_ns(a.value), now);
-      table.set_pinned(s.id, true);  // as tandemd does: the host plane protects pinned sessions' tools
-      break;
-    case K::kUnpin:
-      for (auto& e : engines_) e->unpin(s.id, now);
-      table.set_pinned(s.id, false);
-      break;
-    case K::kDrop:
-      for (auto& e : engines_) e->drop(s.id, now);
-      break;
-    case K::kOffload:
-      for (auto& e : engines_) e->offload(s.id, now);
-      break;
-    case K::kSetCpuWeight:
-      cpu_.set_weight(s.id, static_cast<double>(a.value), now);
-      break;
-    case K::kSetCpuQuota:
-      cpu_.set_quota(s.id, static_cast<double>(a.value) / 1e5, now);
-      break;
-    case K::kKillTools:
-      for (auto& [tool, owner] : tool_owner_) {
-        if (owner != s.id) continue;
-        const std::uint64_t id = tool;
-        tool_owner_.erase(id);
-        cpu_.stop(id, now);
-        host_tools_.erase(id);
-        tool_done(s, now, 137);
-        break;
-      }
-      break;
-    case K::kSetSmPartition:
-      break;
+void Node::admitted(const sched::Session& st, Time now) {
+  SimSession& s = session(st.id);
+  s.admitted = true;
+  count_baseline(s, true);
+  if (s.pending && !s.paused) submit(s, now);
+}
+
+void Node::paused(const sched::Session& st, Time /*now*/) { session(st.id).paused = true; }
+
+void Node::restored(const sched::Session& st, EngineId /*from*/, Time now) {
+  SimSession& s = session(st.id);
+  s.paused = false;
+  s.admitted = true;
+  count_baseline(s, true);
+  if (st.engine < engines_.size() && st.engine != s.engine) {
+    --live_on_engine_[s.engine];
+    s.engine = st.engine;
+    ++live_on_engine_[s.engine];
+  }
+  if (s.pending) submit(s, now);
+}
+
+void Node::priority(const sched::Session& st, std::int64_t level, Time /*now*/) {
+  session(st.id).priority = static_cast<std::uint8_t>(std::clamp<std::int64_t>(level, 0, 255));
+}
+
+void Node::pinned(const sched::Session& st, Time until, Time now) {
+  for (auto& e : engines_) e->pin(st.id, until, now);
+}
+
+void Node::unpinned(const sched::Session& st, Time now) {
+  for (auto& e : engines_) e->unpin(st.id, now);
+}
+
+void Node::dropped(const sched::Session& st, Time now) {
+  for (auto& e : engines_) e->drop(st.id, now);
+}
+
+void Node::offloaded(const sched::Session& st, Time now) {
+  for (auto& e : engines_) e->offload(st.id, now);
+}
+
+void Node::cpu_weight(const sched::Session& st, std::int64_t weight, Time now) {
+  cpu_.set_weight(st.id, static_cast<double>(weight), now);
+}
+
+void Node::cpu_quota(const sched::Session& st, std::int64_t us_per_100ms, Time now) {
+  cpu_.set_quota(st.id, static_cast<double>(us_per_100ms) / 1e5, now);
+}
+
+void Node::kill_tools(const sched::Session& st, Time now) {
+  SimSession& s = session(st.id);
+  for (auto& [tool, owner] : tool_owner_) {
+    if (owner != s.id) continue;
+    const std::uint64_t id = tool;
+    tool_owner_.erase(id);
+    cpu_.stop(id, now);
+    host_tools_.erase(id);
+    tool_done(s, now, 137);
+    break;
   }
 }
 
