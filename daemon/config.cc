@@ -1,4 +1,5 @@
-// tandemd.toml → Config → CompiledConfig.
+// tandemd.toml → Config: the parser (validate(), compile() and reload_plan()
+// are in daemon/config_check.cc).
 //
 // The parser walks the TOML tree table by table; each table has an explicit
 // list of the keys it takes, so an unknown one is reported with the known
@@ -7,7 +8,7 @@
 // struct (paths, names, powers of two, the policy and its parameters) live in
 // validate(), which also guards a Config built in code. The first error wins.
 #include "daemon/config.h"
-#include "daemon/metrics.h"
+#include "daemon/config_keys.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -35,90 +36,7 @@
 namespace tandem::daemon {
 namespace {
 
-constexpr std::string_view kRoleNames[kRoleCount] = {"engine", "runner", "ctl_read", "ctl_admin"};
-constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error"};
-
-constexpr std::int64_t kMinTickMs = 1;
-constexpr std::int64_t kMaxTickMs = 10'000;
-constexpr std::size_t kMaxFileBytes = std::size_t{1} << 20;
-// (uid_t)-1 means "no id" to chown(2) and friends; it is never a real id.
-constexpr std::int64_t kMaxId = std::int64_t{std::numeric_limits<std::uint32_t>::max()} - 1;
-
-// A uint32 field, its TOML key and its range.
-template <class S>
-struct UintKey {
-  std::string_view name;
-  std::uint32_t S::*field;
-  std::int64_t min;
-  std::int64_t max;
-  bool power_of_two;
-};
-
-constexpr UintKey<Limits> kLimitKeys[] = {
-    {"max_clients", &Limits::max_clients, 1, 65536, false},
-    {"sessions_per_client", &Limits::sessions_per_client, 1, 1 << 20, false},
-    {"records_per_s", &Limits::records_per_s, 1, 100'000'000, false},
-    {"messages_per_s", &Limits::messages_per_s, 1, 1'000'000, false},
-    {"pump_batch", &Limits::pump_batch, 1, 65536, false},
-    {"clients_per_uid", &Limits::clients_per_uid, 1, 65536, false},
-    {"reserved_clients", &Limits::reserved_clients, 0, 65535, false},
-    {"ctl_idle_timeout_s", &Limits::ctl_idle_timeout_s, 1, 86400, false},
-    {"tools_per_session", &Limits::tools_per_session, 1, 65536, false},
-    {"tools_per_client", &Limits::tools_per_client, 1, 1 << 20, false},
-};
-
-constexpr UintKey<Config> kIpcKeys[] = {
-    {"event_slots", &Config::event_slots, 64, 1 << 20, true},
-    {"directive_slots", &Config::directive_slots, 64, 1 << 20, true},
-};
-
-constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy",    "roles",   "limits", "ipc", "cgroups",
-                                         "tools",       "memory",    "telemetry", "metrics", "gpu",    "nvml"};
-constexpr std::string_view kMetricsKeys[] = {"listen"};
-constexpr std::string_view kCgroupKeys[] = {"mode",        "subtree",     "root",     "on_restart",
-                                            "adopt_grace", "engine_cpus", "tool_cpus"};
-constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max",       "pids_max",
-                                          "cpu_max_percent", "bubblewrap",       "bubblewrap_args",
-                                          "pool_max",        "pool_per_session", "pool_idle"};
-constexpr std::int64_t kMaxPool = 4096;           // tools.pool_max: empty cgroups tandemd keeps ready
-constexpr std::int64_t kMaxPoolPerSession = 256;  // tools.pool_per_session
-constexpr std::string_view kMemoryKeys[] = {"pressure_high", "pressure_critical", "tools_budget", "stall_kill_after",
-                                            "protect_low"};
-constexpr std::string_view kTelemetryKeys[] = {"mode"};
-constexpr std::string_view kNvmlKeys[] = {"enabled", "interval_ms", "library"};
-constexpr std::string_view kNvmlModes[] = {"auto", "on", "off"};
-constexpr std::int64_t kMinNvmlIntervalMs = 100;
-constexpr std::int64_t kMaxNvmlIntervalMs = 60'000;
-constexpr std::string_view kGpuKeys[] = {
-    "sm_min",           "alpha", "grow_hold",     "link_bytes_per_s", "offload_pressure",
-    "restore_pressure", "hold",  "allow_slowdown"};
-constexpr std::string_view kCgroupModes[] = {"auto", "on", "off"};
-constexpr std::string_view kRestartModes[] = {"adopt", "reap"};
-constexpr std::string_view kTelemetryModes[] = {"auto", "ebpf", "sampling"};
-constexpr std::string_view kPolicyKeys[] = {"name", "tick_ms", "params"};
-constexpr std::string_view kGrantKeys[] = {"uids", "gids", "anyone"};
-
-template <class Range>
-std::string join(const Range& names) {
-  std::string out;
-  for (const auto& n : names) out += fmt::format("{}{}", out.empty() ? "" : ", ", n);
-  return out;
-}
-
-template <class S, std::size_t N>
-std::string join_keys(const UintKey<S> (&keys)[N]) {
-  std::string out;
-  for (const auto& k : keys) out += fmt::format("{}{}", out.empty() ? "" : ", ", k.name);
-  return out;
-}
-
-std::string known_policies() {
-  std::string out;
-  for (const sched::PolicyEntry& e : sched::policy_registry()) {
-    out += fmt::format("{}{}", out.empty() ? "" : ", ", e.name);
-  }
-  return out;
-}
+using namespace config_keys;  // NOLINT(google-build-using-namespace): the tables this parser walks
 
 std::string_view type_name(const toml::node& n) {
   switch (n.type()) {
@@ -144,14 +62,6 @@ std::string_view type_name(const toml::node& n) {
       return "a date-time";
   }
   return "an unknown type";
-}
-
-std::string dotted(std::string_view parent, std::string_view key) {
-  return parent.empty() ? std::string(key) : fmt::format("{}.{}", parent, key);
-}
-
-std::string range_problem(std::int64_t min, std::int64_t max, std::int64_t got) {
-  return fmt::format("must be between {} and {}, got {}", min, max, got);
 }
 
 // "1000" is an id; "alice" is a name.
@@ -197,6 +107,12 @@ int lookup(int (*fn)(const char*, Entry*, char*, std::size_t, Entry**), IdT Entr
 class Parser {
  public:
   explicit Parser(std::string_view source) : source_(source) {}
+
+  // `tandemctl policy set`: a one-key [policy] table through policy().
+  base::Result<void> set_policy(const toml::table& policy_table, Config& config) {
+    if (!policy(policy_table, config)) return base::propagate(std::move(*error_));
+    return {};
+  }
 
   base::Result<Config> run(std::string_view text) {
     toml::table root;
@@ -635,134 +551,6 @@ class Parser {
 
 }  // namespace
 
-std::string_view to_string(Role role) {
-  auto i = static_cast<std::size_t>(role);
-  return i < kRoleCount ? kRoleNames[i] : "unknown";
-}
-
-base::Result<void> validate(const Config& c) {
-  auto fail = [&](std::string_view key, std::string_view problem) {
-    return base::make_error(EINVAL, fmt::format("{}: {}: {}", c.source, key, problem));
-  };
-  if (c.runtime_dir.empty() || c.runtime_dir.front() != '/') {
-    return fail("runtime_dir", fmt::format("must be an absolute path, got '{}'", c.runtime_dir));
-  }
-  if (std::ranges::find(kLogLevels, c.log_level) == std::end(kLogLevels)) {
-    return fail("log_level", fmt::format("must be one of {}, got '{}'", join(kLogLevels), c.log_level));
-  }
-
-  if (!c.metrics_listen.empty()) {
-    if (auto a = parse_listen(c.metrics_listen); !a) return fail("metrics.listen", a.error().message());
-  }
-
-  const sched::PolicyEntry* entry = sched::find_policy(c.policy);
-  if (entry == nullptr) {
-    return fail("policy.name", fmt::format("unknown policy '{}' (known: {})", c.policy, known_policies()));
-  }
-  for (const auto& [name, value] : c.policy_params) {
-    std::string key = dotted("policy.params", name);
-    auto spec = std::ranges::find(entry->params, std::string_view(name), &sched::ParamSpec::name);
-    if (spec == entry->params.end()) {
-      std::string takes = join(entry->params | std::views::transform(&sched::ParamSpec::name));
-      return fail(
-          key, fmt::format("not a parameter of policy '{}' (it takes: {})", c.policy, takes.empty() ? "none" : takes));
-    }
-    if (!(value >= spec->min && value <= spec->max)) {
-      return fail(key, fmt::format("must be between {} and {}, got {}", spec->min, spec->max, value));
-    }
-  }
-
-  if (c.tick < std::chrono::milliseconds(kMinTickMs) || c.tick > std::chrono::milliseconds(kMaxTickMs)) {
-    return fail("policy.tick_ms", fmt::format("must be between {} and {}, got {}", kMinTickMs, kMaxTickMs,
-                                              std::chrono::duration<double, std::milli>(c.tick).count()));
-  }
-  for (const auto& k : kIpcKeys) {
-    std::uint32_t v = c.*(k.field);
-    std::string key = dotted("ipc", k.name);
-    if (v < k.min || v > k.max) return fail(key, range_problem(k.min, k.max, v));
-    if (k.power_of_two && !std::has_single_bit(v)) {
-      return fail(key, fmt::format("must be a power of two, got {}", v));
-    }
-  }
-  for (const auto& k : kLimitKeys) {
-    std::uint32_t v = c.limits.*(k.field);
-    if (v < k.min || v > k.max) return fail(dotted("limits", k.name), range_problem(k.min, k.max, v));
-  }
-
-  const HostConfig& h = c.host;
-  if (h.root.empty()) {
-    if (h.subtree.empty() || h.subtree.front() == '/' || h.subtree.find("..") != std::string::npos) {
-      return fail("cgroups.subtree", fmt::format("must be a relative path without '..', got '{}'", h.subtree));
-    }
-  } else if (h.root.front() != '/' || h.root.find("..") != std::string::npos) {
-    return fail("cgroups.root", fmt::format("must be an absolute path without '..', got '{}'", h.root));
-  }
-  for (const auto& [key, cpus] :
-       {std::pair{"cgroups.engine_cpus", &h.engine_cpus}, {"cgroups.tool_cpus", &h.tool_cpus}}) {
-    if (cpus->find_first_not_of("0123456789,-") != std::string::npos) {
-      return fail(key, fmt::format("must be a cpu list like \"0-3,6\", got '{}'", *cpus));
-    }
-  }
-  if (h.pids_max == 0) return fail("tools.pids_max", "must be at least 1 (0 would forbid the tool itself)");
-  if (h.memory_high != 0 && h.memory_max != 0 && h.memory_high > h.memory_max) {
-    return fail("tools.memory_high", "must not exceed tools.memory_max");
-  }
-  if (!(h.pressure_high > 0.0 && h.pressure_high <= 100.0)) {
-    return fail("memory.pressure_high", fmt::format("must be a percentage in (0, 100], got {}", h.pressure_high));
-  }
-  if (!(h.pressure_critical >= h.pressure_high && h.pressure_critical <= 100.0)) {
-    return fail("memory.pressure_critical",
-                fmt::format("must be between memory.pressure_high and 100, got {}", h.pressure_critical));
-  }
-  if (h.stall_kill_after < std::chrono::milliseconds(100))
-    return fail("memory.stall_kill_after", "must be at least 100ms");
-  if (h.pool_idle < std::chrono::seconds(1) || h.pool_idle > std::chrono::hours(24)) {
-    return fail("tools.pool_idle", "must be between 1s and 24h");
-  }
-  if (!h.bubblewrap.empty() && h.bubblewrap.front() != '/') {
-    return fail("tools.bubblewrap", fmt::format("must be an absolute path, got '{}'", h.bubblewrap));
-  }
-  const GpuConfig& gc = c.gpu;
-  for (const auto& [key, v, lo, hi] :
-       {std::tuple{"gpu.sm_min", gc.sm_min, 1u, 1024u}, std::tuple{"gpu.grow_hold", gc.grow_hold, 1u, 1000u},
-        std::tuple{"gpu.hold", gc.hold, 1u, 100000u}}) {
-    if (v < lo || v > hi) return fail(key, range_problem(lo, hi, v));
-  }
-  if (!(gc.alpha >= 0.0 && gc.alpha <= 1024.0)) {
-    return fail("gpu.alpha", fmt::format("must be between 0 and 1024 (SMs per pending prefill), got {}", gc.alpha));
-  }
-  if (!(gc.link_bytes_per_s >= 1e6 && gc.link_bytes_per_s <= 1e13)) {
-    return fail("gpu.link_bytes_per_s",
-                fmt::format("must be between 1e6 and 1e13 bytes/s, got {}", gc.link_bytes_per_s));
-  }
-  if (!(gc.offload_pressure > 0.0 && gc.offload_pressure <= 10.0)) {
-    return fail("gpu.offload_pressure", fmt::format("must be in (0, 10], got {}", gc.offload_pressure));
-  }
-  if (!(gc.restore_pressure > 0.0 && gc.restore_pressure < gc.offload_pressure)) {
-    return fail("gpu.restore_pressure", fmt::format("must be in (0, gpu.offload_pressure {}), got {}",
-                                                    gc.offload_pressure, gc.restore_pressure));
-  }
-  const NvmlConfig& nv = c.nvml;
-  if (std::ranges::find(kNvmlModes, nv.enabled) == std::end(kNvmlModes)) {
-    return fail("nvml.enabled", fmt::format("must be one of {}, got '{}'", join(kNvmlModes), nv.enabled));
-  }
-  if (nv.interval_ms < kMinNvmlIntervalMs || nv.interval_ms > kMaxNvmlIntervalMs) {
-    return fail("nvml.interval_ms", range_problem(kMinNvmlIntervalMs, kMaxNvmlIntervalMs, nv.interval_ms));
-  }
-  if (nv.library.empty() || nv.library.find('\0') != std::string::npos) {
-    return fail("nvml.library", "must be a library name or path, got an empty or NUL-containing string");
-  }
-  for (std::size_t r = 0; r < kRoleCount; ++r) {
-    const RoleGrant& g = c.roles[r];
-    auto bad = [](std::uint32_t id) { return id > kMaxId; };
-    if (std::ranges::any_of(g.uids, bad))
-      return fail(fmt::format("roles.{}.uids", kRoleNames[r]), "(uid_t)-1 is not a user");
-    if (std::ranges::any_of(g.gids, bad))
-      return fail(fmt::format("roles.{}.gids", kRoleNames[r]), "(gid_t)-1 is not a group");
-  }
-  return {};
-}
-
 base::Result<Config> parse_config(std::string_view text, std::string_view source) { return Parser(source).run(text); }
 
 base::Result<Config> load_config(const std::string& path) {
@@ -783,80 +571,37 @@ base::Result<Config> load_config(const std::string& path) {
   return parse_config(text, path);
 }
 
-std::string describe(const Config& c) {
-  std::string out;
-  out += fmt::format("config       {}\n", c.source);
-  out += fmt::format("runtime_dir  {}\n", c.runtime_dir);
-  out += fmt::format("log_level    {}\n", c.log_level);
-  out +=
-      fmt::format("policy       {}, tick {} ms\n", c.policy, std::chrono::duration<double, std::milli>(c.tick).count());
-  if (c.policy_params.empty()) {
-    out += "params       all defaults\n";
-  } else {
-    std::string params;
-    for (const auto& [k, v] : c.policy_params) params += fmt::format("{}{} = {}", params.empty() ? "" : ", ", k, v);
-    out += fmt::format("params       {} (others default)\n", params);
-  }
-  out += fmt::format("ipc          event_slots {}, directive_slots {}\n", c.event_slots, c.directive_slots);
-  out += fmt::format(
-      "limits       max_clients {} ({} reserved for engines and runners, {} per uid), sessions_per_client {}, "
-      "records_per_s {}, messages_per_s {}, pump_batch {}, ctl_idle_timeout_s {}, tools_per_session {}, "
-      "tools_per_client {}\n",
-      c.limits.max_clients, c.limits.reserved(), c.limits.clients_per_uid, c.limits.sessions_per_client,
-      c.limits.records_per_s, c.limits.messages_per_s, c.limits.pump_batch, c.limits.ctl_idle_timeout_s,
-      c.limits.tools_per_session, c.limits.tools_per_client);
-  const HostConfig& h = c.host;
-  out += fmt::format("cgroups      {}, {}, on restart {} (grace {} s)\n", h.cgroups,
-                     h.root.empty() ? fmt::format("subtree {}", h.subtree) : fmt::format("root {}", h.root),
-                     h.on_restart, std::chrono::duration<double>(h.adopt_grace).count());
-  out += fmt::format(
-      "tools        memory_high {}, memory_max {}, pids_max {}, cpu_max_percent {}{}; "
-      "pool_max {}, pool_per_session {}, pool_idle {} s\n",
-      h.memory_high, h.memory_max, h.pids_max, h.cpu_max_percent,
-      h.bubblewrap.empty() ? "" : fmt::format(", bubblewrap {}", h.bubblewrap), h.pool_max, h.pool_per_session,
-      std::chrono::duration<double>(h.pool_idle).count());
-  out += fmt::format(
-      "memory       pressure_high {} %, pressure_critical {} %, tools_budget {}, stall_kill_after {} s\n",
-      h.pressure_high, h.pressure_critical, h.tools_budget, std::chrono::duration<double>(h.stall_kill_after).count());
-  out += fmt::format("telemetry    {}\n", h.telemetry);
-  out += fmt::format("metrics      {}\n", c.metrics_listen.empty() ? "off" : c.metrics_listen);
-  out += fmt::format("nvml         {}, every {} ms, library {}\n", c.nvml.enabled, c.nvml.interval_ms, c.nvml.library);
-  const GpuConfig& gpu = c.gpu;
-  out += fmt::format(
-      "gpu          sm_min {}, alpha {}, grow_hold {}; offload at pressure {}, restore below {} "
-      "(hold {} ticks), link {} B/s, allow_slowdown {}\n",
-      gpu.sm_min, gpu.alpha, gpu.grow_hold, gpu.offload_pressure, gpu.restore_pressure, gpu.hold, gpu.link_bytes_per_s,
-      gpu.allow_slowdown);
-  for (std::size_t r = 0; r < kRoleCount; ++r) {
-    const RoleGrant& g = c.roles[r];
-    std::string who = "root, the daemon's user";
-    if (g.anyone) {
-      who = "anyone";
+base::Result<void> set_policy_key(Config& config, std::string_view key, std::string_view value) {
+  // The value as the file would have it (a number, true/false, else a
+  // string): the parser's tables judge its type and range.
+  const auto put = [](toml::table& t, const std::string& k, std::string_view v) {
+    if (v == "true" || v == "false") {
+      t.insert(k, v == "true");
+    } else if (auto i = base::parse_int<std::int64_t>(v)) {
+      t.insert(k, *i);
+    } else if (auto d = base::parse_double(v)) {
+      t.insert(k, *d);
     } else {
-      if (!g.uids.empty()) who += fmt::format(", uids {}", join(g.uids));
-      if (!g.gids.empty()) who += fmt::format(", gids {}", join(g.gids));
+      t.insert(k, std::string(v));
     }
-    out += fmt::format("role {:<10}{}\n", kRoleNames[r], who);
+  };
+  toml::table policy;
+  if (key == "name") {
+    policy.insert("name", std::string(value));
+  } else if (key == "tick_ms") {
+    put(policy, "tick_ms", value);
+  } else if (key == "params") {
+    return base::make_error(EINVAL, "policy set: policy.params is a table: set one parameter by its name");
+  } else {
+    toml::table params;
+    put(params, std::string(key), value);
+    policy.insert("params", std::move(params));
   }
-  return out;
-}
-
-base::Result<std::shared_ptr<const CompiledConfig>> CompiledConfig::compile(Config config) {
-  if (auto ok = validate(config); !ok) return base::propagate(std::move(ok.error()));
-  // Build the policy once: whatever the registry's factories accept is what
-  // the daemon will later instantiate from params().
-  auto inst = sched::make_policy(config.policy, config.policy_params);
-  if (!inst) return base::propagate(std::move(inst.error()), config.source);
-  const sched::PolicyEntry* entry = sched::find_policy(config.policy);
-  return std::shared_ptr<const CompiledConfig>(new CompiledConfig(std::move(config), std::move(inst->params), entry));
-}
-
-bool CompiledConfig::allowed(Role role, uid_t uid, gid_t gid, uid_t daemon_uid) const {
-  if (uid == 0 || uid == daemon_uid) return true;
-  auto i = static_cast<std::size_t>(role);
-  if (i >= kRoleCount) return false;
-  const RoleGrant& g = config_.roles[i];
-  return g.anyone || std::ranges::find(g.uids, uid) != g.uids.end() || std::ranges::find(g.gids, gid) != g.gids.end();
+  Config next = config;
+  if (key == "name" && value != next.policy) next.policy_params.clear();  // the old policy's parameters mean nothing
+  if (auto ok = Parser("policy set").set_policy(policy, next); !ok) return ok;
+  config = std::move(next);
+  return {};
 }
 
 }  // namespace tandem::daemon

@@ -179,10 +179,23 @@ std::string describe(const Config& config);
 // The compiled, immutable form the daemon runs with: the config plus the
 // policy parameters validated by the registry (defaults filled in).
 // Thread-safety: immutable after compile(); share it freely.
+class CompiledConfig;
+
+// What compile() makes: the immutable config, and the policy it names built
+// from it — the instance the daemon runs, never built a second time. The
+// policy is handed over once (Server::create, a reload or `tandemctl policy
+// set` that changes it); a Compiled whose policy was taken has none.
+// Thread-safety: a value type (move-only).
+struct Compiled {
+  std::shared_ptr<const CompiledConfig> config;
+  sched::PolicyInstance policy;
+};
+
 class CompiledConfig {
  public:
-  // Validates `config` and builds the policy once to prove it is accepted.
-  static base::Result<std::shared_ptr<const CompiledConfig>> compile(Config config);
+  // Validates `config` and builds its policy: the runtime objects a
+  // daemon starts or reloads with.
+  static base::Result<Compiled> compile(Config config);
 
   const Config& config() const { return config_; }
   const sched::PolicyParams& params() const { return params_; }
@@ -204,5 +217,33 @@ class CompiledConfig {
   sched::PolicyParams params_;
   const sched::PolicyEntry* policy_;
 };
+
+// What making `fresh` the running configuration in place of `old` takes
+// (reload, `tandemctl policy set`): the one place that knows which keys a
+// running daemon can change.
+// Thread-safety: a value type.
+struct ReloadPlan {
+  // Keys that differ and locate things that already exist (the runtime
+  // dir, the rings' sizes): the change is refused whole.
+  std::vector<std::string> refused;
+  // Tables that differ and are read only at start-up: the change goes on,
+  // and these take effect at the next restart (logged).
+  std::vector<std::string> at_restart;
+  bool policy = false;  // the policy's name or a parameter: a new instance, engines told
+  bool tick = false;    // the control tick: a new timer
+  bool gpu = false;     // [gpu]: the GPU plane reconfigured
+  bool nvml = false;    // [nvml]: the sampler reconfigured or restarted
+};
+ReloadPlan reload_plan(const Config& old, const Config& fresh);
+
+// `tandemctl policy set KEY VALUE` on a copy of the running config: KEY is
+// one of [policy]'s keys (`name`, `tick_ms`) or else a parameter name
+// ([policy.params]), and VALUE goes through the same parser tables as the
+// file's text: a name is a string, tick_ms an integer, a parameter a number
+// or true/false. Errors (EINVAL) name the key as the file's would
+// ("policy.tick_ms: ..."); `config` is then unchanged. A new policy name
+// drops the old policy's parameters. Ranges, and whether the policy knows
+// the parameter, are compile()'s to check.
+base::Result<void> set_policy_key(Config& config, std::string_view key, std::string_view value);
 
 }  // namespace tandem::daemon

@@ -18,6 +18,7 @@
 
 #include "daemon/metrics.h"
 #include "daemon/server.h"
+#include "daemon/server_parts.h"
 
 namespace tandem::daemon {
 namespace {
@@ -33,15 +34,6 @@ json optional_int(std::int64_t v) { return v < 0 ? json(nullptr) : json(v); }
 // this is what keeps an answer total whatever reaches it.
 std::string text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// "reasoning" for REASONING: ctl's JSON keys and values are lower case.
-template <class E>
-std::string lower(E value) {
-  std::string s(sched::to_string(value));
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
-
-constexpr std::string_view kVersion = "0.1.0";
 // How long session kill waits for a killed unplaced tool to be gone.
 constexpr int kKillCheckMs = 200;
 // What `policy set` appends to the configuration's source.
@@ -64,7 +56,7 @@ void Server::on_ctl(Client& c, const wire::CtlRequest& req) {
   // now, so an answer is never a tick stale.
   for (auto& [id, other] : clients_) other.pending = other.has_channel && !other.doomed;
   pump();
-  const base::Time now = clock_.now();
+  const base::Time now = clock_->now();
   if (command == "status") {
     send_message(c, ipc::build_ctl_response(0, ctl_status(now)));
   } else if (command == "engines") {
@@ -235,8 +227,9 @@ int Server::ctl_session_evict(std::string_view who, base::Time now, std::string&
   // in flight; the next round recomputes what it needs.
   spdlog::info("ctl: session {:#018x}'s KV evicted by an operator", id);
   log_event(now, LogKind::kEvict, id);
-  apply({sched::ActionKind::kUnpin, id}, now);
-  apply({sched::ActionKind::kDrop, id}, now);
+  // The operator's actions go the policy's way (sched/apply.h).
+  sched::apply({sched::ActionKind::kUnpin, id}, model_.sessions(), *this, now);
+  sched::apply({sched::ActionKind::kDrop, id}, model_.sessions(), *this, now);
   out = text(json{{"session", fmt::format("{:016x}", id)}, {"evicted", true}, {"engine", s->engine}});
   return 0;
 }
@@ -340,70 +333,12 @@ std::string Server::ctl_status(base::Time now) const {
   return text(j);
 }
 
-// An event log entry's kind and its text (ctl events).
-std::pair<std::string_view, std::string> Server::describe_event(const LoggedEvent& e) {
-  using L = LogKind;
-  const auto& v = e.v;
-  switch (e.kind) {
-    case L::kSessionOpen:
-      return {"session_open", ""};
-    case L::kSessionTakeover:
-      return {"session_open", "by its runner, after its engine's first round"};
-    case L::kSessionClose:
-      return {"session_close", ""};
-    case L::kRoundSubmit:
-      return {"round_submit",
-              fmt::format("round {} on engine {}: {} prompt tokens, {} cached", v[0], v[1], v[2], v[3])};
-    case L::kRoundEnd:
-      return {"round_end", fmt::format("round {}: {} output tokens{}", v[0], v[1], v[2] ? ", a tool follows" : "")};
-    case L::kToolStart:
-      return {"tool_start", fmt::format("call {}", v[0])};
-    case L::kToolEnd:
-      return {"tool_end", fmt::format("call {}: exit {} after {:.3f} s", v[0], v[1], static_cast<double>(v[2]) * 1e-9)};
-    case L::kKv: {
-      static constexpr const char* kKinds[] = {"evicted", "restored", "offloaded", "dropped"};
-      return {"kv", fmt::format("{} {} blocks", kKinds[static_cast<std::size_t>(v[0]) % 4], v[1])};
-    }
-    case L::kAdmit:
-      return {"admit", fmt::format("on engine {}", v[0])};
-    case L::kPause:
-      return {"pause", ""};
-    case L::kRestore:
-      return {"restore", fmt::format("onto engine {}", v[0])};
-    case L::kPin:
-      return {"pin", fmt::format("for {:.3f} s", static_cast<double>(v[0]) * 1e-9)};
-    case L::kUnpin:
-      return {"unpin", ""};
-    case L::kDrop:
-      return {"drop", ""};
-    case L::kOffload:
-      return {"offload", ""};
-    case L::kKillTools:
-      return {"kill_tools", "by the policy"};
-    case L::kDrain:
-      return {"drain", "by an operator"};
-    case L::kUndrain:
-      return {"undrain", "by an operator"};
-    case L::kEvict:
-      return {"evict", "by an operator"};
-    case L::kKill:
-      return {"kill", "by an operator"};
-    case L::kSmPartition:
-      return {"sm_partition",
-              fmt::format("engine {}: partition {} ({} decode SMs) for SM_dec {}", v[0], v[1], v[2], v[3])};
-    case L::kOffloadPlan:
-      return {"offload_plan", fmt::format("engine {}: modules {:#x}, {} bytes freed, at pressure {:.3f}", v[0],
-                                          static_cast<std::uint64_t>(v[1]), v[2], static_cast<double>(v[3]) / 1000.0)};
-  }
-  return {"?", ""};
-}
-
 std::string Server::ctl_events(std::string_view since_text) const {
   const std::uint64_t since = base::parse_int<std::uint64_t>(since_text).value_or(0);
   // Names: of live sessions from their meta, of ended ones from the close
   // (or kill) event that kept theirs.
   std::unordered_map<sched::SessionId, std::string_view> names;
-  for (const LoggedEvent& e : events_) {
+  for (const EventLog::Entry& e : log_.entries()) {
     if (!e.name.empty()) names[e.session] = e.name;
   }
   for (const auto& [id, m] : meta_) {
@@ -412,9 +347,9 @@ std::string Server::ctl_events(std::string_view since_text) const {
   json list = json::array();
   std::size_t bytes = 0;
   std::uint64_t next = since;
-  for (const LoggedEvent& e : events_) {
+  for (const EventLog::Entry& e : log_.entries()) {
     if (e.seq <= since) continue;
-    auto [kind, detail] = describe_event(e);
+    auto [kind, detail] = EventLog::describe(e);
     json j = {{"seq", e.seq}, {"t", e.t}, {"kind", kind}};
     if (e.session != 0) {
       j["session"] = fmt::format("{:016x}", e.session);
@@ -427,8 +362,7 @@ std::string Server::ctl_events(std::string_view since_text) const {
     list.push_back(std::move(j));
   }
   // Events older than the log's window were lost to a slow follower.
-  const std::uint64_t oldest = events_.empty() ? next_event_ : events_.front().seq;
-  return text(json{{"events", list}, {"next", next}, {"lost", since + 1 < oldest ? oldest - since - 1 : 0}});
+  return text(json{{"events", list}, {"next", next}, {"lost", log_.lost_after(since)}});
 }
 
 std::string Server::ctl_policy() const {
@@ -457,27 +391,9 @@ int Server::ctl_policy_set(std::string_view key, std::string_view value, std::st
     }
   }
   Config next = config_->config();
-  if (key == "name") {
-    if (value != next.policy) next.policy_params.clear();  // the old policy's parameters mean nothing to another
-    next.policy = value;
-  } else if (key == "tick_ms") {
-    auto ms = base::parse_int<std::int64_t>(value);
-    if (!ms) {
-      out = fmt::format("tick_ms: '{}' is not an integer", base::escape(value, 64));
-      return EINVAL;
-    }
-    next.tick = std::chrono::milliseconds(*ms);
-  } else {
-    double v = 0;
-    if (value == "true" || value == "false") {
-      v = value == "true" ? 1 : 0;
-    } else if (auto d = base::parse_double(value)) {
-      v = *d;
-    } else {
-      out = fmt::format("{}: '{}' is not a number", base::escape(key, 64), base::escape(value, 64));
-      return EINVAL;
-    }
-    next.policy_params[std::string(key)] = v;
+  if (auto ok = set_policy_key(next, key, value); !ok) {
+    out = ok.error().context();
+    return EINVAL;
   }
   // The source names the file and the keys set since it was read, each
   // once: however many `policy set`s follow, it stays as short as the
@@ -499,180 +415,6 @@ int Server::ctl_policy_set(std::string_view key, std::string_view value, std::st
   policy_set_keys_ = std::move(keys);
   out = ctl_policy();
   return 0;
-}
-
-std::string Server::metrics_text(base::Time now) const {
-  PromText p;
-  const Config& cfg = config_->config();
-  p.gauge("tandem_build_info", "tandemd's version and running policy (always 1)", 1,
-          {{"version", kVersion}, {"policy", cfg.policy}});
-  p.gauge("tandem_uptime_seconds", "seconds since tandemd started", base::to_seconds(now - started_));
-
-  // Clients and sessions.
-  std::array<std::uint64_t, kRoleCount> roles{};
-  for (const auto& [id, c] : clients_) {
-    if (!c.doomed && c.phase == Phase::kActive) ++roles[static_cast<std::size_t>(c.role)];
-  }
-  for (std::size_t r = 0; r < kRoleCount; ++r) {
-    p.gauge("tandem_clients", "connected clients by role", static_cast<double>(roles[r]),
-            {{"role", to_string(static_cast<Role>(r))}});
-  }
-  const auto& table = model_.sessions();
-  using sched::SessionState;
-  for (auto state : {SessionState::kWaiting, SessionState::kReasoning, SessionState::kActing, SessionState::kPaused}) {
-    p.gauge("tandem_sessions", "live sessions by state", static_cast<double>(table.count(state)),
-            {{"state", lower(state)}});
-  }
-  if (auto w = policy_.control->admission_window()) {
-    p.gauge("tandem_admission_window", "sessions the policy lets reason at once (MARS's AIMD window)", *w);
-  }
-  std::uint64_t pinned_sessions = 0;
-  for (const auto& [id, sess] : table.sessions()) pinned_sessions += sess.residency == sched::Residency::kPinned;
-  p.gauge("tandem_kv_pinned_sessions", "sessions whose KV is pinned while their tool runs",
-          static_cast<double>(pinned_sessions));
-
-  // KV by engine, and the GPU plane's view of it.
-  const auto projected = GpuPlane::projected_blocks(model_.sessions());
-  for (const auto& [id, v] : model_.engines()) {
-    const auto it = clients_.find(id);
-    const std::string name = it != clients_.end() ? it->second.name : std::to_string(id);
-    const double total = v.has_stats ? v.kv.blocks_total : v.params.total_blocks;
-    const char* help = "KV blocks of each engine's pool by state (offloaded: host copies, outside the pool)";
-    p.gauge("tandem_kv_blocks", help, total, {{"engine", name}, {"state", "total"}});
-    p.gauge("tandem_kv_blocks", help, v.has_stats ? v.kv.blocks_free : total, {{"engine", name}, {"state", "free"}});
-    p.gauge("tandem_kv_blocks", help, v.kv.blocks_pinned, {{"engine", name}, {"state", "pinned"}});
-    p.gauge("tandem_kv_blocks", help, v.kv.blocks_offloaded, {{"engine", name}, {"state", "offloaded"}});
-    p.gauge("tandem_kv_blocks", help, static_cast<double>(v.queued_blocks), {{"engine", name}, {"state", "queued"}});
-    const auto demand = projected.find(id);
-    p.gauge("tandem_kv_blocks", help, demand == projected.end() ? 0.0 : static_cast<double>(demand->second),
-            {{"engine", name}, {"state", "projected"}});
-  }
-  // The GPU plane, one family at a time (a family's samples must be together).
-  struct EngineGpuSample {
-    std::string name;
-    double total = 0;
-    double projected = 0;
-    const Client* client = nullptr;
-    const EngineGpu* gpu = nullptr;
-  };
-  std::vector<EngineGpuSample> gpu_samples;
-  for (const auto& [id, v] : model_.engines()) {
-    const auto it = clients_.find(id);
-    const auto demand = projected.find(id);
-    gpu_samples.push_back({it != clients_.end() ? it->second.name : std::to_string(id),
-                           static_cast<double>(v.has_stats ? v.kv.blocks_total : v.params.total_blocks),
-                           demand == projected.end() ? 0.0 : static_cast<double>(demand->second),
-                           it != clients_.end() ? &it->second : nullptr, gpu_.engine(id)});
-  }
-  for (const auto& e : gpu_samples) {
-    if (e.total > 0) {
-      p.gauge("tandem_kv_pressure", "projected KV demand of each engine's live sessions over its pool",
-              e.projected / e.total, {{"engine", e.name}});
-    }
-  }
-  for (const auto& e : gpu_samples) {
-    if (e.client != nullptr && e.client->sm_partition_set) {
-      p.gauge("tandem_sm_partition", "the green-context partition index published to each engine",
-              e.client->sm_partition, {{"engine", e.name}});
-    }
-  }
-  for (const auto& e : gpu_samples) {
-    if (e.client != nullptr && e.client->sm_partition_set && e.gpu != nullptr &&
-        e.client->sm_partition < e.gpu->decode_sms.size()) {
-      p.gauge("tandem_sm_partition_decode_sms", "decode SMs of the partition published to each engine",
-              e.gpu->decode_sms[e.client->sm_partition], {{"engine", e.name}});
-    }
-  }
-  for (const auto& e : gpu_samples) {
-    if (e.client == nullptr) continue;
-    p.gauge("tandem_offloaded_weight_modules", "weight modules each engine is asked to stream from host memory",
-            static_cast<double>(std::popcount(e.client->offload_plan)), {{"engine", e.name}});
-  }
-  for (const auto& e : gpu_samples) {
-    if (e.client == nullptr) continue;
-    p.gauge("tandem_offload_freed_bytes", "device bytes the offload plan frees for each engine's KV pool",
-            static_cast<double>(e.client->offload_freed_bytes), {{"engine", e.name}});
-  }
-  static constexpr const char* kKvKinds[] = {"evicted", "restored", "offloaded", "dropped"};
-  for (std::size_t k = 0; k < std::size(kKvKinds); ++k) {
-    p.counter("tandem_kv_events_total", "KV moves engines reported, by kind", static_cast<double>(stats_.kv_events[k]),
-              {{"kind", kKvKinds[k]}});
-  }
-  for (std::size_t k = 0; k < std::size(kKvKinds); ++k) {
-    p.counter("tandem_kv_event_blocks_total", "KV blocks those moves concerned, by kind",
-              static_cast<double>(stats_.kv_event_blocks[k]), {{"kind", kKvKinds[k]}});
-  }
-  p.counter("tandem_offload_plan_changes_total", "changes of an engine's weight-offload plan",
-            static_cast<double>(stats_.offload_plan_changes));
-  p.counter("tandem_recomputed_tokens_total",
-            "prompt tokens a session had computed before that its engine did not serve from cache",
-            static_cast<double>(stats_.recomputed_tokens));
-
-  // Tools and the host.
-  p.counter("tandem_tool_calls_total", "tool calls given a cgroup", static_cast<double>(stats_.tools_prepared));
-  p.counter("tandem_tool_calls_refused_total", "tool calls refused a cgroup",
-            static_cast<double>(stats_.tools_refused));
-  json host;
-  effects_->status(host);
-  const auto num = [&](const char* key) {
-    return host.is_object() && host.contains(key) && host[key].is_number() ? host[key].get<double>() : 0.0;
-  };
-  p.gauge("tandem_tool_cgroups", "tool calls with a live cgroup", num("tool_cgroups"));
-  p.gauge("tandem_tool_memory_bytes", "memory of every tool call's cgroup, at the last host tick",
-          num("tools_memory_bytes"));
-  p.counter("tandem_tool_cpu_seconds_total", "CPU time of every tool call's cgroup", num("tools_cpu_seconds"));
-  p.counter("tandem_tools_killed_total", "tool calls tandemd killed", num("tools_killed"));
-  p.counter("tandem_tool_throttles_total", "tool calls throttled under memory pressure", num("throttles"));
-  p.counter("tandem_tool_freezes_total", "tool calls frozen under memory pressure", num("freezes"));
-  // The warm pool of tool-call cgroups.
-  const json pool = host.is_object() && host.contains("pool") ? host["pool"] : json();
-  const auto pool_num = [&](const char* key) {
-    return pool.is_object() && pool.contains(key) && pool[key].is_number() ? pool[key].get<double>() : 0.0;
-  };
-  p.gauge("tandem_tool_pool_ready", "tool-call cgroups made ahead and ready to hand out", pool_num("ready"));
-  p.gauge("tandem_tool_pool_target", "ready tool-call cgroups the sessions' call rates ask for", pool_num("target"));
-  p.counter("tandem_tool_pool_hits_total", "tool calls given a ready cgroup from the pool", pool_num("hits"));
-  p.counter("tandem_tool_pool_misses_total", "tool calls that made their cgroup (the pool had none ready)",
-            pool_num("misses"));
-  const double mem_psi = num("memory_psi_some_avg10");
-  const double cpu_psi = num("cpu_psi_some_avg10");
-  if (host.is_object() && host.contains("memory_psi_some_avg10") && mem_psi >= 0) {
-    p.gauge("tandem_pressure_some_avg10", "PSI some avg10 of the node (memory) and of the tools (cpu), percent",
-            mem_psi, {{"resource", "memory"}});
-  }
-  if (host.is_object() && host.contains("cpu_psi_some_avg10") && cpu_psi >= 0) {
-    p.gauge("tandem_pressure_some_avg10", "PSI some avg10 of the node (memory) and of the tools (cpu), percent",
-            cpu_psi, {{"resource", "cpu"}});
-  }
-
-  // GPUs, from NVML.
-  gpu_metrics(p, gpu_telemetry_->snapshot(), gpu_attribution());
-
-  // The daemon itself.
-  p.counter("tandem_control_ticks_total", "control ticks run", static_cast<double>(stats_.ticks));
-  p.counter("tandem_control_tick_seconds_total", "time spent in control ticks", stats_.tick_seconds);
-  p.gauge("tandem_control_tick_seconds_max", "the longest control tick since start", stats_.tick_seconds_max);
-  p.counter("tandem_records_total", "ring records taken from clients, by result",
-            static_cast<double>(stats_.records_accepted), {{"result", "accepted"}});
-  p.counter("tandem_records_total", "ring records taken from clients, by result",
-            static_cast<double>(stats_.records_rejected), {{"result", "rejected"}});
-  p.counter("tandem_directives_total", "directives sent to engines", static_cast<double>(stats_.directives));
-  p.counter("tandem_directive_ring_overflows_total",
-            "directives dropped because an engine's directive ring and backlog were full",
-            static_cast<double>(stats_.directives_dropped));
-  p.counter("tandem_clients_refused_total", "connections refused at the handshake",
-            static_cast<double>(stats_.clients_refused));
-  p.counter("tandem_clients_dropped_total", "clients dropped for misbehaving",
-            static_cast<double>(stats_.clients_dropped));
-  p.counter("tandem_internal_errors_total", "exceptions caught in a handler (bugs), answered as errors",
-            static_cast<double>(stats_.internal_errors));
-  p.counter("tandem_clients_refused_limits_total",
-            "connections refused by clients_per_uid, reserved_clients or the ctl cap",
-            static_cast<double>(stats_.clients_refused_limits));
-  p.counter("tandem_resync_refused_total", "resync entries refused", static_cast<double>(stats_.resync_refused));
-  p.counter("tandem_accept_errors_total", "accept() failures (out of fds or memory)",
-            static_cast<double>(stats_.accept_errors));
-  return p.text();
 }
 
 Server::Page Server::ctl_engines(std::string_view cursor) const {

@@ -8,6 +8,33 @@ sched::Duration ns(std::uint64_t v) { return sched::Duration(static_cast<std::in
 
 }  // namespace
 
+RecordRule record_rule(ipc::RecordType type) {
+  using T = ipc::RecordType;
+  using S = SessionRule;
+  switch (type) {
+    case T::kRoundSubmit:
+      return {Sender::kEngine, S::kSubmit, false};
+    case T::kRoundFirstToken:
+    case T::kRoundEnd:
+    case T::kKvEvent:
+      return {Sender::kEngine, S::kRoundOnSender, false};
+    case T::kKvStats:
+      return {Sender::kEngine, S::kNone, false};
+    case T::kGpuPartitions:
+    case T::kStageProfile:
+    case T::kWeightModule:
+      return {Sender::kEngine, S::kNone, true};
+    case T::kSessionOpen:
+      return {Sender::kRunner, S::kOpen, false};
+    case T::kSessionClose:
+    case T::kToolStart:
+    case T::kToolEnd:
+      return {Sender::kRunner, S::kOwned, false};
+    default:
+      return {};
+  }
+}
+
 std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId client) {
   using ipc::RecordType;
   const sched::SessionId session = record.session();

@@ -85,7 +85,7 @@ struct Flags {
 };
 
 // Reads the config file (or the defaults) and applies the command line.
-base::Result<std::shared_ptr<const daemon::CompiledConfig>> load(const Flags& flags) {
+base::Result<daemon::Compiled> load(const Flags& flags) {
   daemon::Config cfg;
   const std::string path = flags.config.value_or(kDefaultConfig);
   if (flags.config || std::filesystem::exists(path)) {
@@ -142,11 +142,11 @@ int main(int argc, char** argv) {
     return flags.check ? 1 : 2;
   }
   if (flags.check) {
-    std::printf("%s", daemon::describe((*config)->config()).c_str());
+    std::printf("%s", daemon::describe(config->config->config()).c_str());
     std::printf("configuration OK\n");
     return 0;
   }
-  setup_logging((*config)->config().log_level);
+  setup_logging(config->config->config().log_level);
 
   // The signals the loop reads from its signalfd: blocked before anything
   // could start a thread. SIGPIPE is never wanted (sends use MSG_NOSIGNAL).
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
   // The host plane (cgroups, tool placement, telemetry), unless configured
   // off or — in mode "auto" — impossible here (not root, no cgroupfs).
   std::unique_ptr<daemon::HostPlane> host;
-  const daemon::HostConfig& host_config = (*config)->config().host;
+  const daemon::HostConfig& host_config = config->config->config().host;
   if (host_config.cgroups != "off") {
     auto plane = daemon::HostPlane::open(host_config, base::MonotonicClock().now());
     if (plane) {
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
   daemon::RecordingEffects recording;  // the GPU plane (issue 9) joins the host plane here
   daemon::HostEffects& effects = host ? static_cast<daemon::HostEffects&>(*host) : recording;
   SystemdNotifier notifier;
-  auto server = daemon::Server::create(*config, effects, notifier, [&flags] { return load(flags); });
+  auto server = daemon::Server::create(std::move(*config), effects, notifier, [&flags] { return load(flags); });
   if (!server) {
     spdlog::critical("cannot start: {}", server.error().message());
     return 1;

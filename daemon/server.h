@@ -1,5 +1,8 @@
 // Server: tandemd's core — the io_uring loop, the client registry, the ring
 // pump, the control tick and the ctl server (docs/architecture.md "Wire records", "Trust model", "Processes").
+// One object, written in parts, a file each (docs/architecture.md "The
+// daemon's parts"): server.cc (start-up, the loop), handshake.cc,
+// sessions.cc, intake.cc, control.cc, ctl.cc and ctl_metrics.cc.
 //
 // One thread owns everything here. Inputs arrive as io_uring completions
 // (daemon/uring.h): the signalfd (SIGTERM/SIGINT stop, SIGHUP reloads), a
@@ -46,6 +49,8 @@
 #include "base/unique_fd.h"
 #include "daemon/config.h"
 #include "daemon/effects.h"
+#include "daemon/event_log.h"
+#include "daemon/events.h"
 #include "daemon/gpu_plane.h"
 #include "daemon/gpu_telemetry.h"
 #include "daemon/metrics.h"
@@ -54,6 +59,7 @@
 #include "ipc/channel.h"
 #include "ipc/messages.h"
 #include "ipc/records.h"
+#include "sched/apply.h"
 #include "sched/model.h"
 #include "sched/registry.h"
 
@@ -75,7 +81,7 @@ class Notifier {
 };
 
 // Loads and compiles the config again (SIGHUP). main() binds it to the file.
-using ConfigLoader = std::function<base::Result<std::shared_ptr<const CompiledConfig>>()>;
+using ConfigLoader = std::function<base::Result<Compiled>()>;
 
 // Allows `rate` events per second with bursts of one second's worth.
 // Thread-safety: a value type.
@@ -138,14 +144,16 @@ struct ServerStats {
 };
 
 // Thread-safety: one thread.
-class Server {
+class Server : private sched::ActionSink {
  public:
   // Binds <runtime_dir>/tandemd.sock (creating the directory; refusing if
   // another tandemd holds <runtime_dir>/tandemd.lock), sets up the signalfd
   // (SIGTERM, SIGINT, SIGHUP must already be blocked in every thread) and
-  // the tick timer, and builds the policy.
-  static base::Result<std::unique_ptr<Server>> create(std::shared_ptr<const CompiledConfig> config,
-                                                      HostEffects& effects, Notifier& notifier, ConfigLoader reload);
+  // the tick timer, and runs the compiled policy. `clock` (the monotonic
+  // clock by default) is what every decision reads; tests step a
+  // VirtualClock and call tick_now() themselves.
+  static base::Result<std::unique_ptr<Server>> create(Compiled config, HostEffects& effects, Notifier& notifier,
+                                                      ConfigLoader reload, const base::Clock* clock = nullptr);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -163,6 +171,10 @@ class Server {
   // (a socketpair end, any credentials). A connection over a limit is
   // answered with an Error and closed.
   void add_connection(base::UniqueFd sock, const ucred& cred);
+  // What the tick timer does (expiries, every ring drained, the control
+  // tick), at the clock's now: tests that step a VirtualClock call it
+  // rather than wait for the timer.
+  void tick_now();
 
   const ServerStats& stats() const { return stats_; }
   // How much the daemon holds on clients' behalf (bounded by the limits;
@@ -343,8 +355,9 @@ class Server {
   // Drains up to the client's batch; returns true if records remain.
   bool pump_client(Client& c, base::Time now);
   void take_record(Client& c, const ipc::Record& r, base::Time now);
-  // Whether client `c` may send record `r`; `why` names the reason if not.
-  bool authorize(Client& c, const ipc::Record& r, const char** why);
+  // Whether client `c` may send record `r` under its type's rule
+  // (daemon/events.h record_rule); `why` names the reason if not.
+  bool authorize(Client& c, const ipc::Record& r, const RecordRule& rule, const char** why);
   // Applies an event to the model and shows it to the policy; false if the
   // session table rejected it.
   bool feed(const sched::Event& e, base::Time now);
@@ -352,7 +365,21 @@ class Server {
 
   // Control.
   void tick(base::Time now);
-  void apply(const sched::Action& a, base::Time now);
+  // What the policy's actions do here (sched::apply calls these; GPU-plane
+  // decisions call sm_partition directly): directives, effects, the event log.
+  bool may_admit() const override;
+  void admitted(const sched::Session& s, base::Time now) override;
+  void paused(const sched::Session& s, base::Time now) override;
+  void restored(const sched::Session& s, sched::EngineId from, base::Time now) override;
+  void priority(const sched::Session& s, std::int64_t level, base::Time now) override;
+  void pinned(const sched::Session& s, base::Time until, base::Time now) override;
+  void unpinned(const sched::Session& s, base::Time now) override;
+  void dropped(const sched::Session& s, base::Time now) override;
+  void offloaded(const sched::Session& s, base::Time now) override;
+  void cpu_weight(const sched::Session& s, std::int64_t weight, base::Time now) override;
+  void cpu_quota(const sched::Session& s, std::int64_t us_per_100ms, base::Time now) override;
+  void kill_tools(const sched::Session& s, base::Time now) override;
+  void sm_partition(sched::EngineId engine, std::int64_t index, base::Time now) override;
   void send_directive(sched::EngineId engine, const ipc::Slot& record);
   // Pushes a directive to any client with a directive ring (CLOSE to a runner).
   void push_directive(Client& c, const ipc::Slot& record);
@@ -366,7 +393,7 @@ class Server {
   static std::uint32_t wake_watermark(const Client& c);
   void publish_status(Client& c, base::Time now);
   void session_done(sched::SessionId id);
-  base::Result<void> install_policy(const CompiledConfig& config);
+  void install_policy(sched::PolicyInstance policy);
   // Re-reads the configuration and applies it (SIGHUP, `tandemctl reload`);
   // a failure is logged and returned, and changes nothing.
   base::Result<void> reload();
@@ -374,7 +401,7 @@ class Server {
   // the policy rebuilt when it changed, engines sent the new PolicyConfig,
   // the tick re-timed. Refused (nothing changes) when a restart-only key
   // differs or the policy cannot be built; `why` names the caller in logs.
-  base::Result<void> apply_config(std::shared_ptr<const CompiledConfig> fresh, std::string_view why);
+  base::Result<void> apply_config(Compiled fresh, std::string_view why);
 
   // ctl (daemon/ctl.cc).
   std::string ctl_status(base::Time now) const;
@@ -410,7 +437,8 @@ class Server {
   HostEffects* effects_ = nullptr;
   Notifier* notifier_ = nullptr;
   ConfigLoader reload_;
-  base::MonotonicClock clock_;
+  base::MonotonicClock monotonic_;
+  const base::Clock* clock_ = &monotonic_;  // what decisions read (create()'s `clock`)
   base::Time started_{};
 
   Uring uring_;
@@ -424,48 +452,12 @@ class Server {
   bool stopping_ = false;
   bool armed_ = false;       // arm() ran
   bool host_armed_ = false;  // a POLLIN on the host plane's event fd is outstanding
-  // The event log `tandemctl events` reads: session lifecycle, rounds,
-  // tools, KV moves, the policy's actions and operators' commands.
-  // Logged in the hot path as numbers; the text is made only when
-  // `tandemctl events` asks (ctl_events).
-  enum class LogKind : std::uint8_t {
-    kSessionOpen,      // v: —
-    kSessionTakeover,  // a runner's SESSION_OPEN after its engine's first round
-    kSessionClose,
-    kRoundSubmit,  // v: round, engine, prompt tokens, cached tokens
-    kRoundEnd,     // v: round, output tokens, tool follows
-    kToolStart,    // v: call
-    kToolEnd,      // v: call, exit code, wall ns
-    kKv,           // v: sched::KvChange, blocks
-    kAdmit,        // v: engine
-    kPause,
-    kRestore,  // v: engine
-    kPin,      // v: ns pinned for
-    kUnpin,
-    kDrop,
-    kOffload,
-    kKillTools,
-    kDrain,
-    kUndrain,
-    kEvict,
-    kKill,
-    kSmPartition,  // session 0; v: engine, partition index, its decode SMs, SM_dec
-    kOffloadPlan,  // session 0; v: engine, plan bits, freed bytes, pressure in thousandths
-  };
-  struct LoggedEvent {
-    std::uint64_t seq;
-    double t;  // seconds since start
-    LogKind kind;
-    sched::SessionId session;
-    std::array<std::int64_t, 4> v;
-    std::string name;  // only where the session's name is about to go (close, kill)
-  };
-  static constexpr std::size_t kEventLogSize = 4096;
+  // What `tandemctl events` reads (daemon/event_log.h).
+  using LogKind = EventLog::Kind;
+  EventLog log_;
+  // Logs an event, keeping the session's name where it is about to go.
   void log_event(base::Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {});
   std::string ctl_events(std::string_view since) const;
-  static std::pair<std::string_view, std::string> describe_event(const LoggedEvent& e);
-  std::deque<LoggedEvent> events_;
-  std::uint64_t next_event_ = 1;
   bool draining_ = false;  // tandemctl drain: no new session is admitted; live ones go on
   std::optional<MetricsEndpoint> metrics_;
   std::string metrics_error_;  // why there is no endpoint ("" when there is, or none was asked)

@@ -335,10 +335,79 @@ TEST(CompiledConfig, FillsPolicyDefaults) {
   c.policy_params["window_max"] = 64;
   auto cc = CompiledConfig::compile(c);
   ASSERT_TRUE(cc) << cc.error().message();
-  EXPECT_EQ((*cc)->config().policy, "mars");
-  EXPECT_EQ((*cc)->policy().name, "mars");
-  EXPECT_EQ((*cc)->params().get("window_max"), 64.0);
-  EXPECT_EQ((*cc)->params().get("window_min"), 4.0) << "default filled in";
+  EXPECT_EQ(cc->config->config().policy, "mars");
+  EXPECT_EQ(cc->config->policy().name, "mars");
+  EXPECT_EQ(cc->config->params().get("window_max"), 64.0);
+  EXPECT_EQ(cc->config->params().get("window_min"), 4.0) << "default filled in";
+  // The policy the daemon runs is the one compile() built and checked.
+  ASSERT_TRUE(cc->policy.control && cc->policy.step);
+  EXPECT_EQ(cc->policy.params.get("window_max"), 64.0);
+}
+
+TEST(ReloadPlan, NamesWhatARunningDaemonCannotChange) {
+  const Config old;
+  EXPECT_TRUE(reload_plan(old, old).refused.empty());
+  EXPECT_FALSE(reload_plan(old, old).policy);
+  Config fresh = old;
+  fresh.runtime_dir = "/run/elsewhere";
+  fresh.directive_slots = 2048;
+  fresh.event_slots = 8192;
+  const ReloadPlan refused = reload_plan(old, fresh);
+  EXPECT_EQ(refused.refused, (std::vector<std::string>{"runtime_dir", "ipc.event_slots", "ipc.directive_slots"}));
+
+  Config later = old;
+  later.tick = 20ms;
+  later.policy_params["window_max"] = 8;
+  later.metrics_listen = "";
+  const ReloadPlan plan = reload_plan(old, later);
+  EXPECT_TRUE(plan.refused.empty());
+  EXPECT_TRUE(plan.policy);
+  EXPECT_TRUE(plan.tick);
+  EXPECT_FALSE(plan.gpu);
+  EXPECT_FALSE(plan.nvml);
+  EXPECT_EQ(plan.at_restart, (std::vector<std::string>{"[metrics] listen"}));
+  later.nvml.interval_ms += 1;
+  later.gpu.sm_min += 1;
+  EXPECT_TRUE(reload_plan(old, later).nvml);
+  EXPECT_TRUE(reload_plan(old, later).gpu);
+}
+
+TEST(SetPolicyKey, GoesThroughTheParsersTables) {
+  Config c;
+  c.policy = "mars";
+  ASSERT_TRUE(set_policy_key(c, "window_max", "12"));
+  EXPECT_EQ(c.policy_params.at("window_max"), 12.0);
+  ASSERT_TRUE(set_policy_key(c, "swap_preempt", "false"));
+  EXPECT_EQ(c.policy_params.at("swap_preempt"), 0.0);
+  ASSERT_TRUE(set_policy_key(c, "tick_ms", "25"));
+  EXPECT_EQ(c.tick, 25ms);
+
+  // Each bad value is named as the file's key would be, and changes nothing.
+  const Config before = c;
+  const auto problem = [&](std::string_view key, std::string_view value) {
+    auto r = set_policy_key(c, key, value);
+    EXPECT_FALSE(r) << key << " " << value;
+    EXPECT_EQ(c.tick, before.tick);
+    EXPECT_EQ(c.policy_params, before.policy_params);
+    EXPECT_EQ(c.policy, before.policy);
+    return r ? std::string() : r.error().context();
+  };
+  EXPECT_THAT(problem("tick_ms", "fast"), HasSubstr("policy.tick_ms: expected an integer, got a string"));
+  EXPECT_THAT(problem("tick_ms", "0"), HasSubstr("policy.tick_ms: must be between 1 and 10000, got 0"));
+  EXPECT_THAT(problem("tick_ms", "2.5"), HasSubstr("policy.tick_ms: expected an integer"));
+  EXPECT_THAT(problem("window_max", "many"),
+              HasSubstr("policy.params.window_max: expected a number or a boolean, got a string"));
+  EXPECT_THAT(problem("params", "1"), HasSubstr("policy.params is a table"));
+
+  // A new policy starts from its own defaults.
+  ASSERT_TRUE(set_policy_key(c, "name", "fcfs"));
+  EXPECT_EQ(c.policy, "fcfs");
+  EXPECT_TRUE(c.policy_params.empty());
+  ASSERT_TRUE(set_policy_key(c, "name", "fcfs"));
+  ASSERT_TRUE(set_policy_key(c, "name", "tandem"));
+  ASSERT_TRUE(set_policy_key(c, "window_max", "9"));
+  ASSERT_TRUE(set_policy_key(c, "name", "tandem"));
+  EXPECT_EQ(c.policy_params.at("window_max"), 9.0) << "naming the running policy keeps its parameters";
 }
 
 TEST(CompiledConfig, RejectsAHandBuiltBadConfig) {
@@ -363,7 +432,7 @@ TEST(CompiledConfig, RejectsAHandBuiltBadConfig) {
 TEST(CompiledConfig, RootAndDaemonUserAlwaysAllowed) {
   auto cc = CompiledConfig::compile(Config{});
   ASSERT_TRUE(cc);
-  const CompiledConfig& k = **cc;
+  const CompiledConfig& k = *cc->config;
   constexpr uid_t kDaemon = 991;
   for (Role r : {Role::kEngine, Role::kRunner, Role::kCtlRead, Role::kCtlAdmin}) {
     EXPECT_TRUE(k.allowed(r, 0, 12345, kDaemon)) << to_string(r);
@@ -390,7 +459,7 @@ anyone = true
   ASSERT_TRUE(parsed) << parsed.error().message();
   auto cc = CompiledConfig::compile(*parsed);
   ASSERT_TRUE(cc) << cc.error().message();
-  const CompiledConfig& k = **cc;
+  const CompiledConfig& k = *cc->config;
   constexpr uid_t kDaemon = 991;
   EXPECT_TRUE(k.allowed(Role::kEngine, 1001, 7, kDaemon));
   EXPECT_FALSE(k.allowed(Role::kEngine, 1002, 7, kDaemon));

@@ -103,8 +103,11 @@ class InProcessDaemon {
   // `config` is TOML added to a test default (no NVML, no metrics port, a
   // 10 ms tick); `effects` defaults to a RecordingEffects of its own. An
   // empty `dir` makes a temporary runtime dir (removed at destruction).
-  explicit InProcessDaemon(const std::string& config = "", daemon::HostEffects* effects = nullptr, std::string dir = "")
-      : owned_dir_(dir.empty()), dir_(dir.empty() ? make_dir() : std::move(dir)) {
+  // `clock`: what the daemon decides by (the monotonic clock by default); a
+  // test that steps a VirtualClock calls Server::tick_now() for the timer.
+  explicit InProcessDaemon(const std::string& config = "", daemon::HostEffects* effects = nullptr, std::string dir = "",
+                           const base::Clock* clock = nullptr)
+      : owned_dir_(dir.empty()), dir_(dir.empty() ? make_dir() : std::move(dir)), clock_(clock) {
     std::string text = "[nvml]\nenabled = \"off\"\n[metrics]\nlisten = \"\"\n" + config;
     if (text.find("[policy]") == std::string::npos) text += "\n[policy]\ntick_ms = 10\n";
     auto parsed = daemon::parse_config(text, "<in-process test>");
@@ -113,19 +116,9 @@ class InProcessDaemon {
       return;
     }
     parsed->runtime_dir = dir_;
-    auto compiled = daemon::CompiledConfig::compile(std::move(*parsed));
-    if (!compiled) {
-      error_ = compiled.error().message();
-      return;
-    }
-    config_ = *compiled;
+    config_ = std::move(*parsed);
     effects_ = effects != nullptr ? effects : &recording_;
-    auto server = daemon::Server::create(config_, *effects_, notifier_, [this] { return reload(); });
-    if (!server) {
-      error_ = server.error().message();
-      return;
-    }
-    server_ = std::move(*server);
+    restart();
   }
   ~InProcessDaemon() {
     server_.reset();
@@ -143,13 +136,18 @@ class InProcessDaemon {
   daemon::RecordingEffects& recording() { return recording_; }
   const std::string& dir() const { return dir_; }
   // The configuration the next reload (SIGHUP, tandemctl reload) applies.
-  void set_reload(std::shared_ptr<const daemon::CompiledConfig> next) { next_ = std::move(next); }
-
-  // Makes a daemon again in the same runtime dir (a restart: what the last
-  // one left there, its ownership journal, is read again).
+  void set_reload(daemon::Config next) { next_ = std::move(next); }
+  // Makes a daemon (again, in the same runtime dir: a restart, which reads
+  // what the last one left there, its ownership journal).
   void restart() {
     server_.reset();
-    auto server = daemon::Server::create(config_, *effects_, notifier_, [this] { return reload(); });
+    auto compiled = daemon::CompiledConfig::compile(config_);
+    if (!compiled) {
+      error_ = compiled.error().message();
+      return;
+    }
+    auto server = daemon::Server::create(
+        std::move(*compiled), *effects_, notifier_, [this] { return reload(); }, clock_);
     if (!server) {
       error_ = server.error().message();
       return;
@@ -184,16 +182,14 @@ class InProcessDaemon {
     const char* p = ::mkdtemp(tmpl);
     return p != nullptr ? p : "/tmp/tandem-ip-failed";
   }
-  base::Result<std::shared_ptr<const daemon::CompiledConfig>> reload() {
-    if (next_) return next_;
-    return config_;
-  }
+  base::Result<daemon::Compiled> reload() { return daemon::CompiledConfig::compile(next_ ? *next_ : config_); }
 
   bool owned_dir_;
   std::string dir_;
   std::string error_;
-  std::shared_ptr<const daemon::CompiledConfig> config_;
-  std::shared_ptr<const daemon::CompiledConfig> next_;
+  const base::Clock* clock_;
+  daemon::Config config_;
+  std::optional<daemon::Config> next_;
   daemon::RecordingEffects recording_;
   daemon::HostEffects* effects_ = nullptr;
   daemon::Notifier notifier_;

@@ -194,6 +194,33 @@ TEST(ServerInProcess, AnExceptionInAHandlerIsAnsweredCountedAndSurvived) {
   EXPECT_NE(log.text().find("a bug in the host plane"), std::string::npos) << log.text();
 }
 
+// The daemon decides by the clock it is given: on a VirtualClock a test
+// moves time itself and runs the timer's work with tick_now(), so timeouts
+// are checked to the second with no sleeping, however slow the machine.
+TEST(ServerInProcess, TimeoutsFollowTheInjectedClock) {
+  using namespace std::chrono_literals;
+  base::VirtualClock clock(base::from_ns(1'000'000'000'000));
+  InProcessDaemon d("[limits]\nctl_idle_timeout_s = 30\n", nullptr, "", &clock);
+  ASSERT_TRUE(d.ok()) << d.error();
+  auto silent = d.connect();  // never says Hello: 5 s allowed
+  auto idle = d.connect();
+  ASSERT_TRUE(idle.hello(wire::Role::CtlRead, "idle"));
+  clock.advance(4s);
+  d.server().tick_now();
+  EXPECT_FALSE(silent.closed()) << "4 s without Hello";
+  clock.advance(2s);
+  d.server().tick_now();
+  EXPECT_TRUE(silent.closed()) << "6 s without Hello";
+  EXPECT_FALSE(idle.closed()) << "a ctl client idle for 6 of its 30 s";
+  clock.advance(24s);
+  d.server().tick_now();
+  EXPECT_FALSE(idle.closed()) << "idle for exactly 30 s";
+  clock.advance(1s);
+  d.server().tick_now();
+  EXPECT_TRUE(idle.closed()) << "idle for 31 s";
+  EXPECT_EQ(d.server().stats().ctl_idle_closed, 1u);
+}
+
 TEST(ServerInProcess, ALogInjectionNameForgesNoLine) {
   CapturedLog log;
   {

@@ -1,0 +1,75 @@
+#include "daemon/event_log.h"
+
+#include <fmt/format.h>
+
+namespace tandem::daemon {
+
+void EventLog::add(base::Time now, Kind kind, sched::SessionId session, std::array<std::int64_t, 4> v,
+                   std::string name) {
+  if (entries_.size() >= kSize) entries_.pop_front();
+  entries_.push_back({next_++, base::to_seconds(now - origin_), kind, session, v, std::move(name)});
+}
+
+std::uint64_t EventLog::lost_after(std::uint64_t since) const {
+  const std::uint64_t oldest = entries_.empty() ? next_ : entries_.front().seq;
+  return since + 1 < oldest ? oldest - since - 1 : 0;
+}
+
+std::pair<std::string_view, std::string> EventLog::describe(const Entry& e) {
+  using L = Kind;
+  const auto& v = e.v;
+  switch (e.kind) {
+    case L::kSessionOpen:
+      return {"session_open", ""};
+    case L::kSessionTakeover:
+      return {"session_open", "by its runner, after its engine's first round"};
+    case L::kSessionClose:
+      return {"session_close", ""};
+    case L::kRoundSubmit:
+      return {"round_submit",
+              fmt::format("round {} on engine {}: {} prompt tokens, {} cached", v[0], v[1], v[2], v[3])};
+    case L::kRoundEnd:
+      return {"round_end", fmt::format("round {}: {} output tokens{}", v[0], v[1], v[2] ? ", a tool follows" : "")};
+    case L::kToolStart:
+      return {"tool_start", fmt::format("call {}", v[0])};
+    case L::kToolEnd:
+      return {"tool_end", fmt::format("call {}: exit {} after {:.3f} s", v[0], v[1], static_cast<double>(v[2]) * 1e-9)};
+    case L::kKv: {
+      static constexpr const char* kKinds[] = {"evicted", "restored", "offloaded", "dropped"};
+      return {"kv", fmt::format("{} {} blocks", kKinds[static_cast<std::size_t>(v[0]) % 4], v[1])};
+    }
+    case L::kAdmit:
+      return {"admit", fmt::format("on engine {}", v[0])};
+    case L::kPause:
+      return {"pause", ""};
+    case L::kRestore:
+      return {"restore", fmt::format("onto engine {}", v[0])};
+    case L::kPin:
+      return {"pin", fmt::format("for {:.3f} s", static_cast<double>(v[0]) * 1e-9)};
+    case L::kUnpin:
+      return {"unpin", ""};
+    case L::kDrop:
+      return {"drop", ""};
+    case L::kOffload:
+      return {"offload", ""};
+    case L::kKillTools:
+      return {"kill_tools", "by the policy"};
+    case L::kDrain:
+      return {"drain", "by an operator"};
+    case L::kUndrain:
+      return {"undrain", "by an operator"};
+    case L::kEvict:
+      return {"evict", "by an operator"};
+    case L::kKill:
+      return {"kill", "by an operator"};
+    case L::kSmPartition:
+      return {"sm_partition",
+              fmt::format("engine {}: partition {} ({} decode SMs) for SM_dec {}", v[0], v[1], v[2], v[3])};
+    case L::kOffloadPlan:
+      return {"offload_plan", fmt::format("engine {}: modules {:#x}, {} bytes freed, at pressure {:.3f}", v[0],
+                                          static_cast<std::uint64_t>(v[1]), v[2], static_cast<double>(v[3]) / 1000.0)};
+  }
+  return {"?", ""};
+}
+
+}  // namespace tandem::daemon

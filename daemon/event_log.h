@@ -1,0 +1,79 @@
+// The event log `tandemctl events` reads (docs/tandemctl.md): session
+// lifecycle, rounds, tools, KV moves, the policy's actions and operators'
+// commands, the newest kSize of them.
+//
+// Logged in the hot path as numbers; the text is made only when `tandemctl
+// events` asks (describe()).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "base/clock.h"
+#include "sched/types.h"
+
+namespace tandem::daemon {
+
+// Thread-safety: one thread (tandemd's loop).
+class EventLog {
+ public:
+  enum class Kind : std::uint8_t {
+    kSessionOpen,      // v: —
+    kSessionTakeover,  // a runner's SESSION_OPEN after its engine's first round
+    kSessionClose,
+    kRoundSubmit,  // v: round, engine, prompt tokens, cached tokens
+    kRoundEnd,     // v: round, output tokens, tool follows
+    kToolStart,    // v: call
+    kToolEnd,      // v: call, exit code, wall ns
+    kKv,           // v: sched::KvChange, blocks
+    kAdmit,        // v: engine
+    kPause,
+    kRestore,  // v: engine
+    kPin,      // v: ns pinned for
+    kUnpin,
+    kDrop,
+    kOffload,
+    kKillTools,
+    kDrain,
+    kUndrain,
+    kEvict,
+    kKill,
+    kSmPartition,  // session 0; v: engine, partition index, its decode SMs, SM_dec
+    kOffloadPlan,  // session 0; v: engine, plan bits, freed bytes, pressure in thousandths
+  };
+  struct Entry {
+    std::uint64_t seq;
+    double t;  // seconds since the log's origin (tandemd's start)
+    Kind kind;
+    sched::SessionId session;
+    std::array<std::int64_t, 4> v;
+    std::string name;  // only where the session's name is about to go (close, kill)
+  };
+  static constexpr std::size_t kSize = 4096;
+
+  explicit EventLog(base::Time origin = {}) : origin_(origin) {}
+
+  // Appends an entry (the oldest goes when the log is full).
+  void add(base::Time now, Kind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {},
+           std::string name = {});
+  const std::deque<Entry>& entries() const { return entries_; }
+  // The sequence number the next entry gets (entries are numbered from 1).
+  std::uint64_t next_seq() const { return next_; }
+  // Entries after `since` that fell out of the window before being read.
+  std::uint64_t lost_after(std::uint64_t since) const;
+
+  // An entry's kind as `tandemctl events` names it, and its text.
+  static std::pair<std::string_view, std::string> describe(const Entry& e);
+
+ private:
+  base::Time origin_;
+  std::deque<Entry> entries_;
+  std::uint64_t next_ = 1;
+};
+
+}  // namespace tandem::daemon

@@ -1,0 +1,307 @@
+// tandemd's ring intake: records from clients' event rings, checked, authorized and fed to the model and the policy
+// (daemon/server.h).
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "base/ids.h"
+#include "base/text.h"
+#include "daemon/events.h"
+#include "daemon/server.h"
+#include "daemon/server_parts.h"
+
+namespace tandem::daemon {
+
+using base::Time;
+using sched::SessionState;
+
+// ---- ring pump ------------------------------------------------------------------
+
+void Server::pump() {
+  const Time now = clock_->now();
+  for (int round = 0; round < kPumpRounds; ++round) {
+    bool more = false;
+    for (auto& [id, c] : clients_) {
+      if (c.doomed || !c.pending || !c.has_channel) continue;
+      more |= pump_client(c, now);
+    }
+    if (!more) break;
+  }
+  for (auto& [id, c] : clients_) {
+    if (!c.doomed && c.has_channel && !c.backlog.empty()) flush_backlog(c);
+  }
+  ring_directive_bells();
+}
+
+bool Server::pump_client(Client& c, Time now) {
+  const Limits& limits = config_->config().limits;
+  const std::uint64_t allowed = std::min<std::uint64_t>(limits.pump_batch, c.record_budget.available(now));
+  if (allowed == 0) {
+    c.pending = false;  // over its record rate: the tick looks again
+    return false;
+  }
+  batch_.resize(allowed);
+  const std::size_t n = c.events.pop_batch(batch_);
+  c.record_budget.take(n);
+  c.rejected_this_round = 0;
+  for (std::size_t i = 0; i < n && !c.doomed; ++i) {
+    ++c.records_taken;
+    ipc::Record record;
+    std::string_view problem;
+    const ipc::DecodeStatus st = c.decoder.decode(batch_[i], record, &problem);
+    if (st != ipc::DecodeStatus::kOk) {
+      reject_record(c, problem.empty() ? std::string_view("undecodable record") : problem);
+      continue;
+    }
+    take_record(c, record, now);
+  }
+  if (c.doomed) return false;
+  if (c.events.corruption_count() > 0) {
+    doom(c, "its event ring is corrupt (indices or slot sequence numbers were tampered with)", true);
+    return false;
+  }
+  if (c.rejected_this_round >= kHostileRejects) {
+    doom(c, fmt::format("sent {} bad records in one batch", c.rejected_this_round), true);
+    return false;
+  }
+  if ((c.channel.segment().take_flags(ipc::kFlagResyncNeeded) & ipc::kFlagResyncNeeded) != 0) {
+    send_message(c, ipc::build_resync_request("events were lost: the event ring and its overflow were full"));
+  }
+  if (n == allowed) return true;  // more may be waiting: another round
+  // Drained: announce we sleep with a watermark, re-check, and wait on the
+  // doorbell. The tick drains whatever stays below the watermark.
+  const std::uint32_t watermark = wake_watermark(c);
+  c.event_bell.arm(watermark);
+  if (c.events.available() >= watermark) {
+    c.event_bell.disarm();
+    return true;
+  }
+  c.pending = false;
+  if (!c.bell_armed) {
+    uring_.read(c.channel.event_bell_fd(), &c.bell_buf, sizeof c.bell_buf, Tag{Op::kClientBell, c.id});
+    c.bell_armed = true;
+  }
+  return false;
+}
+
+void Server::reject_record(Client& c, std::string_view why) {
+  ++c.rejected;
+  ++c.rejected_this_round;
+  ++stats_.records_rejected;
+  if (!c.warned) {
+    spdlog::warn("client {} ({} \"{}\"): rejected a record: {} (further rejections are only counted)", c.id,
+                 to_string(c.role), c.name, why);
+    c.warned = true;
+  }
+}
+
+bool Server::authorize(Client& c, const ipc::Record& r, const RecordRule& rule, const char** why) {
+  if (rule.sender == Sender::kNobody) {
+    *why = "a directive on the event ring";
+    return false;
+  }
+  if ((rule.sender == Sender::kEngine) != (c.role == Role::kEngine)) {
+    *why = c.role == Role::kEngine ? "an engine sent a runner's record" : "a runner sent an engine's record";
+    return false;
+  }
+  if (rule.session == SessionRule::kNone) return true;
+  const sched::SessionId id = r.session();
+  const sched::Session* s = model_.sessions().find(id);
+  auto m = meta_.find(id);
+  switch (rule.session) {
+    case SessionRule::kNone:
+      return true;
+    case SessionRule::kSubmit:
+      if (s != nullptr && s->round_in_flight && s->engine != c.id) {
+        *why = "ROUND_SUBMIT: the session has a round in flight on another engine";
+        return false;
+      }
+      if (m == meta_.end() && !admit_session(c, id)) {
+        *why = "ROUND_SUBMIT: over limits.sessions_per_client";
+        return false;
+      }
+      return true;
+    case SessionRule::kRoundOnSender:
+      if (s == nullptr || s->engine != c.id) {
+        *why = "the session's round is not on this engine";
+        return false;
+      }
+      return true;
+    case SessionRule::kOpen:
+      if (m != meta_.end() && m->second.owner != 0 && m->second.owner != c.owner) {
+        *why = "SESSION_OPEN: the session belongs to another runner";
+        return false;
+      }
+      if ((m == meta_.end() || m->second.owner != c.owner) && !admit_session(c, id)) {
+        *why = "SESSION_OPEN: over limits.sessions_per_client";
+        return false;
+      }
+      return true;
+    case SessionRule::kOwned:
+      if (m == meta_.end() || s == nullptr) {
+        *why = "unknown session";
+        return false;
+      }
+      if (m->second.owner != 0 && m->second.owner != c.owner) {
+        *why = "the session belongs to another runner";
+        return false;
+      }
+      if (m->second.owner == 0 && !admit_session(c, id)) {  // taking over an engine's session: charged now
+        *why = "over limits.sessions_per_client";
+        return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+void Server::take_record(Client& c, const ipc::Record& r, Time now) {
+  const RecordRule rule = record_rule(r.type());
+  const char* why = "";
+  if (!authorize(c, r, rule, &why)) {
+    reject_record(c, why);
+    return;
+  }
+  if (rule.gpu_plane) {
+    // GPU-plane state, not policy events.
+    auto taken = gpu_.on_record(c.id, r);
+    if (!taken) {
+      reject_record(c, taken.error().context());
+      return;
+    }
+    // A new pool: the index published for the old one means nothing until
+    // the next tick chooses one for this pool.
+    if (*taken) {
+      c.sm_partition_set = false;
+      publish_status(c, now);
+    }
+    ++c.accepted;
+    ++stats_.records_accepted;
+    return;
+  }
+  if (r.type() == ipc::RecordType::kKvStats) gpu_.on_kv_stats(c.id, r.as<ipc::KvStats>());
+  auto event = to_event(r, c.id);
+  if (!event) {
+    reject_record(c, "a directive on the event ring");
+    return;
+  }
+  if (r.type() == ipc::RecordType::kSessionOpen) {
+    const sched::Session* s = model_.sessions().find(r.session());
+    if (s != nullptr && s->state != SessionState::kDone) {
+      // The engine's first round opened it: a runner's SESSION_OPEN and its
+      // engine's ROUND_SUBMIT travel on different rings, so either may come
+      // first. The runner takes the session over (authorize() checked that
+      // no other runner holds it); its hints come too late for the policy,
+      // which saw the session arrive with the round.
+      SessionMeta& m = meta_for(c, r.session());
+      if (m.owner != c.owner) log_event(now, LogKind::kSessionTakeover, r.session());
+      set_owner(c, r.session(), m);
+      m.attached_at = c.records_taken;
+      ++c.accepted;
+      ++stats_.records_accepted;
+      return;
+    }
+  }
+  count_record(r);
+  // The host plane tracks tool calls whatever the scheduler makes of them
+  // (a runner may run tools in a session no engine has seen).
+  if (r.type() == ipc::RecordType::kToolStart) {
+    const auto t = r.as<ipc::ToolStart>();
+    effects_->tool_started(r.session(), t.tool_call, static_cast<std::int32_t>(t.pid));
+    if (t.cgroup_id == 0) track_unplaced(c, r.session(), t.tool_call, static_cast<std::int32_t>(t.pid));
+  } else if (r.type() == ipc::RecordType::kToolEnd) {
+    const std::uint32_t call = r.as<ipc::ToolEnd>().tool_call;
+    effects_->tool_ended(r.session(), call);
+    if (auto u = unplaced_.find(r.session()); u != unplaced_.end()) {
+      std::erase_if(u->second, [&](const UnplacedTool& t) { return t.call == call; });
+      if (u->second.empty()) unplaced_.erase(u);
+    }
+  }
+  if (!feed(*event, now)) {
+    reject_record(c, fmt::format("{}: not legal in the session's state", ipc::record_type_name(r.type())));
+    return;
+  }
+  ++c.accepted;
+  ++stats_.records_accepted;
+  if (r.type() == ipc::RecordType::kKvStats) return;
+  const sched::Session* s = model_.sessions().find(r.session());
+  if (s == nullptr) return;
+  SessionMeta& m = meta_for(c, r.session());
+  if (c.role == Role::kRunner) {
+    if (m.owner != c.owner) set_owner(c, r.session(), m);  // a runner takes over an engine-opened session
+    if (r.type() == ipc::RecordType::kSessionOpen) m.attached_at = c.records_taken;
+  }
+  if (r.type() == ipc::RecordType::kSessionClose) remember_closed(r.session(), Closed::kByOwner);
+  if (r.type() == ipc::RecordType::kRoundSubmit && s->state == SessionState::kReasoning && m.told != c.id) {
+    // Admitted before this round reached this engine (a runner opened it and
+    // the policy admitted it, or it moved engines): the engine has not been
+    // told it may run, so tell it now.
+    send_directive(c.id, directive_slot(ipc::Admit{}, r.session(), now));
+    m.told = c.id;
+  }
+}
+
+// Counters for the metrics that the session table does not keep: KV moves
+// by kind, and the tokens a round computes again because its session's
+// earlier context was not served from cache (the part of the prompt that
+// the session had computed before, less the engine's prefix hit).
+void Server::count_record(const ipc::Record& r) {
+  if (r.type() == ipc::RecordType::kKvEvent) {
+    const auto e = r.as<ipc::KvEvent>();
+    const std::size_t kind = e.kind - 1u;  // KvEventKind 1..4, validated by the decoder
+    if (kind < stats_.kv_events.size()) {
+      ++stats_.kv_events[kind];
+      stats_.kv_event_blocks[kind] += e.blocks;
+    }
+  } else if (r.type() == ipc::RecordType::kRoundSubmit) {
+    const auto rs = r.as<ipc::RoundSubmit>();
+    if (const sched::Session* s = model_.sessions().find(r.session())) {
+      const std::uint32_t known = std::min(rs.prompt_tokens, s->context_tokens);
+      if (known > rs.cached_tokens) stats_.recomputed_tokens += known - rs.cached_tokens;
+    }
+  }
+}
+
+bool Server::feed(const sched::Event& e, Time now) {
+  if (!model_.observe(e, now)) return false;
+  policy_.control->on_event(e, model_, now);
+  using L = LogKind;
+  if (const auto* o = std::get_if<sched::SessionOpened>(&e)) {
+    log_event(now, L::kSessionOpen, o->session);
+  } else if (const auto* c = std::get_if<sched::SessionClosed>(&e)) {
+    log_event(now, L::kSessionClose, c->session);
+  } else if (const auto* r = std::get_if<sched::RoundSubmitted>(&e)) {
+    log_event(now, L::kRoundSubmit, r->session, {r->round, r->engine, r->prompt_tokens, r->cached_tokens});
+  } else if (const auto* d = std::get_if<sched::RoundEnded>(&e)) {
+    log_event(now, L::kRoundEnd, d->session, {d->round, d->output_tokens, d->tool_follows});
+  } else if (const auto* t = std::get_if<sched::ToolStarted>(&e)) {
+    log_event(now, L::kToolStart, t->session, {t->tool_call});
+  } else if (const auto* te = std::get_if<sched::ToolEnded>(&e)) {
+    log_event(now, L::kToolEnd, te->session, {te->tool_call, te->exit_code, te->wall.count()});
+  } else if (const auto* k = std::get_if<sched::KvChanged>(&e)) {
+    log_event(now, L::kKv, k->session, {static_cast<std::int64_t>(k->change), k->blocks});
+  }
+  return true;
+}
+
+void Server::log_event(Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v) {
+  std::string name;
+  if (kind == LogKind::kSessionClose || kind == LogKind::kKill) {
+    if (auto m = meta_.find(session); m != meta_.end()) name = m->second.name;
+  }
+  log_.add(now, kind, session, v, std::move(name));
+}
+
+}  // namespace tandem::daemon

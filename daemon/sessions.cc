@@ -1,0 +1,472 @@
+// tandemd's session table around the policy's: session meta, runner handles (owners), tombstones, resync
+// (daemon/server.h).
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "base/ids.h"
+#include "base/text.h"
+#include "daemon/events.h"
+#include "daemon/server.h"
+#include "daemon/server_parts.h"
+
+namespace tandem::daemon {
+
+using base::Time;
+using sched::SessionState;
+
+void Server::release_sessions(Client& c, Time now) {
+  if (stopping_) return;  // the journal keeps who owns what for the next tandemd
+  if (c.role == Role::kEngine) {
+    // Its rounds in flight are lost; their runners may submit them elsewhere.
+    (void)model_.engine_gone(c.id, now);
+    policy_.control->on_event(sched::EngineLeft{c.id}, model_, now);
+    gpu_.engine_gone(c.id);
+    // The sessions it opened by submitting that no runner took die with it
+    // (its resync brings them back if it returns).
+    std::vector<sched::SessionId> closing;
+    for (const auto& [id, m] : meta_) {
+      if (m.owner == 0 && m.creator == c.id) closing.push_back(id);
+    }
+    for (sched::SessionId id : closing) close_session(id, ipc::ToolExitReason::kKilledSession, std::nullopt, now);
+    for (auto& [id, m] : meta_) {
+      if (m.creator == c.id) m.creator = 0;  // no one is charged for it any more
+    }
+    return;
+  }
+  if (c.role != Role::kRunner) return;
+  auto it = owners_.find(c.owner);
+  if (it == owners_.end() || it->second.client != c.id) return;  // replaced by a newer connection of the handle
+  Owner& o = it->second;
+  o.client = 0;
+  if (c.process_gone || !o.pidfd) {
+    // The runner is gone (or its exit could not be watched): its sessions
+    // end with it, their tools killed.
+    end_owner(o.id, Closed::kOwnerGone, now);
+    return;
+  }
+  if (o.sessions.empty()) {
+    if (o.pidfd_armed) uring_.cancel(Tag{Op::kOwnerPidfd, o.id});
+    owner_ids_.erase(o.key);
+    owners_.erase(it);
+    return;
+  }
+  // Only the connection ended: the runner lives, and so do its sessions and
+  // their tools, held for it until it reconnects (its resync takes them
+  // back) or its process exits (the pidfd).
+  stats_.sessions_detached += o.sessions.size();
+  for (sched::SessionId id : o.sessions) {
+    if (auto m = meta_.find(id); m != meta_.end()) m->second.attached_conn = 0;
+  }
+  spdlog::info("runner handle of pid {} (uid {}): its {} sessions are held until it reconnects or its process exits",
+               o.key.pid, o.key.uid, o.sessions.size());
+}
+
+Server::Owner& Server::owner_for(const OwnerKey& key) {
+  if (auto k = owner_ids_.find(key); k != owner_ids_.end()) return owners_.at(k->second);
+  const std::uint32_t id = next_owner_++;
+  Owner& o = owners_[id];
+  o.id = id;
+  o.key = key;
+  owner_ids_[key] = id;
+  if (key.pid > 0) {
+    base::UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, key.pid, 0)));
+    // The pidfd is of whatever process has the pid now: it is the owner's
+    // only if its start time is the owner's.
+    if (fd && (key.start == 0 || process_start_time(kProcRoot, key.pid).value_or(0) == key.start)) {
+      o.pidfd = std::move(fd);
+      if (armed_) {
+        uring_.poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
+        o.pidfd_armed = true;
+      }
+    }
+  }
+  return o;
+}
+
+void Server::end_owner(std::uint32_t owner, Closed why, Time now) {
+  auto it = owners_.find(owner);
+  if (it == owners_.end()) return;
+  const std::vector<sched::SessionId> sessions(it->second.sessions.begin(), it->second.sessions.end());
+  for (sched::SessionId id : sessions) close_session(id, ipc::ToolExitReason::kKilledSession, why, now);
+  it = owners_.find(owner);  // close_session may have touched the table
+  if (it == owners_.end()) return;
+  if (it->second.pidfd_armed) uring_.cancel(Tag{Op::kOwnerPidfd, owner});
+  if (Client* c = find_client(it->second.client)) c->owner = 0;
+  owner_ids_.erase(it->second.key);
+  owners_.erase(it);
+}
+
+void Server::close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, Time now) {
+  const sched::Session* s = model_.sessions().find(id);
+  if (s == nullptr || s->state == SessionState::kDone) return;
+  effects_->kill_tools(id, reason);
+  ++stats_.effects_kill_tools;
+  (void)kill_unplaced(id);
+  if (why) remember_closed(id, *why);
+  (void)feed(sched::SessionClosed{id}, now);
+}
+
+void Server::remember_closed(sched::SessionId id, Closed why) {
+  closed_[id] = {why, ++closed_seq_};
+  closed_order_.emplace_back(id, closed_seq_);
+  while (closed_order_.size() > kTombstones) {
+    const auto [old, seq] = closed_order_.front();
+    closed_order_.pop_front();
+    if (auto c = closed_.find(old); c != closed_.end() && c->second.second == seq) closed_.erase(c);
+  }
+  journal_.closed(id, why);
+}
+
+std::optional<Closed> Server::tombstone(sched::SessionId id) const {
+  auto c = closed_.find(id);
+  if (c == closed_.end()) return std::nullopt;
+  return c->second.first;
+}
+
+void Server::track_unplaced(Client& c, sched::SessionId session, std::uint32_t call, std::int32_t pid) {
+  if (pid <= 0 || c.pid <= 0) return;
+  auto& tools = unplaced_[session];
+  if (tools.size() >= config_->config().limits.tools_per_session) return;
+  for (const UnplacedTool& t : tools) {
+    if (t.call == call) return;
+  }
+  // Only a process the runner itself started is the daemon's to kill: its
+  // parent must be the runner (read after the pidfd is taken; the pidfd
+  // still unsignalled afterwards means the stat was of that process).
+  base::UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  bool child = false;
+  if (fd) {
+    const std::string path = fmt::format("{}/{}/stat", kProcRoot, pid);
+    base::UniqueFd stat(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    char buf[1024];
+    const ssize_t n = stat ? ::read(stat.get(), buf, sizeof buf - 1) : -1;
+    pollfd p{fd.get(), POLLIN, 0};
+    child = n > 0 && parse_parent_pid(std::string_view(buf, static_cast<std::size_t>(n))).value_or(0) == c.pid &&
+            ::poll(&p, 1, 0) == 0;
+  }
+  if (!child) {
+    ++stats_.unplaced_unverified;
+    return;
+  }
+  ++stats_.unplaced_tools;
+  tools.push_back(UnplacedTool{call, pid, std::move(fd)});
+}
+
+std::vector<Server::UnplacedTool> Server::kill_unplaced(sched::SessionId session) {
+  auto it = unplaced_.find(session);
+  if (it == unplaced_.end()) return {};
+  std::vector<UnplacedTool> tools = std::move(it->second);
+  unplaced_.erase(it);
+  for (const UnplacedTool& t : tools) (void)::syscall(SYS_pidfd_send_signal, t.pidfd.get(), SIGKILL, nullptr, 0);
+  return tools;
+}
+
+void Server::tell(Client& c, int code, std::string_view message, sched::SessionId session) {
+  // A client that sent no Hello.instance predates non-fatal Errors (an
+  // older libtandem drops its connection on any Error, then resyncs into the
+  // same refusal): it is not told, only counted where it was refused.
+  if (c.instance == 0) return;
+  const Time now = clock_->now();
+  if (now - c.errors_since >= std::chrono::seconds(1)) {
+    c.errors_since = now;
+    c.errors_sent = 0;
+  }
+  if (c.errors_sent >= kErrorsPerSecond) return;  // counted where it was refused; the rest are not sent
+  ++c.errors_sent;
+  send_message(c, ipc::build_error(code, message, session));
+}
+
+void Server::restore_owners(const JournalState& loaded, Time now) {
+  for (const auto& [id, why] : loaded.closed) {
+    closed_[id] = {why, ++closed_seq_};
+    closed_order_.emplace_back(id, closed_seq_);
+  }
+  std::size_t gone = 0;
+  for (const auto& [id, key] : loaded.owned) {
+    Owner& o = owner_for(key);
+    if (!o.pidfd) {
+      // Its runner exited while no tandemd ran: the session is over.
+      owner_ids_.erase(o.key);
+      owners_.erase(o.id);
+      remember_closed(id, Closed::kOwnerGone);
+      ++gone;
+      continue;
+    }
+    if (!feed(sched::SessionOpened{id}, now)) continue;
+    SessionMeta& m = meta_[id];
+    m.owner = o.id;
+    o.sessions.insert(id);
+    ++stats_.sessions_restored;
+  }
+  if (!loaded.owned.empty()) {
+    spdlog::info("ownership journal: {} sessions held for their runners, {} closed (their runners exited)",
+                 stats_.sessions_restored, gone);
+  }
+}
+
+Server::Footprint Server::footprint() const {
+  Footprint f;
+  f.clients = clients_.size();
+  f.sessions = model_.sessions().size();
+  f.session_meta = meta_.size();
+  for (const auto& [id, c] : clients_) f.pending_names += c.pending_names.size();
+  f.owners = owners_.size();
+  for (const auto& [id, o] : owners_) f.detached += o.client == 0 ? 1 : 0;
+  f.tombstones = closed_.size();
+  return f;
+}
+
+void Server::on_resync(Client& c, const wire::Resync& resync) {
+  ++stats_.resyncs;
+  if (!c.resync_open) {
+    c.resync_open = true;
+    c.resync_listed.clear();
+    c.resync_refused = 0;
+    c.resync_problem.clear();
+    c.resync_position = resync.ring_position();
+  }
+  const std::uint32_t limit = config_->config().limits.sessions_per_client;
+  if (resync.sessions() != nullptr) {
+    for (const wire::SessionSnapshot* snap : *resync.sessions()) {
+      const char* why = nullptr;
+      int code = EINVAL;
+      bool taken = false;
+      if (snap->session() == 0) {
+        why = "session 0";
+      } else if (c.resync_listed.size() >= limit) {
+        // A snapshot lists at most what the client may hold.
+        why = "more sessions than limits.sessions_per_client";
+        code = ENOSPC;
+      } else if (snap->state() > static_cast<std::uint8_t>(SessionState::kPaused) ||
+                 snap->residency() > static_cast<std::uint8_t>(sched::Residency::kDropped)) {
+        why = "not a state or residency of a live session";
+      } else {
+        c.resync_listed.insert(snap->session());
+        taken = c.role == Role::kRunner ? resync_runner(c, *snap, &why, &code) : resync_engine(c, *snap, &why, &code);
+      }
+      if (taken) continue;
+      ++stats_.resync_refused;
+      ++c.resync_refused;
+      if (c.resync_problem.empty() && why != nullptr) c.resync_problem = why;
+      if (why != nullptr) {
+        tell(c, code, fmt::format("Resync: session {:#018x} not taken: {}", snap->session(), why), snap->session());
+      }
+    }
+  }
+  if (resync.more()) return;
+  if (c.role == Role::kRunner) finish_resync(c);
+  if (c.resync_refused > 0) {
+    spdlog::info("client {} ({}): resync: {} entries refused (first: {})", c.id, base::escape(c.name), c.resync_refused,
+                 c.resync_problem);
+  }
+  c.resync_open = false;
+  c.resync_listed.clear();
+}
+
+void Server::take_name(Client& c, sched::SessionId id, const flatbuffers::String* name) {
+  if (name == nullptr || name->size() == 0) return;
+  const std::string_view text = name->string_view();
+  if (base::name_problem(text) != nullptr || base::session_id(text) != id) {
+    ++stats_.names_refused;
+    return;
+  }
+  set_name(c, id, text);
+}
+
+// A runner's entry: its own session, given back; a session no runner owns
+// (an engine opened it), taken over; a new one, opened — and never another
+// runner's, whoever asks first, nor one an operator killed.
+bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const char** why, int* code) {
+  const sched::SessionId id = snap.session();
+  const Time now = clock_->now();
+  auto& table = model_.sessions();
+  const sched::Session* s = table.find(id);
+  const bool live = s != nullptr && s->state != SessionState::kDone;
+  auto m = meta_.find(id);
+  if (live && m != meta_.end() && m->second.owner != 0 && m->second.owner != c.owner) {
+    *why = "it belongs to another runner";
+    *code = EPERM;
+    return false;
+  }
+  if (!live && tombstone(id) == Closed::kKilled) {
+    *why = "an operator killed it";
+    *code = ECANCELED;
+    return false;
+  }
+  const bool mine = m != meta_.end() && m->second.owner == c.owner;
+  if (!mine && !admit_session(c, id)) {
+    *why = nullptr;  // told already, with its own message
+    return false;
+  }
+  if (!live) {
+    if (!feed(sched::SessionOpened{id}, now)) {
+      *why = "the session table refused it";
+      return false;
+    }
+  }
+  take_name(c, id, snap.name());
+  SessionMeta& m2 = meta_for(c, id);
+  const bool was_held = m2.owner == c.owner && m2.attached_conn != c.id;
+  set_owner(c, id, m2);
+  m2.attached_at = 0;
+  if (was_held) ++stats_.sessions_reattached;
+  s = table.find(id);
+  if (snap.in_tool() && s != nullptr && s->tool == 0) feed(sched::ToolStarted{id, snap.tool_kind(), 0}, now);
+  // Its tools that run without a cgroup: known by pid from here on.
+  if (snap.tools() != nullptr) {
+    for (const wire::ToolSnapshot* t : *snap.tools()) {
+      if (t->cgroup_id() == 0) track_unplaced(c, id, t->call(), t->pid());
+    }
+  }
+  return true;
+}
+
+// An engine's entry re-attaches its round in flight and the KV a session
+// holds on it. It cannot recreate a session that ended, claim a round in
+// flight on another engine, or change a runner's session beyond attaching
+// its own round (whether a tool runs is the runner's word).
+bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const char** why, int* code) {
+  const sched::SessionId id = snap.session();
+  const Time now = clock_->now();
+  auto& table = model_.sessions();
+  const auto state = static_cast<SessionState>(snap.state());
+  const sched::Session* s = table.find(id);
+  const bool live = s != nullptr && s->state != SessionState::kDone;
+  if (!live && tombstone(id)) {
+    // Its runner closed it, or an operator killed it: the engine should
+    // forget it, and is told to.
+    push_directive(c, directive_slot(ipc::Close{}, id, now));
+    *why = "the session has ended";
+    *code = ECANCELED;
+    return false;
+  }
+  if (state == SessionState::kPaused) {
+    // Paused: nothing on the engine to account for; its name, if known.
+    take_name(c, id, snap.name());
+    return true;
+  }
+  if (live && s->round_in_flight && s->engine != c.id) {
+    *why = "its round is in flight on another engine";
+    *code = EBUSY;
+    return false;
+  }
+  auto m = meta_.find(id);
+  const bool runners = m != meta_.end() && m->second.owner != 0;
+  if (!live && !admit_session(c, id)) {
+    *why = nullptr;
+    return false;
+  }
+  take_name(c, id, snap.name());
+  const bool in_flight = state == SessionState::kWaiting || state == SessionState::kReasoning;
+  if (runners && !in_flight) return true;  // a runner's session between rounds: the runner says what it does
+  if (in_flight || state == SessionState::kActing) {
+    if (s == nullptr || !live || !s->round_in_flight) {
+      feed(sched::RoundSubmitted{id, c.id, snap.round(), 0, 0, snap.blocks_held()}, now);
+    }
+    if (state != SessionState::kWaiting) {
+      s = table.find(id);
+      if (s != nullptr && s->state == SessionState::kWaiting) table.transition(id, SessionState::kReasoning, now);
+    }
+    if (state == SessionState::kActing) {
+      feed(sched::RoundEnded{id, c.id, snap.round(), 0, snap.blocks_held(), true}, now);
+    }
+  }
+  if (table.find(id) != nullptr) meta_for(c, id);
+  return true;
+}
+
+void Server::finish_resync(Client& c) {
+  // The snapshot is the runner's word on its sessions: those it holds that
+  // are not in it were closed while the daemon could not hear it. Only
+  // sessions the snapshot knew of are judged: held ones (attached to no
+  // connection or another one of the handle's) and ones this connection
+  // opened at a record before the snapshot was taken.
+  auto o = owners_.find(c.owner);
+  if (o == owners_.end()) return;
+  std::vector<sched::SessionId> gone;
+  for (sched::SessionId id : o->second.sessions) {
+    if (c.resync_listed.contains(id)) continue;
+    auto m = meta_.find(id);
+    if (m == meta_.end()) continue;
+    const bool judged = m->second.attached_conn != c.id || (c.resync_position != 0 && m->second.attached_at != 0 &&
+                                                            m->second.attached_at <= c.resync_position);
+    if (judged) gone.push_back(id);
+  }
+  const Time now = clock_->now();
+  for (sched::SessionId id : gone) {
+    spdlog::info("session {:#018x}: closed, its runner's resync leaves it out", id);
+    close_session(id, ipc::ToolExitReason::kKilledSession, Closed::kByOwner, now);
+  }
+}
+
+bool Server::admit_session(Client& c, sched::SessionId id) {
+  const std::uint32_t limit = config_->config().limits.sessions_per_client;
+  std::size_t held = c.sessions;
+  if (c.role == Role::kRunner) {
+    auto o = owners_.find(c.owner);
+    held = o == owners_.end() ? 0 : o->second.sessions.size();
+  }
+  if (held < limit) return true;
+  if (!c.limit_warned) {
+    spdlog::warn("client {} ({}): at limits.sessions_per_client = {}; its new sessions are refused (each is told)",
+                 c.id, base::escape(c.name), limit);
+    c.limit_warned = true;
+  }
+  // Each refusal is answered: the client keeps its connection and knows
+  // which session was not taken.
+  tell(c, ENOSPC,
+       fmt::format("session {:#018x} refused: limits.sessions_per_client = {}; new sessions are refused until some "
+                   "close",
+                   id, limit),
+       id);
+  return false;
+}
+
+Server::SessionMeta& Server::meta_for(Client& c, sched::SessionId id) {
+  auto [it, fresh] = meta_.try_emplace(id);
+  if (fresh) {
+    if (c.role == Role::kRunner) {
+      set_owner(c, id, it->second);
+    } else {
+      it->second.creator = c.id;
+      ++c.sessions;
+    }
+    if (auto n = c.pending_names.find(id); n != c.pending_names.end()) {
+      it->second.name = std::move(n->second);
+      c.pending_names.erase(n);
+    }
+    closed_.erase(id);  // live again
+  }
+  return it->second;
+}
+
+void Server::set_owner(Client& c, sched::SessionId id, SessionMeta& m) {
+  auto o = owners_.find(c.owner);
+  if (o == owners_.end()) return;
+  if (m.owner == c.owner) {
+    m.attached_conn = c.id;
+    return;
+  }
+  if (Client* creator = find_client(m.creator); creator != nullptr && creator->sessions > 0) --creator->sessions;
+  m.creator = 0;
+  if (auto old = owners_.find(m.owner); old != owners_.end()) old->second.sessions.erase(id);
+  m.owner = c.owner;
+  m.attached_conn = c.id;
+  o->second.sessions.insert(id);
+  journal_.owned(id, o->second.key);
+}
+
+}  // namespace tandem::daemon
