@@ -719,27 +719,6 @@ void runner_main(const Options& o, Shared& sh, Conn& conn, RunnerStats& st) {
 // ---------------------------------------------------------------------------
 // One run
 
-struct Percentiles {
-  std::size_t count = 0;
-  double p50_us = 0;
-  double p99_us = 0;
-  double max_us = 0;
-};
-
-Percentiles percentiles(const std::vector<std::int64_t>& v) {
-  Percentiles p;
-  p.count = v.size();
-  if (v.empty()) return p;
-  std::vector<double> us;
-  us.reserve(v.size());
-  for (const std::int64_t ns : v) us.push_back(static_cast<double>(ns) / 1e3);
-  const std::vector<double> sorted = base::sorted_finite(us);
-  p.p50_us = base::percentile_sorted(sorted, 50);
-  p.p99_us = base::percentile_sorted(sorted, 99);
-  p.max_us = sorted.back();
-  return p;
-}
-
 struct RunResult {
   double window_s = 0;
   double cpu_stat_s = 0;  // /proc stat utime + stime over the window
@@ -761,8 +740,8 @@ struct RunResult {
   double actions_per_s = 0;
   std::uint64_t live_sessions = 0;  // ctl status at the window's end
   std::uint64_t rejected = 0;
-  Percentiles latency;
-  Percentiles admit_delay;
+  base::Summary latency;  // µs
+  base::Summary admit_delay;
   double bench_cpu_s = 0;
   double bench_cpu_percent = 0;
   int exit_status = 0;
@@ -1005,8 +984,8 @@ Result<RunResult> run_once(const Options& o) {
     unexpected += e.admits_unexpected;
     skipped += e.churn_skipped;
   }
-  r.latency = percentiles(lat);
-  r.admit_delay = percentiles(adm);
+  r.latency = base::summarize_ns_as_us(lat);
+  r.admit_delay = base::summarize_ns_as_us(adm);
 
   std::string first_error;
   int socket_errors = drain_errors(**runner, first_error);
@@ -1067,8 +1046,8 @@ Result<RunResult> run_once(const Options& o) {
 // Output
 
 json to_json(const RunResult& r) {
-  auto pct = [](const Percentiles& p) {
-    return json{{"count", p.count}, {"p50_us", p.p50_us}, {"p99_us", p.p99_us}, {"max_us", p.max_us}};
+  auto pct = [](const base::Summary& p) {
+    return json{{"count", p.count}, {"p50_us", p.p50}, {"p99_us", p.p99}, {"max_us", p.max}};
   };
   return json{
       {"window_s", r.window_s},
@@ -1116,9 +1095,9 @@ void print_run(const Options& o, int index, const RunResult& r) {
       "directives/s, {:.1f} ticks/s, {} live sessions\n",
       r.records_per_s, r.records_sent_per_s, r.directives_per_s, r.ticks_per_s, r.live_sessions);
   fmt::print("  decision → engine sees directive        n={} p50 {:.1f} µs  p99 {:.1f} µs  max {:.1f} µs\n",
-             r.latency.count, r.latency.p50_us, r.latency.p99_us, r.latency.max_us);
+             r.latency.count, r.latency.p50, r.latency.p99, r.latency.max);
   fmt::print("  ROUND_SUBMIT → ADMIT seen (waits a tick) n={} p50 {:.2f} ms  p99 {:.2f} ms  max {:.2f} ms\n",
-             r.admit_delay.count, r.admit_delay.p50_us / 1e3, r.admit_delay.p99_us / 1e3, r.admit_delay.max_us / 1e3);
+             r.admit_delay.count, r.admit_delay.p50 / 1e3, r.admit_delay.p99 / 1e3, r.admit_delay.max / 1e3);
   fmt::print("  bench clients' own CPU                  {:8.3f} s = {:6.2f} % of one core\n", r.bench_cpu_s,
              r.bench_cpu_percent);
 }

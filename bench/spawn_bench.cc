@@ -688,30 +688,6 @@ Result<std::int64_t> settle(const TandemSide& r, std::uint64_t id) {
 // ---------------------------------------------------------------------------
 // Statistics and output
 
-struct Stats {
-  std::size_t n = 0;
-  double median_us = 0;
-  double p90_us = 0;
-  double p99_us = 0;
-  double max_us = 0;
-};
-
-// Percentiles as everywhere in tandem (base/stats.h).
-Stats stats_of(const std::vector<std::int64_t>& v) {
-  Stats s;
-  s.n = v.size();
-  if (v.empty()) return s;
-  std::vector<double> us;
-  us.reserve(v.size());
-  for (const std::int64_t ns : v) us.push_back(static_cast<double>(ns) / 1e3);
-  const std::vector<double> sorted = base::sorted_finite(us);
-  s.median_us = base::percentile_sorted(sorted, 50);
-  s.p90_us = base::percentile_sorted(sorted, 90);
-  s.p99_us = base::percentile_sorted(sorted, 99);
-  s.max_us = sorted.back();
-  return s;
-}
-
 // One way of spawning, and what it measured.
 struct Variant {
   std::string key;  // for --only
@@ -799,7 +775,7 @@ void print_table(const std::vector<Variant>& variants) {
     if (v == nullptr) return std::nullopt;
     const auto& samples = burst ? v->burst_exec_ns : v->exec_ns;
     if (samples.empty()) return std::nullopt;
-    return stats_of(samples).median_us;
+    return base::summarize_ns_as_us(samples).p50;
   };
   const auto plain_iso = median_of(plain, false);
   const auto floor_iso = median_of(floor, false);
@@ -809,15 +785,16 @@ void print_table(const std::vector<Variant>& variants) {
   fmt::print("{:<32} {:>5} | {:>9} {:>9} {:>10} {:>10} | {:>9} {:>9} {:>10} {:>10} | {:>8} {:>8}\n", "variant", "n",
              "p50", "p99", "÷ plain", "÷ floor", "p50", "p99", "÷ plain", "÷ floor", "isolated", "burst");
   for (const Variant& v : variants) {
-    const Stats e = stats_of(v.exec_ns);
-    const Stats b = stats_of(v.burst_exec_ns);
-    const Stats r = stats_of(v.reaped_ns);
-    const Stats br = stats_of(v.burst_reaped_ns);
-    auto num = [](const Stats& s, double x) { return s.n == 0 ? std::string("-") : fmt::format("{:.1f}", x); };
-    fmt::print("{:<32} {:>5} | {:>9} {:>9} {:>10} {:>10} | {:>9} {:>9} {:>10} {:>10} | {:>8} {:>8}\n", v.name, e.n,
-               num(e, e.median_us), num(e, e.p99_us), ratio(e.median_us, plain_iso), ratio(e.median_us, floor_iso),
-               num(b, b.median_us), num(b, b.p99_us), ratio(b.median_us, plain_burst), ratio(b.median_us, floor_burst),
-               num(r, r.median_us), num(br, br.median_us));
+    const base::Summary e = base::summarize_ns_as_us(v.exec_ns);
+    const base::Summary b = base::summarize_ns_as_us(v.burst_exec_ns);
+    const base::Summary r = base::summarize_ns_as_us(v.reaped_ns);
+    const base::Summary br = base::summarize_ns_as_us(v.burst_reaped_ns);
+    auto num = [](const base::Summary& s, double x) {
+      return s.count == 0 ? std::string("-") : fmt::format("{:.1f}", x);
+    };
+    fmt::print("{:<32} {:>5} | {:>9} {:>9} {:>10} {:>10} | {:>9} {:>9} {:>10} {:>10} | {:>8} {:>8}\n", v.name, e.count,
+               num(e, e.p50), num(e, e.p99), ratio(e.p50, plain_iso), ratio(e.p50, floor_iso), num(b, b.p50),
+               num(b, b.p99), ratio(b.p50, plain_burst), ratio(b.p50, floor_burst), num(r, r.p50), num(br, br.p50));
   }
 }
 
@@ -825,15 +802,15 @@ void print_table(const std::vector<Variant>& variants) {
 std::string rows_json(const std::vector<Variant>& variants) {
   const Variant* plain = find_variant(variants, "plain");
   const Variant* floor = find_variant(variants, "floor");
-  auto ms = [](const std::vector<std::int64_t>& v, double Stats::*field) {
-    return v.empty() ? std::string("null") : fmt::format("{:.4f}", stats_of(v).*field / 1e3);
+  auto ms = [](const std::vector<std::int64_t>& v, double base::Summary::*field) {
+    return v.empty() ? std::string("null") : fmt::format("{:.4f}", base::summarize_ns_as_us(v).*field / 1e3);
   };
-  auto rel = [](const std::vector<std::int64_t>& v, const Variant* base, bool burst) {
-    if (base == nullptr || v.empty()) return std::string("null");
-    const auto& b = burst ? base->burst_exec_ns : base->exec_ns;
+  auto rel = [](const std::vector<std::int64_t>& v, const Variant* ref, bool burst) {
+    if (ref == nullptr || v.empty()) return std::string("null");
+    const auto& b = burst ? ref->burst_exec_ns : ref->exec_ns;
     if (b.empty()) return std::string("null");
-    const double d = stats_of(b).median_us;
-    return d > 0 ? fmt::format("{:.3f}", stats_of(v).median_us / d) : std::string("null");
+    const double d = base::summarize_ns_as_us(b).p50;
+    return d > 0 ? fmt::format("{:.3f}", base::summarize_ns_as_us(v).p50 / d) : std::string("null");
   };
   std::string out = "{\"rows\": [\n";
   for (std::size_t i = 0; i < variants.size(); ++i) {
@@ -842,9 +819,9 @@ std::string rows_json(const std::vector<Variant>& variants) {
         "  {{\"name\": \"{}\", \"key\": \"{}\", \"n\": {}, \"p50_ms\": {}, \"p99_ms\": {}, \"burst_n\": {}, "
         "\"burst_p50_ms\": {}, \"burst_p99_ms\": {}, \"reaped_p50_ms\": {}, \"vs_plain\": {}, \"vs_floor\": {}, "
         "\"burst_vs_plain\": {}, \"burst_vs_floor\": {}}}{}\n",
-        v.name, v.key, v.exec_ns.size(), ms(v.exec_ns, &Stats::median_us), ms(v.exec_ns, &Stats::p99_us),
-        v.burst_exec_ns.size(), ms(v.burst_exec_ns, &Stats::median_us), ms(v.burst_exec_ns, &Stats::p99_us),
-        ms(v.reaped_ns, &Stats::median_us), rel(v.exec_ns, plain, false), rel(v.exec_ns, floor, false),
+        v.name, v.key, v.exec_ns.size(), ms(v.exec_ns, &base::Summary::p50), ms(v.exec_ns, &base::Summary::p99),
+        v.burst_exec_ns.size(), ms(v.burst_exec_ns, &base::Summary::p50), ms(v.burst_exec_ns, &base::Summary::p99),
+        ms(v.reaped_ns, &base::Summary::p50), rel(v.exec_ns, plain, false), rel(v.exec_ns, floor, false),
         rel(v.burst_exec_ns, plain, true), rel(v.burst_exec_ns, floor, true), i + 1 < variants.size() ? "," : "");
   }
   return out + "]}\n";
@@ -1220,10 +1197,9 @@ int run(const Options& o) {
     fmt::print("v1 joins before exec, by themselves (a forked child, {} ms quiet before each), µs:\n", o.gap_ms);
     fmt::print("  {:<16} {:>9} {:>9}   {:>14} {:>9}\n", "hierarchy", "tasks p50", "p99", "cgroup.procs p50", "p99");
     for (std::size_t k = 0; k < v1_names.size() && k < joins[0].size(); ++k) {
-      const Stats t = stats_of(joins[0][k]);
-      const Stats p = stats_of(joins[1][k]);
-      fmt::print("  {:<16} {:>9.1f} {:>9.1f}   {:>14.1f} {:>9.1f}\n", v1_names[k], t.median_us, t.p99_us, p.median_us,
-                 p.p99_us);
+      const base::Summary t = base::summarize_ns_as_us(joins[0][k]);
+      const base::Summary p = base::summarize_ns_as_us(joins[1][k]);
+      fmt::print("  {:<16} {:>9.1f} {:>9.1f}   {:>14.1f} {:>9.1f}\n", v1_names[k], t.p50, t.p99, p.p50, p.p99);
     }
     fmt::print("\n");
   }
