@@ -34,4 +34,27 @@ double percentile(std::span<const double> values, double p) { return percentile_
 
 double median(std::span<const double> values) { return percentile(values, 50.0); }
 
+Summary summarize(std::span<const double> values) {
+  const std::vector<double> sorted = sorted_finite(values);
+  Summary s;
+  s.count = sorted.size();
+  if (sorted.empty()) return s;
+  s.p50 = percentile_sorted(sorted, 50.0);
+  s.p90 = percentile_sorted(sorted, 90.0);
+  s.p99 = percentile_sorted(sorted, 99.0);
+  s.min = sorted.front();
+  s.max = sorted.back();
+  double sum = 0;
+  for (double v : sorted) sum += v;
+  s.mean = sum / static_cast<double>(sorted.size());
+  return s;
+}
+
+Summary summarize_ns_as_us(std::span<const std::int64_t> ns) {
+  std::vector<double> us;
+  us.reserve(ns.size());
+  for (const std::int64_t v : ns) us.push_back(static_cast<double>(v) / 1e3);
+  return summarize(us);
+}
+
 }  // namespace tandem::base

@@ -8,7 +8,8 @@
 // -----------
 // The real tandemd binary (TANDEMD_PATH) runs as a child in a fresh temporary
 // runtime dir, with a config written for the run (stderr to tandemd.log in
-// that dir). The default policy is the daemon's, `tandem`, with window_min =
+// that dir), started and stopped by the harness the tests use
+// (testbed/daemon_process.h). The default policy is the daemon's, `tandem`, with window_min =
 // window_max = window_init = 4096: its admission window (mars's) then never
 // binds at 1,000 sessions (not even before the first KV_STATS, when it drops
 // the window to window_min), so every waiting session is admitted at the next
@@ -62,13 +63,12 @@
 // rate the clients sent, 0 rejected records, 0 dropped directives and
 // clients, no record the bench could not push, and directives seen.
 //
-// Process hygiene: tandemd dies with the bench (PR_SET_PDEATHSIG), is killed
-// and reaped on every error path (DaemonProcess's destructor), and on SIGINT
-// or SIGTERM to the bench.
-#include <fcntl.h>
+// Process hygiene: tandemd dies with the bench (PR_SET_PDEATHSIG), is stopped
+// and reaped on every error path (testbed::DaemonProcess's destructor, which
+// also sweeps its cgroup subtree), and killed on SIGINT or SIGTERM to the
+// bench.
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -118,6 +118,7 @@
 #include "ipc/messages.h"
 #include "ipc/records.h"
 #include "ipc/spsc_ring.h"
+#include "testbed/daemon_process.h"
 
 namespace tandem::bench {
 namespace {
@@ -316,85 +317,6 @@ void on_fatal_signal(int sig) {
   }
   ::_exit(128 + sig);
 }
-
-// tandemd as a child. Killed (SIGKILL) and reaped at destruction if still
-// running; dies with the bench in any case (PR_SET_PDEATHSIG).
-class DaemonProcess {
- public:
-  DaemonProcess() = default;
-  ~DaemonProcess() { kill9(); }
-  DaemonProcess(const DaemonProcess&) = delete;
-  DaemonProcess& operator=(const DaemonProcess&) = delete;
-
-  Result<void> start(const std::vector<std::string>& argv, const std::string& log_path) {
-    std::vector<char*> args;
-    args.reserve(argv.size() + 1);
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) return base::errno_error("fork");
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(125);  // the bench died before prctl
-      const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (log < 0) ::_exit(126);
-      ::dup2(log, STDOUT_FILENO);
-      ::dup2(log, STDERR_FILENO);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-    pid_ = pid;
-    g_daemon_pid = pid;
-    return {};
-  }
-
-  pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0; }
-
-  // Whether it has exited (reaps it then).
-  bool exited() {
-    if (pid_ <= 0) return true;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      status_ = status;
-      forget();
-      return true;
-    }
-    return false;
-  }
-
-  // SIGTERM and wait (SIGKILL after kStopTimeout). Returns the wait status.
-  int stop() {
-    if (pid_ <= 0) return status_;
-    ::kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + kStopTimeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (exited()) return status_;
-      sleep_ns(2'000'000);
-    }
-    kill9();
-    return status_;
-  }
-
-  void kill9() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    status_ = status;
-    forget();
-  }
-
- private:
-  void forget() {
-    pid_ = -1;
-    g_daemon_pid = 0;
-  }
-
-  pid_t pid_ = -1;
-  int status_ = -1;
-};
 
 // CPU time of a live process (all its threads).
 struct ProcCpu {
@@ -719,27 +641,6 @@ void runner_main(const Options& o, Shared& sh, Conn& conn, RunnerStats& st) {
 // ---------------------------------------------------------------------------
 // One run
 
-struct Percentiles {
-  std::size_t count = 0;
-  double p50_us = 0;
-  double p99_us = 0;
-  double max_us = 0;
-};
-
-Percentiles percentiles(const std::vector<std::int64_t>& v) {
-  Percentiles p;
-  p.count = v.size();
-  if (v.empty()) return p;
-  std::vector<double> us;
-  us.reserve(v.size());
-  for (const std::int64_t ns : v) us.push_back(static_cast<double>(ns) / 1e3);
-  const std::vector<double> sorted = base::sorted_finite(us);
-  p.p50_us = base::percentile_sorted(sorted, 50);
-  p.p99_us = base::percentile_sorted(sorted, 99);
-  p.max_us = sorted.back();
-  return p;
-}
-
 struct RunResult {
   double window_s = 0;
   double cpu_stat_s = 0;  // /proc stat utime + stime over the window
@@ -761,8 +662,8 @@ struct RunResult {
   double actions_per_s = 0;
   std::uint64_t live_sessions = 0;  // ctl status at the window's end
   std::uint64_t rejected = 0;
-  Percentiles latency;
-  Percentiles admit_delay;
+  base::Summary latency;  // µs
+  base::Summary admit_delay;
   double bench_cpu_s = 0;
   double bench_cpu_percent = 0;
   int exit_status = 0;
@@ -775,11 +676,13 @@ std::uint64_t live_of(const json& status) {
          s.at("acting").get<std::uint64_t>() + s.at("paused").get<std::uint64_t>();
 }
 
-std::string tail_of_file(const std::string& path, std::size_t max_bytes = 4000) {
-  std::ifstream in(path);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+std::string tail_of(const std::string& s, std::size_t max_bytes = 4000) {
   return s.size() > max_bytes ? "…" + s.substr(s.size() - max_bytes) : s;
 }
+
+// The cgroup subtree of the bench's tandemds: its own, so a tandemd running on
+// the machine is never touched.
+std::string subtree_name() { return fmt::format("tandem-bench-{}", ::getpid()); }
 
 std::string config_text(const Options& o) {
   std::string t = fmt::format("[policy]\nname = \"{}\"\n", o.policy);
@@ -787,72 +690,46 @@ std::string config_text(const Options& o) {
   if (o.policy == "mars" || o.policy == "tandem") {
     t += fmt::format("[policy.params]\nwindow_min = {0}\nwindow_max = {0}\nwindow_init = {0}\n", kOpenWindow);
   }
-  // A subtree of its own, so a tandemd running on the machine is never touched.
-  t += fmt::format("[cgroups]\nmode = \"{}\"\nsubtree = \"tandem-bench-{}\"\n", o.host == "off" ? "off" : "auto",
-                   ::getpid());
+  t += fmt::format("[cgroups]\nmode = \"{}\"\nsubtree = \"{}\"\n", o.host == "off" ? "off" : "auto", subtree_name());
   if (o.host != "off") t += fmt::format("[telemetry]\nmode = \"{}\"\n", o.host == "ebpf" ? "auto" : "sampling");
   return t;
 }
 
-// A temporary directory, removed at destruction unless kept.
-class TempDir {
- public:
-  explicit TempDir(bool keep) : keep_(keep) {
-    char tmpl[] = "/tmp/tandem-bench-XXXXXX";
-    if (const char* p = ::mkdtemp(tmpl)) path_ = p;
-  }
-  ~TempDir() {
-    if (path_.empty() || keep_) return;
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  bool keep_;
-};
-
 Result<RunResult> run_once(const Options& o) {
-  TempDir dir(o.keep);
-  if (dir.path().empty()) return base::errno_error("mkdtemp");
-  if (o.keep) fmt::print("runtime dir: {}\n", dir.path());
-  const std::string config = dir.path() + "/tandemd.toml";
-  const std::string log = dir.path() + "/tandemd.log";
-  const std::string sock = dir.path() + "/tandemd.sock";
-  std::ofstream(config) << config_text(o);
+  testbed::DaemonOptions options;
+  options.tandemd = TANDEMD_PATH;
+  options.temp_prefix = "tandem-bench-";
+  options.keep_dir = o.keep;
+  options.config = config_text(o);
+  if (o.host != "off") options.cgroup_subtree = subtree_name();
+  options.start_timeout = kStartTimeout;
+  options.stop_timeout = kStopTimeout;
+  auto made = testbed::DaemonProcess::create(std::move(options));
+  if (!made) return base::propagate(std::move(made.error()));
+  testbed::DaemonProcess& daemon = **made;
+  // The signal handler's pid, cleared before the daemon is stopped on any path.
+  struct ForgetPid {
+    ~ForgetPid() { g_daemon_pid = 0; }
+  } forget_pid;
+  if (o.keep) fmt::print("runtime dir: {}\n", daemon.runtime_dir());
+  const std::string& sock = daemon.socket_path();
 
   // Shows the daemon's log, then fails the run with `why`.
   auto fail = [&](std::string why) -> Result<RunResult> {
     std::fflush(stdout);
-    fmt::print(stderr, "--- tandemd.log (tail) ---\n{}\n--------------------------\n", tail_of_file(log));
+    fmt::print(stderr, "--- tandemd.log (tail) ---\n{}\n--------------------------\n", tail_of(daemon.log()));
     return base::make_error(EIO, std::move(why));
   };
 
   rusage children_before{};
   ::getrusage(RUSAGE_CHILDREN, &children_before);
-  DaemonProcess daemon;
   const std::int64_t started_ns = now_ns();
-  if (auto r = daemon.start({TANDEMD_PATH, "--config", config, "--runtime-dir", dir.path()}, log); !r) {
-    return base::propagate(std::move(r.error()), "start tandemd");
-  }
+  if (auto r = daemon.start(); !r) return fail(r.error().message());
+  g_daemon_pid = daemon.pid();
 
-  // Wait for the socket (and a ctl connection).
-  std::unique_ptr<Conn> ctl;
-  const auto up_deadline = std::chrono::steady_clock::now() + kStartTimeout;
-  while (!ctl) {
-    if (daemon.exited()) return fail("tandemd exited at start");
-    if (auto c = open_conn(sock, wire::Role::CtlRead, "bench-ctl"); c) {
-      ctl = std::move(*c);
-    } else if (std::chrono::steady_clock::now() > up_deadline) {
-      return fail(fmt::format("tandemd's socket did not come up: {}", c.error().message()));
-    } else {
-      sleep_ns(10'000'000);
-    }
-  }
-  auto status = [&]() -> Result<json> { return ctl_json(*ctl, "status"); };
+  auto ctl = open_conn(sock, wire::Role::CtlRead, "bench-ctl");
+  if (!ctl) return fail(ctl.error().message());
+  auto status = [&]() -> Result<json> { return ctl_json(**ctl, "status"); };
 
   auto runner = open_conn(sock, wire::Role::Runner, "bench-runner");
   if (!runner) return fail(runner.error().message());
@@ -1005,16 +882,18 @@ Result<RunResult> run_once(const Options& o) {
     unexpected += e.admits_unexpected;
     skipped += e.churn_skipped;
   }
-  r.latency = percentiles(lat);
-  r.admit_delay = percentiles(adm);
+  r.latency = base::summarize_ns_as_us(lat);
+  r.admit_delay = base::summarize_ns_as_us(adm);
 
   std::string first_error;
   int socket_errors = drain_errors(**runner, first_error);
   for (auto& e : engines) socket_errors += drain_errors(*e, first_error);
 
   // Stop the daemon: whole-life CPU from the kernel's accounting.
-  const int wstatus = daemon.stop();
+  g_daemon_pid = 0;
+  const auto stopped = daemon.stop();
   const std::int64_t stopped_ns = now_ns();
+  const int wstatus = daemon.wait_status().value_or(0);
   rusage children_after{};
   ::getrusage(RUSAGE_CHILDREN, &children_after);
   r.lifetime_cpu_s = rusage_seconds(children_after) - rusage_seconds(children_before);
@@ -1054,7 +933,7 @@ Result<RunResult> run_once(const Options& o) {
   if (socket_errors != 0) {
     problems.push_back(fmt::format("the daemon sent {} Error messages (first: {})", socket_errors, first_error));
   }
-  if (r.exit_status != 0) problems.push_back(fmt::format("tandemd exited with status {}", r.exit_status));
+  if (!stopped) problems.push_back(stopped.error().message());
   if (!problems.empty()) {
     std::string all_problems;
     for (const std::string& p : problems) all_problems += "\n  - " + p;
@@ -1067,8 +946,8 @@ Result<RunResult> run_once(const Options& o) {
 // Output
 
 json to_json(const RunResult& r) {
-  auto pct = [](const Percentiles& p) {
-    return json{{"count", p.count}, {"p50_us", p.p50_us}, {"p99_us", p.p99_us}, {"max_us", p.max_us}};
+  auto pct = [](const base::Summary& p) {
+    return json{{"count", p.count}, {"p50_us", p.p50}, {"p99_us", p.p99}, {"max_us", p.max}};
   };
   return json{
       {"window_s", r.window_s},
@@ -1116,9 +995,9 @@ void print_run(const Options& o, int index, const RunResult& r) {
       "directives/s, {:.1f} ticks/s, {} live sessions\n",
       r.records_per_s, r.records_sent_per_s, r.directives_per_s, r.ticks_per_s, r.live_sessions);
   fmt::print("  decision → engine sees directive        n={} p50 {:.1f} µs  p99 {:.1f} µs  max {:.1f} µs\n",
-             r.latency.count, r.latency.p50_us, r.latency.p99_us, r.latency.max_us);
+             r.latency.count, r.latency.p50, r.latency.p99, r.latency.max);
   fmt::print("  ROUND_SUBMIT → ADMIT seen (waits a tick) n={} p50 {:.2f} ms  p99 {:.2f} ms  max {:.2f} ms\n",
-             r.admit_delay.count, r.admit_delay.p50_us / 1e3, r.admit_delay.p99_us / 1e3, r.admit_delay.max_us / 1e3);
+             r.admit_delay.count, r.admit_delay.p50 / 1e3, r.admit_delay.p99 / 1e3, r.admit_delay.max / 1e3);
   fmt::print("  bench clients' own CPU                  {:8.3f} s = {:6.2f} % of one core\n", r.bench_cpu_s,
              r.bench_cpu_percent);
 }

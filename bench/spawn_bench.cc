@@ -88,10 +88,11 @@
 // Privileges: the floor, cpu_cg, warm and cold need root. Without it the
 // bench says so, runs the other three and exits 0.
 //
-// Hygiene: each tandemd runs in a fresh temporary runtime dir with its own
+// Hygiene: each tandemd runs through the tests' harness
+// (testbed/daemon_process.h) in a fresh temporary runtime dir with its own
 // cgroup subtree, tandem-spawnbench-<pid>-warm / -cold, dies with the bench
-// (PR_SET_PDEATHSIG), and is stopped with SIGTERM at the end or SIGKILLed on
-// a failure; a subtree it leaves behind is killed and removed. The bench's
+// (PR_SET_PDEATHSIG), and is stopped with SIGTERM (SIGKILL after 10 s) at the
+// end and on a failure; a subtree it leaves behind is killed and removed. The bench's
 // own subtree is killed and removed on every exit path (SIGINT, SIGTERM and
 // SIGHUP included; not SIGKILL). Caveat of CgroupManager on a pure-v2 host
 // whose own cgroup holds processes (a login shell's scope): to enable
@@ -103,7 +104,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -142,6 +142,7 @@
 #include "cpu/spawn.h"
 #include "ipc/daemon_connection.h"
 #include "tandem/tandem.h"
+#include "testbed/daemon_process.h"
 
 namespace tandem::bench {
 namespace {
@@ -315,26 +316,6 @@ int parse_args(int argc, char** argv, Options& o) {
 // ---------------------------------------------------------------------------
 // Resources
 
-// A temporary directory, removed (recursively) at destruction unless kept.
-class TempDir {
- public:
-  explicit TempDir(bool keep) : keep_(keep) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "spawn_bench.XXXXXX").string();
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty() && !keep_) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  bool keep_;
-};
-
 // A subtree of cgroups beneath this process's own, in every hierarchy. Every
 // process in it is killed and the whole subtree removed at destruction (or
 // by cleanup(), which reports what failed).
@@ -369,114 +350,6 @@ class OwnedSubtree {
  private:
   explicit OwnedSubtree(std::unique_ptr<cpu::CgroupManager> m) : manager_(std::move(m)) {}
   std::unique_ptr<cpu::CgroupManager> manager_;
-};
-
-// tandemd as a child. SIGKILLed and reaped at destruction if still running;
-// dies with the bench in any case (PR_SET_PDEATHSIG).
-class DaemonProcess {
- public:
-  DaemonProcess() = default;
-  ~DaemonProcess() { kill9(); }
-  DaemonProcess(const DaemonProcess&) = delete;
-  DaemonProcess& operator=(const DaemonProcess&) = delete;
-
-  Result<void> start(const std::vector<std::string>& argv, const std::string& log_path) {
-    std::vector<char*> args;
-    args.reserve(argv.size() + 1);
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) return base::errno_error("fork");
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(125);  // the bench died before prctl
-      const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (log < 0) ::_exit(126);
-      ::dup2(log, STDOUT_FILENO);
-      ::dup2(log, STDERR_FILENO);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-    pid_ = pid;
-    return {};
-  }
-
-  // Whether it has exited (reaps it then).
-  bool exited() {
-    if (pid_ <= 0) return true;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      status_ = status;
-      pid_ = -1;
-      return true;
-    }
-    return false;
-  }
-
-  // SIGTERM and wait (SIGKILL after kStopTimeout). Returns the wait status.
-  int stop() {
-    if (pid_ <= 0) return status_;
-    ::kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + kStopTimeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (exited()) return status_;
-      sleep_ns(2'000'000);
-    }
-    kill9();
-    return status_;
-  }
-
-  void kill9() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    status_ = status;
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int status_ = -1;
-};
-
-// Sweeps tandemd's subtree if it is still there once tandemd is gone (it
-// removes the subtree itself on a clean stop; not when killed). Declared
-// before the DaemonProcess so that it runs after the daemon is reaped.
-class DaemonSubtreeSweeper {
- public:
-  DaemonSubtreeSweeper() = default;
-  ~DaemonSubtreeSweeper() { (void)sweep(); }
-  DaemonSubtreeSweeper(const DaemonSubtreeSweeper&) = delete;
-  DaemonSubtreeSweeper& operator=(const DaemonSubtreeSweeper&) = delete;
-
-  // `paths`: the subtree's directory in each hierarchy.
-  void arm(std::string subtree, std::vector<std::string> paths) {
-    subtree_ = std::move(subtree);
-    paths_ = std::move(paths);
-  }
-
-  // Whether any of the subtree's directories exists.
-  bool left_behind() const {
-    std::error_code ec;
-    return std::ranges::any_of(paths_, [&](const std::string& p) { return std::filesystem::exists(p, ec); });
-  }
-
-  // Kills and removes what is left; returns whether something was.
-  Result<bool> sweep() {
-    if (subtree_.empty() || !left_behind()) return false;
-    auto s = OwnedSubtree::open(subtree_);
-    subtree_.clear();
-    if (!s) return base::propagate(std::move(s.error()), "sweep tandemd's cgroup subtree");
-    if (auto r = (*s)->cleanup(); !r) return base::propagate(std::move(r.error()), "sweep tandemd's cgroup subtree");
-    return true;
-  }
-
- private:
-  std::string subtree_;
-  std::vector<std::string> paths_;
 };
 
 struct ClientCloser {
@@ -595,13 +468,13 @@ Result<Sample> spawn_cpu(const cpu::SpawnSpec& spec, const cpu::Placement& where
 
 // The tandem side: a tandemd of its own (runtime dir, cgroup subtree), a
 // runner handle, its session, and where tandemd puts the session's tool
-// cgroups (for settling). Members are destroyed runner → tandemd → sweep.
+// cgroups (for settling). Members are destroyed runner → tandemd (which
+// sweeps its subtree when it is left behind).
 struct TandemSide {
   std::string label;  // "warm" or "cold"
   std::string runtime_dir;
   std::string log_path;
-  DaemonSubtreeSweeper sweeper;
-  DaemonProcess daemon;
+  std::unique_ptr<testbed::DaemonProcess> daemon;
   ClientHandle runner;
   tandem_client* client = nullptr;
   std::uint64_t session = 0;
@@ -687,30 +560,6 @@ Result<std::int64_t> settle(const TandemSide& r, std::uint64_t id) {
 
 // ---------------------------------------------------------------------------
 // Statistics and output
-
-struct Stats {
-  std::size_t n = 0;
-  double median_us = 0;
-  double p90_us = 0;
-  double p99_us = 0;
-  double max_us = 0;
-};
-
-// Percentiles as everywhere in tandem (base/stats.h).
-Stats stats_of(const std::vector<std::int64_t>& v) {
-  Stats s;
-  s.n = v.size();
-  if (v.empty()) return s;
-  std::vector<double> us;
-  us.reserve(v.size());
-  for (const std::int64_t ns : v) us.push_back(static_cast<double>(ns) / 1e3);
-  const std::vector<double> sorted = base::sorted_finite(us);
-  s.median_us = base::percentile_sorted(sorted, 50);
-  s.p90_us = base::percentile_sorted(sorted, 90);
-  s.p99_us = base::percentile_sorted(sorted, 99);
-  s.max_us = sorted.back();
-  return s;
-}
 
 // One way of spawning, and what it measured.
 struct Variant {
@@ -799,7 +648,7 @@ void print_table(const std::vector<Variant>& variants) {
     if (v == nullptr) return std::nullopt;
     const auto& samples = burst ? v->burst_exec_ns : v->exec_ns;
     if (samples.empty()) return std::nullopt;
-    return stats_of(samples).median_us;
+    return base::summarize_ns_as_us(samples).p50;
   };
   const auto plain_iso = median_of(plain, false);
   const auto floor_iso = median_of(floor, false);
@@ -809,15 +658,16 @@ void print_table(const std::vector<Variant>& variants) {
   fmt::print("{:<32} {:>5} | {:>9} {:>9} {:>10} {:>10} | {:>9} {:>9} {:>10} {:>10} | {:>8} {:>8}\n", "variant", "n",
              "p50", "p99", "÷ plain", "÷ floor", "p50", "p99", "÷ plain", "÷ floor", "isolated", "burst");
   for (const Variant& v : variants) {
-    const Stats e = stats_of(v.exec_ns);
-    const Stats b = stats_of(v.burst_exec_ns);
-    const Stats r = stats_of(v.reaped_ns);
-    const Stats br = stats_of(v.burst_reaped_ns);
-    auto num = [](const Stats& s, double x) { return s.n == 0 ? std::string("-") : fmt::format("{:.1f}", x); };
-    fmt::print("{:<32} {:>5} | {:>9} {:>9} {:>10} {:>10} | {:>9} {:>9} {:>10} {:>10} | {:>8} {:>8}\n", v.name, e.n,
-               num(e, e.median_us), num(e, e.p99_us), ratio(e.median_us, plain_iso), ratio(e.median_us, floor_iso),
-               num(b, b.median_us), num(b, b.p99_us), ratio(b.median_us, plain_burst), ratio(b.median_us, floor_burst),
-               num(r, r.median_us), num(br, br.median_us));
+    const base::Summary e = base::summarize_ns_as_us(v.exec_ns);
+    const base::Summary b = base::summarize_ns_as_us(v.burst_exec_ns);
+    const base::Summary r = base::summarize_ns_as_us(v.reaped_ns);
+    const base::Summary br = base::summarize_ns_as_us(v.burst_reaped_ns);
+    auto num = [](const base::Summary& s, double x) {
+      return s.count == 0 ? std::string("-") : fmt::format("{:.1f}", x);
+    };
+    fmt::print("{:<32} {:>5} | {:>9} {:>9} {:>10} {:>10} | {:>9} {:>9} {:>10} {:>10} | {:>8} {:>8}\n", v.name, e.count,
+               num(e, e.p50), num(e, e.p99), ratio(e.p50, plain_iso), ratio(e.p50, floor_iso), num(b, b.p50),
+               num(b, b.p99), ratio(b.p50, plain_burst), ratio(b.p50, floor_burst), num(r, r.p50), num(br, br.p50));
   }
 }
 
@@ -825,15 +675,15 @@ void print_table(const std::vector<Variant>& variants) {
 std::string rows_json(const std::vector<Variant>& variants) {
   const Variant* plain = find_variant(variants, "plain");
   const Variant* floor = find_variant(variants, "floor");
-  auto ms = [](const std::vector<std::int64_t>& v, double Stats::*field) {
-    return v.empty() ? std::string("null") : fmt::format("{:.4f}", stats_of(v).*field / 1e3);
+  auto ms = [](const std::vector<std::int64_t>& v, double base::Summary::*field) {
+    return v.empty() ? std::string("null") : fmt::format("{:.4f}", base::summarize_ns_as_us(v).*field / 1e3);
   };
-  auto rel = [](const std::vector<std::int64_t>& v, const Variant* base, bool burst) {
-    if (base == nullptr || v.empty()) return std::string("null");
-    const auto& b = burst ? base->burst_exec_ns : base->exec_ns;
+  auto rel = [](const std::vector<std::int64_t>& v, const Variant* ref, bool burst) {
+    if (ref == nullptr || v.empty()) return std::string("null");
+    const auto& b = burst ? ref->burst_exec_ns : ref->exec_ns;
     if (b.empty()) return std::string("null");
-    const double d = stats_of(b).median_us;
-    return d > 0 ? fmt::format("{:.3f}", stats_of(v).median_us / d) : std::string("null");
+    const double d = base::summarize_ns_as_us(b).p50;
+    return d > 0 ? fmt::format("{:.3f}", base::summarize_ns_as_us(v).p50 / d) : std::string("null");
   };
   std::string out = "{\"rows\": [\n";
   for (std::size_t i = 0; i < variants.size(); ++i) {
@@ -842,9 +692,9 @@ std::string rows_json(const std::vector<Variant>& variants) {
         "  {{\"name\": \"{}\", \"key\": \"{}\", \"n\": {}, \"p50_ms\": {}, \"p99_ms\": {}, \"burst_n\": {}, "
         "\"burst_p50_ms\": {}, \"burst_p99_ms\": {}, \"reaped_p50_ms\": {}, \"vs_plain\": {}, \"vs_floor\": {}, "
         "\"burst_vs_plain\": {}, \"burst_vs_floor\": {}}}{}\n",
-        v.name, v.key, v.exec_ns.size(), ms(v.exec_ns, &Stats::median_us), ms(v.exec_ns, &Stats::p99_us),
-        v.burst_exec_ns.size(), ms(v.burst_exec_ns, &Stats::median_us), ms(v.burst_exec_ns, &Stats::p99_us),
-        ms(v.reaped_ns, &Stats::median_us), rel(v.exec_ns, plain, false), rel(v.exec_ns, floor, false),
+        v.name, v.key, v.exec_ns.size(), ms(v.exec_ns, &base::Summary::p50), ms(v.exec_ns, &base::Summary::p99),
+        v.burst_exec_ns.size(), ms(v.burst_exec_ns, &base::Summary::p50), ms(v.burst_exec_ns, &base::Summary::p99),
+        ms(v.reaped_ns, &base::Summary::p50), rel(v.exec_ns, plain, false), rel(v.exec_ns, floor, false),
         rel(v.burst_exec_ns, plain, true), rel(v.burst_exec_ns, floor, true), i + 1 < variants.size() ? "," : "");
   }
   return out + "]}\n";
@@ -859,13 +709,16 @@ std::string loadavg() {
 // ---------------------------------------------------------------------------
 // The run
 
-Result<void> wait_connected(tandem_client* c, DaemonProcess& daemon) {
+Result<void> wait_connected(tandem_client* c, testbed::DaemonProcess& daemon) {
   const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
   for (;;) {
     (void)tandem_poll(c, 0, 0, nullptr);  // drives the connection and the handshake
     if (tandem_connected(c) == 1) return {};
     if (auto i = check_interrupted(); !i) return i;
-    if (daemon.exited()) return base::make_error(ECHILD, "tandemd exited at start");
+    if (daemon.exited()) {
+      return base::make_error(ECHILD,
+                              fmt::format("tandemd {} at start", testbed::describe_wait_status(*daemon.wait_status())));
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       return base::make_error(
           ETIMEDOUT, fmt::format("no connection to tandemd within {} s", std::chrono::seconds(kStartTimeout).count()));
@@ -879,31 +732,25 @@ Result<void> wait_connected(tandem_client* c, DaemonProcess& daemon) {
 // and its session. `hierarchies`: our own subtree's, to find tandemd's.
 Result<void> start_tandem(TandemSide& side, const std::string& subtree, const std::string& tools_toml,
                           const std::vector<cpu::Hierarchy>& hierarchies, const std::string& own_subtree) {
-  if (::mkdir(side.runtime_dir.c_str(), 0700) != 0) return base::errno_error(fmt::format("mkdir {}", side.runtime_dir));
-  const std::string config = side.runtime_dir + "/tandemd.toml";
-  side.log_path = side.runtime_dir + "/tandemd.log";
-  std::ofstream(config) << fmt::format("[cgroups]\nmode = \"on\"\nsubtree = \"{}\"\n\n[tools]\n{}", subtree,
-                                       tools_toml);
+  testbed::DaemonOptions options;
+  options.tandemd = TANDEMD_PATH;
+  options.runtime_dir = side.runtime_dir;
+  options.config = fmt::format("[cgroups]\nmode = \"on\"\nsubtree = \"{}\"\n\n[tools]\n{}", subtree, tools_toml);
+  options.cgroup_subtree = subtree;
+  options.start_timeout = kStartTimeout;
+  options.stop_timeout = kStopTimeout;
+  options.interrupted = [] { return g_interrupted != 0; };
+  auto made = testbed::DaemonProcess::create(std::move(options));
+  if (!made) return base::propagate(std::move(made.error()));
+  side.daemon = std::move(*made);
+  side.log_path = side.daemon->log_path();
   std::vector<std::string> paths;
   for (const cpu::Hierarchy& h : hierarchies) {
     // Our subtree's path with its last part (own_subtree) replaced by tandemd's.
     const std::string p = h.path();
     paths.push_back(p.substr(0, p.size() - own_subtree.size()) + subtree);
   }
-  side.sweeper.arm(subtree, paths);
-  if (auto r = side.daemon.start({TANDEMD_PATH, "--config", config, "--runtime-dir", side.runtime_dir}, side.log_path);
-      !r) {
-    return base::propagate(std::move(r.error()), "start tandemd");
-  }
-  const std::string sock = side.runtime_dir + "/tandemd.sock";
-  const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
-  while (!std::filesystem::exists(sock)) {
-    if (side.daemon.exited()) return base::make_error(ECHILD, "tandemd exited at start");
-    if (auto i = check_interrupted(); !i) return i;
-    if (std::chrono::steady_clock::now() > deadline)
-      return base::make_error(ETIMEDOUT, "tandemd's socket did not appear");
-    sleep_ns(5'000'000);
-  }
+  if (auto r = side.daemon->start(); !r) return r;
   tandem_options opts{};
   opts.sz = sizeof opts;
   opts.runtime_dir = side.runtime_dir.c_str();
@@ -915,7 +762,7 @@ Result<void> start_tandem(TandemSide& side, const std::string& subtree, const st
   }
   side.runner.reset(c);
   side.client = c;
-  if (auto r = wait_connected(c, side.daemon); !r) return r;
+  if (auto r = wait_connected(c, *side.daemon); !r) return r;
   if (tandem_session_open(c, kSessionName, nullptr, &side.session) != 0) {
     return base::make_error(EIO, fmt::format("tandem_session_open: {}", tandem_last_error(c)));
   }
@@ -931,21 +778,17 @@ Result<void> start_tandem(TandemSide& side, const std::string& subtree, const st
 
 // Closes the session and stops tandemd, checking each step.
 Result<void> stop_tandem(TandemSide& side) {
+  if (!side.daemon) return {};
   if (side.client != nullptr && tandem_session_close(side.client, side.session, TANDEM_CLOSE_NORMAL) != 0) {
     return base::make_error(EIO,
                             fmt::format("{}: tandem_session_close: {}", side.label, tandem_last_error(side.client)));
   }
   side.runner.reset();
   side.client = nullptr;
-  const int status = side.daemon.stop();
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return base::make_error(
-        EIO, fmt::format("{}: tandemd did not exit cleanly on SIGTERM (wait status {:#x})", side.label, status));
-  }
-  if (side.sweeper.left_behind())
-    fmt::print("warning: {} tandemd left its cgroup subtree behind; removing it\n", side.label);
-  auto r = side.sweeper.sweep();
-  if (!r) return base::propagate(std::move(r.error()));
+  if (auto r = side.daemon->stop(); !r) return base::propagate(std::move(r.error()), side.label);
+  auto left = side.daemon->sweep_cgroups();
+  if (!left) return base::propagate(std::move(left.error()));
+  if (*left) fmt::print("warning: {} tandemd left its cgroup subtree behind; removing it\n", side.label);
   return {};
 }
 
@@ -1025,7 +868,8 @@ int run(const Options& o) {
   // Declared in this order so that destruction goes: runner handles →
   // tandemds → sweeps of their subtrees → our cgroup nodes → our subtree →
   // the runtime dir.
-  TempDir dir(o.keep);
+  auto dir = testbed::TempDir::make("spawn_bench.");
+  if (dir && o.keep) dir->keep();
   std::unique_ptr<OwnedSubtree> cgroups;
   std::optional<cpu::Node> node;
   TandemSide warm;
@@ -1069,8 +913,8 @@ int run(const Options& o) {
   }
   for (auto [side, key, tools] : {std::tuple{&warm, "warm", ""}, std::tuple{&cold, "cold", "pool_max = 0\n"}}) {
     if (!root || !selected(key)) continue;
-    if (dir.path().empty()) return fail(fmt::format("mkdtemp: {}", std::strerror(errno)));
-    side->runtime_dir = fmt::format("{}/{}", dir.path(), key);
+    if (!dir) return fail(dir.error().message());
+    side->runtime_dir = fmt::format("{}/{}", dir->path(), key);
     side->wait_for_pool = side == &warm;
     if (auto r =
             start_tandem(*side, fmt::format("{}-{}", subtree, key), tools, cgroups->manager().hierarchies(), subtree);
@@ -1080,7 +924,7 @@ int run(const Options& o) {
     const std::string host = line_after(read_text(side->log_path), "host: cgroups ");
     fmt::print("cgroups (tandemd, {}): {}\n", key, host.empty() ? "(not in its log)" : host);
   }
-  if (o.keep && !dir.path().empty()) fmt::print("runtime dirs: {}/{{warm,cold}}\n", dir.path());
+  if (o.keep && dir) fmt::print("runtime dirs: {}/{{warm,cold}}\n", dir->path());
 
   const Command cmd;
   cpu::SpawnSpec spec;  // libtandem's defaults: a new session, other fds closed, environ inherited
@@ -1220,10 +1064,9 @@ int run(const Options& o) {
     fmt::print("v1 joins before exec, by themselves (a forked child, {} ms quiet before each), µs:\n", o.gap_ms);
     fmt::print("  {:<16} {:>9} {:>9}   {:>14} {:>9}\n", "hierarchy", "tasks p50", "p99", "cgroup.procs p50", "p99");
     for (std::size_t k = 0; k < v1_names.size() && k < joins[0].size(); ++k) {
-      const Stats t = stats_of(joins[0][k]);
-      const Stats p = stats_of(joins[1][k]);
-      fmt::print("  {:<16} {:>9.1f} {:>9.1f}   {:>14.1f} {:>9.1f}\n", v1_names[k], t.median_us, t.p99_us, p.median_us,
-                 p.p99_us);
+      const base::Summary t = base::summarize_ns_as_us(joins[0][k]);
+      const base::Summary p = base::summarize_ns_as_us(joins[1][k]);
+      fmt::print("  {:<16} {:>9.1f} {:>9.1f}   {:>14.1f} {:>9.1f}\n", v1_names[k], t.p50, t.p99, p.p50, p.p99);
     }
     fmt::print("\n");
   }

@@ -1,140 +1,76 @@
 #include "tests/integration/harness.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <csignal>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <thread>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "cpu/cgroup.h"
-
 namespace tandem::it {
 
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/tandem-it-XXXXXX";
-  const char* p = ::mkdtemp(tmpl);
-  if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = p;
+namespace {
+
+testbed::TempDir make_temp_dir() {
+  auto dir = testbed::TempDir::make("tandem-it-");
+  if (!dir) throw std::runtime_error(dir.error().message());
+  return std::move(*dir);
 }
 
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
+}  // namespace
 
-Process::~Process() { kill9(); }
+TempDir::TempDir() : testbed::TempDir(make_temp_dir()) {}
 
 void Process::start(const std::vector<std::string>& argv, const std::string& out_path, const std::string& err_path,
                     const std::vector<std::string>& env) {
-  std::vector<char*> args;
-  args.reserve(argv.size() + 1);
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_ = ::fork();
-  if (pid_ < 0) throw std::runtime_error("fork failed");
-  if (pid_ == 0) {
-    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (out < 0 || err < 0) ::_exit(126);
-    ::dup2(out, 1);
-    ::dup2(err, 2);
-    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    ::execv(args[0], args.data());
-    ::_exit(127);
+  if (auto r = child_.start(argv, out_path, err_path, env); !r) {
+    throw std::runtime_error(fmt::format("start {}: {}", argv.empty() ? "" : argv[0], r.error().message()));
   }
-}
-
-void Process::kill9() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGKILL);
-  int status;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
 }
 
 int Process::stop(int sig, std::chrono::milliseconds timeout) {
-  if (pid_ <= 0) return -1;
-  ::kill(pid_, sig);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      pid_ = -1;
-      return status;
-    }
-    ::usleep(5'000);
-  }
-  kill9();
-  return -1;
+  auto r = child_.wait(sig, timeout);
+  return r ? *r : -1;
 }
 
 Daemon::Daemon(std::string runtime_dir, const std::string& config_text)
-    : dir_(std::move(runtime_dir)), socket_(dir_ + "/tandemd.sock"), config_path_(dir_ + "/tandemd.toml") {
-  std::string text = config_text;
-  // Test daemons run side by side (ctest -j): each gets a cgroup subtree of
-  // its own, named for its runtime dir (a restart in the same dir finds it).
-  if (text.find("[cgroups]") == std::string::npos) {
-    text += fmt::format("\n[cgroups]\nsubtree = \"{}\"\n", dir_.substr(dir_.rfind('/') + 1));
+    : dir_(std::move(runtime_dir)), socket_(dir_ + "/tandemd.sock") {
+  const std::string subtree = dir_.substr(dir_.rfind('/') + 1);
+  testbed::DaemonOptions o;
+  o.tandemd = TANDEMD_PATH;
+  o.runtime_dir = dir_;
+  o.config = config_text;
+  if (o.config.find("[cgroups]") == std::string::npos)
+    o.config += fmt::format("\n[cgroups]\nsubtree = \"{}\"\n", subtree);
+  if (o.config.find("[metrics]") == std::string::npos) o.config += "\n[metrics]\nlisten = \"127.0.0.1:0\"\n";
+  o.cgroup_subtree = subtree;  // the one every test daemon gets, swept as root
+  auto d = testbed::DaemonProcess::create(std::move(o));
+  if (!d) {
+    ADD_FAILURE() << d.error().message();
+    return;
   }
-  // ... and a metrics port of its own (any free one: status says which).
-  if (text.find("[metrics]") == std::string::npos) text += "\n[metrics]\nlisten = \"127.0.0.1:0\"\n";
-  std::ofstream(config_path_) << text;
-}
-
-Daemon::~Daemon() {
-  if (proc_.running()) (void)proc_.stop(SIGTERM);
-  if (::geteuid() != 0) return;
-  cpu::ManagerOptions o;
-  o.subtree = dir_.substr(dir_.rfind('/') + 1);  // the subtree every test daemon gets (its runtime dir's name)
-  auto m = cpu::CgroupManager::open(o);
-  if (!m) return;
-  (void)(*m)->kill((*m)->root(), 2000);
-  (void)(*m)->remove((*m)->root());
+  daemon_ = std::move(*d);
 }
 
 void Daemon::start(const std::vector<std::string>& wrapper) {
-  // A socket left by a tandemd that was killed may still accept for a moment
-  // (its io_uring, torn down asynchronously, holds a pending accept): wait
-  // for the new daemon's own socket: a new file at the path (tmpfs reuses
-  // inode numbers, so the change time tells).
-  struct stat old {};
-  const bool had = ::stat(socket_.c_str(), &old) == 0;
-  std::vector<std::string> argv = wrapper;
-  for (const char* a : {TANDEMD_PATH, "--config"}) argv.emplace_back(a);
-  argv.insert(argv.end(), {config_path_, "--runtime-dir", dir_});
-  proc_.start(argv, dir_ + "/tandemd.out", dir_ + "/tandemd.log");
-  ASSERT_TRUE(eventually([&] {
-    struct stat now {};
-    if (::stat(socket_.c_str(), &now) != 0) return false;
-    if (had && now.st_ino == old.st_ino && now.st_ctim.tv_sec == old.st_ctim.tv_sec &&
-        now.st_ctim.tv_nsec == old.st_ctim.tv_nsec) {
-      return false;
-    }
-    return socket_accepts(socket_);
-  })) << "tandemd did not come up:\n"
-      << log();
+  ASSERT_NE(daemon_, nullptr) << "tandemd's harness was not set up (see the failure above)";
+  auto r = daemon_->start(wrapper);
+  ASSERT_TRUE(r.has_value()) << r.error().message() << "\ntandemd.log:\n" << log();
 }
 
-std::string Daemon::log() const {
-  std::ifstream in(dir_ + "/tandemd.log");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+void Daemon::kill9() {
+  if (daemon_) daemon_->kill();
 }
+
+int Daemon::stop() {
+  if (!daemon_ || daemon_->pid() <= 0) return -1;
+  (void)daemon_->stop();  // the wait status tells the test what it needs
+  return daemon_->wait_status().value_or(-1);
+}
+
+pid_t Daemon::pid() const { return daemon_ ? daemon_->pid() : -1; }
+
+std::string Daemon::log() const { return daemon_ ? daemon_->log() : std::string(); }
 
 bool socket_accepts(const std::string& path) { return RawClient::connect(path).has_value(); }
 

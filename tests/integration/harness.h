@@ -1,6 +1,8 @@
-// Integration-test harness: the real tandemd in a temporary runtime dir, and
-// a raw protocol client for the tests that must send what libtandem never
-// would (wrong versions, garbage, a scribbled segment).
+// Integration-test harness: the real tandemd in a temporary runtime dir, run
+// by the harness the benchmarks use too (testbed/daemon_process.h) with the
+// tests' defaults and their way of failing, and a raw protocol client for the
+// tests that must send what libtandem never would (wrong versions, garbage, a
+// scribbled segment).
 #pragma once
 
 #include <sys/types.h>
@@ -9,6 +11,7 @@
 #include <csignal>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,60 +23,70 @@
 #include "base/unique_fd.h"
 #include "ipc/daemon_connection.h"
 #include "ipc/records.h"
+#include "testbed/daemon_process.h"
 
 namespace tandem::it {
 
-// A temporary directory removed (recursively) at destruction.
-class TempDir {
+// A fresh temporary directory, /tmp/tandem-it-XXXXXX (TMPDIR honoured),
+// removed with everything in it at destruction. Throws when none can be made,
+// which fails the test.
+//
+// Thread-safety: one thread at a time.
+class TempDir : public testbed::TempDir {
  public:
   TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
 };
 
-// A child process started with fork/exec; killed (SIGKILL) at destruction if
-// still running. stdout and stderr go to files.
+// A child process other than tandemd (an engine, a one-shot tandemd run):
+// testbed::ChildProcess, killed (SIGKILL) at destruction if still running,
+// stdout and stderr to files.
+//
+// Thread-safety: one thread at a time.
 class Process {
  public:
-  Process() = default;
-  ~Process();
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
-
   // Starts `argv` with extra environment `env` ("K=V"); output to
-  // `out_path` (stdout) and `err_path` (stderr), appended.
+  // `out_path` (stdout) and `err_path` (stderr), appended. Throws (failing
+  // the test) when it cannot be started, naming why.
   void start(const std::vector<std::string>& argv, const std::string& out_path, const std::string& err_path,
              const std::vector<std::string>& env = {});
-  pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0; }
-  void kill9();
-  // Sends `sig` and waits; returns the wait status (-1 if not running).
+  pid_t pid() const { return child_.pid(); }
+  bool running() const { return child_.pid() > 0; }
+  void kill9() { child_.kill(); }
+  // Sends `sig` (0: none) and waits; returns the wait status (-1 if not
+  // running, or killed with SIGKILL after `timeout`).
   int stop(int sig, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
  private:
-  pid_t pid_ = -1;
+  testbed::ChildProcess child_;
 };
 
-// tandemd in `runtime_dir` with a config file holding `config_text`.
+// tandemd in `runtime_dir` (testbed::DaemonProcess) with a config file
+// holding `config_text` and, unless it has its own, the tests' two sections:
+// a [cgroups] subtree named for the runtime dir (test daemons run side by
+// side under ctest -j; a restart in the same dir finds its subtree), and a
+// [metrics] port of its own (any free one: ctl status says which). A failure
+// of the harness is a test failure, with its message and tandemd's log.
+//
+// Thread-safety: one thread at a time; the thread that starts tandemd
+// outlives it (testbed::DaemonProcess).
 class Daemon {
  public:
   explicit Daemon(std::string runtime_dir, const std::string& config_text = "");
-  // Stops it, then removes its cgroup subtree (a daemon killed with SIGKILL
-  // leaves it behind for the next one to adopt), processes inside first.
-  ~Daemon();
+  // Stops it (SIGTERM, SIGKILL after 10 s), then kills and removes what is
+  // left of its cgroup subtree (a daemon killed with SIGKILL leaves it
+  // behind for the next one to adopt), processes inside first.
+  ~Daemon() = default;
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
-  // Starts it and waits until its socket accepts connections (5 s at most).
-  // `wrapper` runs it (e.g. {"/usr/bin/prlimit", "--nofile=40:40", "--"}).
+  // Starts it and waits until its socket accepts connections (5 s at most);
+  // again after stop() or kill9(), in the same dir. `wrapper` runs it (e.g.
+  // {"/usr/bin/prlimit", "--nofile=40:40", "--"}).
   void start(const std::vector<std::string>& wrapper = {});
-  void kill9() { proc_.kill9(); }
-  int stop() { return proc_.stop(SIGTERM); }
-  pid_t pid() const { return proc_.pid(); }
+  void kill9();
+  // SIGTERM and wait; the wait status (0: a clean exit), -1 if it was not
+  // running.
+  int stop();
+  pid_t pid() const;
   std::string log() const;
   const std::string& socket_path() const { return socket_; }
   const std::string& runtime_dir() const { return dir_; }
@@ -81,8 +94,7 @@ class Daemon {
  private:
   std::string dir_;
   std::string socket_;
-  std::string config_path_;
-  Process proc_;
+  std::unique_ptr<testbed::DaemonProcess> daemon_;
 };
 
 // Whether `path` accepts a SOCK_SEQPACKET connection now.

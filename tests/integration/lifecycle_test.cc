@@ -97,21 +97,27 @@ class NotifySocket {
   base::UniqueFd fd_;
 };
 
+// The harness itself (not it::Daemon): this config is the test's alone, and
+// the daemon gets a NOTIFY_SOCKET.
 TEST(Lifecycle, NotifiesTheServiceManagerAndReloadsAllOrNothing) {
   TempDir dir;
-  const std::string config = dir.path() + "/tandemd.toml";
-  std::ofstream(config) << "[policy]\nname = \"fcfs\"\n";
   NotifySocket notify(dir.path() + "/notify.sock");
-  Process daemon;
-  daemon.start({TANDEMD_PATH, "--config", config, "--runtime-dir", dir.path()}, dir.path() + "/tandemd.out",
-               dir.path() + "/tandemd.log", {"NOTIFY_SOCKET=" + dir.path() + "/notify.sock"});
-  const std::string socket = dir.path() + "/tandemd.sock";
-  ASSERT_TRUE(eventually([&] { return socket_accepts(socket); }));
+  testbed::DaemonOptions options;
+  options.tandemd = TANDEMD_PATH;
+  options.runtime_dir = dir.path();
+  options.config = "[policy]\nname = \"fcfs\"\n";
+  options.env = {"NOTIFY_SOCKET=" + dir.path() + "/notify.sock"};
+  auto made = testbed::DaemonProcess::create(std::move(options));
+  ASSERT_TRUE(made.has_value()) << made.error().message();
+  testbed::DaemonProcess& daemon = **made;
+  auto started = daemon.start();
+  ASSERT_TRUE(started.has_value()) << started.error().message() << "\n" << daemon.log();
+  const std::string& socket = daemon.socket_path();
   EXPECT_NE(notify.drain(300ms).find("READY=1"), std::string::npos);
   EXPECT_EQ(ctl(socket, "status")["policy"]["name"], "fcfs");
 
   // A good change: the new policy, a new epoch.
-  std::ofstream(config) << "[policy]\nname = \"mars\"\n";
+  ASSERT_TRUE(daemon.write_config("[policy]\nname = \"mars\"\n").has_value());
   ::kill(daemon.pid(), SIGHUP);
   const std::string reload = notify.drain(500ms);
   EXPECT_NE(reload.find("RELOADING=1"), std::string::npos) << reload;
@@ -122,28 +128,28 @@ TEST(Lifecycle, NotifiesTheServiceManagerAndReloadsAllOrNothing) {
   EXPECT_EQ(status["policy"]["epoch"], 2);
 
   // A bad file changes nothing.
-  std::ofstream(config) << "[policy]\nname = \"nonesuch\"\n";
+  ASSERT_TRUE(daemon.write_config("[policy]\nname = \"nonesuch\"\n").has_value());
   ::kill(daemon.pid(), SIGHUP);
   notify.drain(300ms);
   status = ctl(socket, "status");
   EXPECT_EQ(status["policy"]["name"], "mars");
   EXPECT_EQ(status["policy"]["epoch"], 2);
-  const std::string log = read_file(dir.path() + "/tandemd.log");
+  const std::string log = daemon.log();
   EXPECT_NE(log.find("<3>reload failed; the running configuration is unchanged"), std::string::npos) << log;
   EXPECT_NE(log.find("nonesuch"), std::string::npos) << log;
 
   // A setting that needs a restart refuses the whole reload.
-  std::ofstream(config) << "[policy]\nname = \"fcfs\"\n[ipc]\nevent_slots = 8192\n";
+  ASSERT_TRUE(daemon.write_config("[policy]\nname = \"fcfs\"\n[ipc]\nevent_slots = 8192\n").has_value());
   ::kill(daemon.pid(), SIGHUP);
   notify.drain(300ms);
   EXPECT_EQ(ctl(socket, "status")["policy"]["name"], "mars");
-  EXPECT_NE(read_file(dir.path() + "/tandemd.log").find("ipc.event_slots changed"), std::string::npos);
+  EXPECT_NE(daemon.log().find("ipc.event_slots changed"), std::string::npos);
 
-  const int st = daemon.stop(SIGTERM);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  auto stopped = daemon.stop();
+  EXPECT_TRUE(stopped.has_value()) << stopped.error().message();
   EXPECT_NE(notify.drain(100ms).find("STOPPING=1"), std::string::npos);
   // Every log line carries a priority prefix.
-  std::istringstream lines(read_file(dir.path() + "/tandemd.log"));
+  std::istringstream lines(daemon.log());
   for (std::string line; std::getline(lines, line);) {
     ASSERT_GE(line.size(), 3u);
     EXPECT_TRUE(line[0] == '<' && line[1] >= '0' && line[1] <= '7' && line[2] == '>') << line;
