@@ -49,6 +49,9 @@
 // good once a runner brings its session back (Resync); otherwise, or with
 // "reap", its processes are killed and it is removed.
 //
+// Code: setup, requests and policy actions in host_plane.cc; the tick
+// (sampling, memory rules, the warm pool, recycling) in host_tick.cc.
+//
 // Thread-safety: the daemon loop's thread only.
 #pragma once
 
@@ -58,6 +61,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -88,6 +92,9 @@ inline constexpr std::uint32_t kPoolBatch = 4;
 // every ended one each host period.
 inline constexpr std::size_t kRecycleBatch = 16;
 inline constexpr base::Duration kPoolHorizon = std::chrono::milliseconds(500);
+// Name prefix of the warm pool's ready cgroups (tools/<session>/pool-<n>):
+// never a number, so never taken for a call's.
+inline constexpr std::string_view kPoolPrefix = "pool-";
 
 class HostPlane final : public HostEffects {
  public:
