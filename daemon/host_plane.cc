@@ -67,8 +67,9 @@ std::string_view to_string(ipc::ToolExitReason r) {
 
 }  // namespace
 
-HostPlane::HostPlane(const HostConfig& config, std::unique_ptr<cpu::CgroupManager> cgroups)
+HostPlane::HostPlane(const HostConfig& config, const HostEnv& env, std::unique_ptr<cpu::CgroupManager> cgroups)
     : config_(config),
+      proc_root_(env.proc_root),
       cgroups_(std::move(cgroups)),
       memory_rule_(sched::HostMemoryConfig{config.pressure_high, config.pressure_critical, config.tools_budget,
                                            config.stall_kill_after}) {}
@@ -92,13 +93,13 @@ HostPlane::~HostPlane() {
   }
 }
 
-base::Result<std::unique_ptr<HostPlane>> HostPlane::open(const HostConfig& config, Time now) {
-  cpu::ManagerOptions o;
+base::Result<std::unique_ptr<HostPlane>> HostPlane::open(const HostConfig& config, Time now, const HostEnv& env) {
+  cpu::ManagerOptions o = env.cgroups;
   o.subtree = config.subtree;
   o.root = config.root;
   auto cg = cpu::CgroupManager::open(o);
   if (!cg) return base::propagate(std::move(cg.error()));
-  std::unique_ptr<HostPlane> plane(new HostPlane(config, std::move(*cg)));
+  std::unique_ptr<HostPlane> plane(new HostPlane(config, env, std::move(*cg)));
   auto r = plane->start(now);
   if (!r) return base::propagate(std::move(r.error()));
   return plane;
@@ -137,6 +138,7 @@ base::Result<void> HostPlane::start(Time now) {
 
   bpf::Options topts;
   topts.force_sampling = config_.telemetry == "sampling";
+  topts.proc_root = proc_root_;
   auto tel = bpf::open_telemetry(topts);
   if (!tel) {
     if (config_.telemetry == "ebpf") return base::propagate(std::move(tel.error()), "telemetry");

@@ -82,12 +82,12 @@ std::optional<sched::CpuView> HostPlane::host_tick(Time now, const sched::NodeMo
   pool_tick(now, true);  // also every ended call whose leftovers have gone since the last period
 
   // Pressure and telemetry.
-  memory_psi_ = node_psi("/proc/pressure/memory").value_or(-1.0);
+  memory_psi_ = node_psi(proc_root_ + "/pressure/memory").value_or(-1.0);
   cpu_psi_ = -1.0;
   if (cgroups_->has_v2()) {
     if (auto p = cgroups_->pressure(tools_, "cpu")) cpu_psi_ = p->some.avg10;
   }
-  if (cpu_psi_ < 0) cpu_psi_ = node_psi("/proc/pressure/cpu").value_or(-1.0);
+  if (cpu_psi_ < 0) cpu_psi_ = node_psi(proc_root_ + "/pressure/cpu").value_or(-1.0);
   view_.tool_cores = tool_cores_;
   view_.psi_some_avg10 = cpu_psi_;
   view_.runq_delay_p50 = {};
