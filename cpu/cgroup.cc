@@ -493,6 +493,7 @@ base::Result<void> CgroupManager::init(CgroupPlan plan) {
     auto pfd = open_dir(AT_FDCWD, parent_dir);
     if (pfd) {
       std::vector<std::string> wanted;
+      wanted.reserve(plan.v2_ask.size());
       for (Controller c : plan.v2_ask) wanted.emplace_back(name(c));
       auto enabled =
           delegate_from(pfd->get(), parent_dir, wanted, plan.hierarchies[static_cast<std::size_t>(plan.v2)], hooks_);

@@ -125,7 +125,7 @@ class FakeCgroupfs {
         write(dir / "cgroup.subtree_control", join(m.enabled, " ") + "\n");
         self += fmt::format("0::{}\n", own_here);
       } else {
-        self = fmt::format("{}:{}:{}\n", hierarchy--, join(m.controllers, ","), own_here) + self;
+        self.insert(0, fmt::format("{}:{}:{}\n", hierarchy--, join(m.controllers, ","), own_here));
       }
       if (!m.v2 && std::ranges::find(m.controllers, "cpuset") != m.controllers.end()) {
         write(dir / "cpuset.cpus", "0-1\n");
