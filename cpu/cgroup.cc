@@ -112,13 +112,18 @@ base::Result<void> walk(int dir, const std::string& rel, std::vector<std::string
   return {};
 }
 
+// A control-file write of the manager: write_file(), or the hook standing in for it.
+base::Result<void> write_control(const TreeHooks& hooks, int dirfd, const char* name, std::string_view value) {
+  return hooks.write ? hooks.write(dirfd, name, value) : write_file(dirfd, name, value);
+}
+
 // A new v1 cpuset cgroup starts with no cpus and no mems, and no task can
 // join it until both are set: give it its parent's.
-base::Result<void> inherit_cpuset(int parent, int made) {
+base::Result<void> inherit_cpuset(const TreeHooks& hooks, int parent, int made) {
   for (const char* f : {"cpuset.cpus", "cpuset.mems"}) {
     auto v = read_file(parent, f);
     if (!v) return base::propagate(std::move(v.error()));
-    auto w = write_file(made, f, base::trim(*v));
+    auto w = write_control(hooks, made, f, base::trim(*v));
     if (!w) return w;
   }
   return {};
@@ -140,7 +145,8 @@ std::string format_bytes_or_max(std::uint64_t v) { return v == kUnlimited ? "max
 // and tries again. It never moves another process: with others there, the
 // controllers stay off for the subtree, and the caller reports them missing.
 base::Result<std::set<std::string>> delegate_from(int dir, const std::string& path,
-                                                  const std::vector<std::string>& wanted) {
+                                                  const std::vector<std::string>& wanted, const Hierarchy& v2,
+                                                  const TreeHooks& hooks) {
   auto words = [](std::string_view text) {
     std::set<std::string> out;
     for (auto w : base::split(base::trim(text), ' ', true)) out.emplace(w);
@@ -157,19 +163,22 @@ base::Result<std::set<std::string>> delegate_from(int dir, const std::string& pa
     if (can.contains(w) && !on.contains(w)) request += fmt::format("{}+{}", request.empty() ? "" : " ", w);
   }
   if (request.empty()) return on;
-  auto r = write_file(dir, "cgroup.subtree_control", request);
+  auto r = write_control(hooks, dir, "cgroup.subtree_control", request);
   if (!r && r.error().code() == EBUSY) {
     auto procs = read_file(dir, "cgroup.procs");
     auto pids = procs ? parse_pids(*procs) : base::Result<std::vector<int>>(std::vector<int>{});
     if (pids && pids->size() == 1 && pids->front() == ::getpid()) {
-      if (::mkdirat(dir, "daemon", 0755) != 0 && errno != EEXIST) {
-        return base::errno_error(fmt::format("mkdir {}/daemon", path));
-      }
+      const bool created = ::mkdirat(dir, "daemon", 0755) == 0;
+      if (!created && errno != EEXIST) return base::errno_error(fmt::format("mkdir {}/daemon", path));
       auto leaf = open_dir(dir, "daemon");
       if (!leaf) return base::propagate(std::move(leaf.error()));
-      auto mv = write_file(leaf->get(), "cgroup.procs", "0");
+      if (created && hooks.made) {
+        auto m = hooks.made(v2, leaf->get());
+        if (!m) return base::propagate(std::move(m.error()), fmt::format("{}/daemon", path));
+      }
+      auto mv = write_control(hooks, leaf->get(), "cgroup.procs", "0");
       if (!mv) return base::propagate(std::move(mv.error()), fmt::format("move tandemd into {}/daemon", path));
-      r = write_file(dir, "cgroup.subtree_control", request);
+      r = write_control(hooks, dir, "cgroup.subtree_control", request);
     }
   }
   if (!r) {
@@ -186,6 +195,152 @@ base::Result<std::set<std::string>> delegate_from(int dir, const std::string& pa
 std::string_view name(Controller c) { return kControllerNames[index(c)]; }
 
 std::string Hierarchy::path() const { return root == "/" ? mount_point : mount_point + root; }
+
+// ---- the plan -------------------------------------------------------------------
+
+namespace {
+
+std::string describe_hierarchies(const std::vector<Hierarchy>& hierarchies) {
+  std::string out;
+  for (const auto& h : hierarchies) {
+    std::string cs;
+    for (Controller c : h.controllers) cs += fmt::format("{}{}", cs.empty() ? "" : ",", name(c));
+    out += fmt::format("{}{} {} {}", out.empty() ? "" : "; ", h.v2 ? "v2" : "v1", cs.empty() ? "-" : cs, h.path());
+  }
+  return out;
+}
+
+bool has(const std::vector<Controller>& cs, Controller c) { return std::ranges::find(cs, c) != cs.end(); }
+
+}  // namespace
+
+std::string CgroupPlan::v2_parent() const {
+  if (v2 < 0) return {};
+  const Hierarchy& h = hierarchies[static_cast<std::size_t>(v2)];
+  return h.mount_point + h.root.substr(0, h.root.rfind('/'));
+}
+
+void CgroupPlan::take_v2(const std::set<std::string>& enabled) {
+  if (v2 < 0) return;
+  Hierarchy& h2 = hierarchies[static_cast<std::size_t>(v2)];
+  std::vector<Controller> served;
+  for (std::size_t i = 0; i < kControllers; ++i) {
+    const auto c = static_cast<Controller>(i);
+    if (has(h2.controllers, c) || (has(v2_ask, c) && enabled.contains(std::string(name(c))))) served.push_back(c);
+  }
+  h2.controllers = served;
+  std::vector<Hierarchy> kept;
+  int kept_v2 = -1;
+  for (std::size_t i = 0; i < hierarchies.size(); ++i) {
+    Hierarchy& h = hierarchies[i];
+    if (static_cast<int>(i) == v2) {
+      kept_v2 = static_cast<int>(kept.size());
+    } else {
+      std::erase_if(h.controllers, [&](Controller c) { return has(served, c); });
+      if (h.controllers.empty()) continue;
+    }
+    kept.push_back(std::move(h));
+  }
+  hierarchies = std::move(kept);
+  v2 = kept_v2;
+  serving.fill(-1);
+  for (std::size_t i = 0; i < hierarchies.size(); ++i) {
+    for (Controller c : hierarchies[i].controllers) serving[index(c)] = static_cast<int>(i);
+  }
+  v2_ask.clear();
+}
+
+std::string CgroupPlan::describe() const { return describe_hierarchies(hierarchies); }
+
+base::Result<CgroupPlan> plan_cgroups(std::string_view mountinfo, std::string_view self_cgroup,
+                                      const ManagerOptions& options) {
+  if (options.root.empty()) {
+    auto parts = rel_parts(options.subtree);
+    if (!parts) return base::propagate(std::move(parts.error()), "subtree");
+    if (parts->empty()) return base::make_error(EINVAL, "subtree is empty: tandem needs a folder of its own");
+  } else if (options.root.front() != '/' || options.root.find("/../") != std::string::npos ||
+             options.root.ends_with("/..")) {
+    return base::make_error(EINVAL, fmt::format("root '{}' must be an absolute path without '..'", options.root));
+  }
+  auto mounts = parse_mountinfo(mountinfo);
+  if (!mounts) return base::propagate(std::move(mounts.error()));
+  auto membership = parse_proc_cgroup(self_cgroup);
+  if (!membership) return base::propagate(std::move(membership.error()));
+
+  // Our own path in a mount's hierarchy, as seen on disk below its mount point.
+  auto own_path = [&](const CgroupMount& m) -> std::optional<std::string> {
+    for (const auto& cm : *membership) {
+      bool match = false;
+      if (m.v2) {
+        match = cm.hierarchy == 0 && cm.controllers.empty();
+      } else {
+        std::set<std::string> a(cm.controllers.begin(), cm.controllers.end());
+        std::set<std::string> b(m.controllers.begin(), m.controllers.end());
+        match = cm.hierarchy != 0 && a == b;
+      }
+      if (!match) continue;
+      if (m.root == "/") return cm.path;
+      if (cm.path == m.root) return std::string("/");
+      if (cm.path.starts_with(m.root + "/")) return cm.path.substr(m.root.size());
+      return std::nullopt;  // we run outside what this mount shows
+    }
+    return std::nullopt;
+  };
+  auto subtree_of = [&](const std::string& own) {
+    if (!options.root.empty()) return options.root;
+    return own == "/" ? "/" + options.subtree : own + "/" + options.subtree;
+  };
+
+  CgroupPlan plan;
+  // v2 first: it serves freezing, killing, cpu accounting and ids always.
+  for (const auto& m : *mounts) {
+    if (!m.v2 || plan.v2 >= 0) continue;
+    auto own = own_path(m);
+    if (!own) continue;
+    Hierarchy h;
+    h.v2 = true;
+    h.favordynmods = m.favordynmods;
+    h.mount_point = m.mount_point;
+    h.root = subtree_of(*own);
+    for (std::size_t i = 0; i < kControllers; ++i) {
+      const auto c = static_cast<Controller>(i);
+      if (!options.want[i]) continue;
+      if (c == Controller::kCpuacct || c == Controller::kFreezer) {
+        // cpu.stat and cgroup.freeze exist without controllers.
+        h.controllers.push_back(c);
+        plan.serving[i] = static_cast<int>(plan.hierarchies.size());
+      } else {
+        plan.v2_ask.push_back(c);  // if the parent hands it down (take_v2)
+      }
+    }
+    plan.v2 = static_cast<int>(plan.hierarchies.size());
+    plan.hierarchies.push_back(std::move(h));
+  }
+  for (const auto& m : *mounts) {
+    if (m.v2) continue;
+    Hierarchy h;
+    for (const auto& cn : m.controllers) {
+      auto c = controller_named(cn);
+      if (c && options.want[index(*c)] && plan.serving[index(*c)] < 0) h.controllers.push_back(*c);
+    }
+    if (h.controllers.empty()) continue;
+    auto own = own_path(m);
+    if (!own) continue;
+    h.mount_point = m.mount_point;
+    h.favordynmods = m.favordynmods;
+    h.root = subtree_of(*own);
+    for (Controller c : h.controllers) plan.serving[index(c)] = static_cast<int>(plan.hierarchies.size());
+    plan.hierarchies.push_back(std::move(h));
+  }
+  if (plan.hierarchies.empty()) {
+    return base::make_error(ENOENT, "no cgroup hierarchy is mounted that this process can see itself in");
+  }
+  for (const Hierarchy& h : plan.hierarchies) {
+    auto parts = rel_parts(std::string_view(h.root).substr(1));
+    if (!parts) return base::propagate(std::move(parts.error()), "root");
+  }
+  return plan;
+}
 
 base::Result<void> validate(const Limits& l) {
   if (l.cpu_weight && (*l.cpu_weight < 1 || *l.cpu_weight > 10000)) {
@@ -311,130 +466,57 @@ base::Result<Usage> read_usage(const UsageDirs& dirs) {
 CgroupManager::~CgroupManager() = default;
 
 base::Result<std::unique_ptr<CgroupManager>> CgroupManager::open(const ManagerOptions& options) {
+  auto mi = read_path(options.mountinfo_path);
+  if (!mi) return base::propagate(std::move(mi.error()), "cgroups");
+  auto sc = read_path(options.self_cgroup_path);
+  if (!sc) return base::propagate(std::move(sc.error()), "cgroups");
+  auto plan = plan_cgroups(*mi, *sc, options);
+  if (!plan) return base::propagate(std::move(plan.error()), "cgroups");
+  return open_plan(std::move(*plan), options.hooks);
+}
+
+base::Result<std::unique_ptr<CgroupManager>> CgroupManager::open_plan(CgroupPlan plan, TreeHooks hooks) {
   std::unique_ptr<CgroupManager> m(new CgroupManager());
-  auto r = m->init(options);
+  m->hooks_ = std::move(hooks);
+  auto r = m->init(std::move(plan));
   if (!r) return base::propagate(std::move(r.error()), "cgroups");
   return m;
 }
 
-base::Result<void> CgroupManager::init(const ManagerOptions& options) {
-  if (options.root.empty()) {
-    auto parts = rel_parts(options.subtree);
-    if (!parts) return base::propagate(std::move(parts.error()), "subtree");
-    if (parts->empty()) return base::make_error(EINVAL, "subtree is empty: tandem needs a folder of its own");
-  } else if (options.root.front() != '/' || options.root.find("/../") != std::string::npos ||
-             options.root.ends_with("/..")) {
-    return base::make_error(EINVAL, fmt::format("root '{}' must be an absolute path without '..'", options.root));
-  }
-  auto mi = read_path(options.mountinfo_path);
-  if (!mi) return base::propagate(std::move(mi.error()));
-  auto mounts = parse_mountinfo(*mi);
-  if (!mounts) return base::propagate(std::move(mounts.error()));
-  auto sc = read_path(options.self_cgroup_path);
-  if (!sc) return base::propagate(std::move(sc.error()));
-  auto membership = parse_proc_cgroup(*sc);
-  if (!membership) return base::propagate(std::move(membership.error()));
-
-  // Our own path in a mount's hierarchy, as seen on disk below its mount point.
-  auto own_path = [&](const CgroupMount& m) -> std::optional<std::string> {
-    for (const auto& cm : *membership) {
-      bool match = false;
-      if (m.v2) {
-        match = cm.hierarchy == 0 && cm.controllers.empty();
-      } else {
-        std::set<std::string> a(cm.controllers.begin(), cm.controllers.end());
-        std::set<std::string> b(m.controllers.begin(), m.controllers.end());
-        match = cm.hierarchy != 0 && a == b;
-      }
-      if (!match) continue;
-      if (m.root == "/") return cm.path;
-      if (cm.path == m.root) return std::string("/");
-      if (cm.path.starts_with(m.root + "/")) return cm.path.substr(m.root.size());
-      return std::nullopt;  // we run outside what this mount shows
-    }
-    return std::nullopt;
-  };
-  auto subtree_of = [&](const std::string& own) {
-    if (!options.root.empty()) return options.root;
-    return own == "/" ? "/" + options.subtree : own + "/" + options.subtree;
-  };
-
-  std::set<std::string> seen_points;
-  // v2 first: it serves freezing, killing, cpu accounting and ids always.
-  for (const auto& m : *mounts) {
-    if (!m.v2 || v2_ >= 0) continue;
-    auto own = own_path(m);
-    if (!own) continue;
-    Hierarchy h;
-    h.v2 = true;
-    h.favordynmods = m.favordynmods;
-    h.mount_point = m.mount_point;
-    h.root = subtree_of(*own);
+base::Result<void> CgroupManager::init(CgroupPlan plan) {
+  if (plan.hierarchies.empty()) return base::make_error(ENOENT, "the plan has no cgroup hierarchy");
+  if (plan.v2 >= 0) {
     // The controllers v2 hands to our subtree: those the root's parent
     // enables for its children. Ask it to enable the ones we want.
     std::set<std::string> available;
-    {
-      const auto slash = h.root.rfind('/');
-      const std::string parent_dir = m.mount_point + h.root.substr(0, slash);
-      auto pfd = open_dir(AT_FDCWD, parent_dir);
-      if (pfd) {
-        std::vector<std::string> wanted;
-        for (Controller c : {Controller::kCpu, Controller::kCpuset, Controller::kMemory, Controller::kPids}) {
-          if (options.want[index(c)]) wanted.emplace_back(name(c));
-        }
-        auto enabled = delegate_from(pfd->get(), parent_dir, wanted);
-        if (!enabled) return base::propagate(std::move(enabled.error()));
-        available = std::move(*enabled);
-      } else if (pfd.error().code() != ENOENT) {
-        return base::propagate(std::move(pfd.error()));
-      }  // a configured root whose parent does not exist yet: no controllers handed down
-    }
-    for (std::size_t i = 0; i < kControllers; ++i) {
-      const auto c = static_cast<Controller>(i);
-      if (!options.want[i]) continue;
-      const bool served = c == Controller::kCpuacct || c == Controller::kFreezer
-                              ? true  // cpu.stat and cgroup.freeze exist without controllers
-                              : available.contains(std::string(name(c)));
-      if (served) {
-        h.controllers.push_back(c);
-        serving_[i] = static_cast<int>(hierarchies_.size());
-      }
-    }
-    v2_ = static_cast<int>(hierarchies_.size());
-    hierarchies_.push_back(std::move(h));
-    seen_points.insert(m.mount_point);
+    const std::string parent_dir = plan.v2_parent();
+    auto pfd = open_dir(AT_FDCWD, parent_dir);
+    if (pfd) {
+      std::vector<std::string> wanted;
+      wanted.reserve(plan.v2_ask.size());
+      for (Controller c : plan.v2_ask) wanted.emplace_back(name(c));
+      auto enabled =
+          delegate_from(pfd->get(), parent_dir, wanted, plan.hierarchies[static_cast<std::size_t>(plan.v2)], hooks_);
+      if (!enabled) return base::propagate(std::move(enabled.error()));
+      available = std::move(*enabled);
+    } else if (pfd.error().code() != ENOENT) {
+      return base::propagate(std::move(pfd.error()));
+    }  // a configured root whose parent does not exist yet: no controllers handed down
+    plan.take_v2(available);
   }
-  for (const auto& m : *mounts) {
-    if (m.v2) continue;
-    Hierarchy h;
-    for (const auto& cn : m.controllers) {
-      auto c = controller_named(cn);
-      if (c && options.want[index(*c)] && serving_[index(*c)] < 0) h.controllers.push_back(*c);
-    }
-    if (h.controllers.empty()) continue;
-    auto own = own_path(m);
-    if (!own) continue;
-    h.mount_point = m.mount_point;
-    h.favordynmods = m.favordynmods;
-    h.root = subtree_of(*own);
-    for (Controller c : h.controllers) serving_[index(c)] = static_cast<int>(hierarchies_.size());
-    hierarchies_.push_back(std::move(h));
-  }
-  if (hierarchies_.empty()) {
-    return base::make_error(ENOENT, "no cgroup hierarchy is mounted that this process can see itself in");
-  }
+  hierarchies_ = std::move(plan.hierarchies);
+  serving_ = plan.serving;
+  v2_ = plan.v2;
 
   // The subtree's root in each hierarchy.
   for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
-    Hierarchy& h = hierarchies_[i];
+    const Hierarchy& h = hierarchies_[i];
     auto mount = open_dir(AT_FDCWD, h.mount_point);
     if (!mount) return base::propagate(std::move(mount.error()));
     auto parts = rel_parts(std::string_view(h.root).substr(1));
     if (!parts) return base::propagate(std::move(parts.error()), "root");
-    const bool cpuset_v1 = !h.v2 && std::ranges::find(h.controllers, Controller::kCpuset) != h.controllers.end();
     auto fd = make_dirs(
-        mount->get(), *parts, h.mount_point,
-        [&](int parent, int made) { return cpuset_v1 ? inherit_cpuset(parent, made) : base::Result<void>(); },
+        mount->get(), *parts, h.mount_point, [&](int parent, int dir) { return made(h, parent, dir); },
         [](int) -> base::Result<void> { return {}; });
     if (!fd) {
       return base::propagate(std::move(fd.error()), fmt::format("create the subtree {}", h.path()));
@@ -445,11 +527,32 @@ base::Result<void> CgroupManager::init(const ManagerOptions& options) {
     }
     root_.dirs.push_back(std::move(*fd));
   }
-  auto id = cgroup_id(root_.dirs[v2_ >= 0 ? static_cast<std::size_t>(v2_) : 0].get());
+  auto id = id_of(root_.dirs[v2_ >= 0 ? static_cast<std::size_t>(v2_) : 0].get());
   if (!id) return base::propagate(std::move(id.error()));
   root_.id = *id;
   return {};
 }
+
+base::Result<void> CgroupManager::made(const Hierarchy& h, int parent, int dir) const {
+  if (hooks_.made) {
+    auto m = hooks_.made(h, dir);
+    if (!m) return m;
+  }
+  // A new v1 cpuset cgroup needs its parent's cpus and mems.
+  if (!h.v2 && has(h.controllers, Controller::kCpuset)) return inherit_cpuset(hooks_, parent, dir);
+  return {};
+}
+
+int CgroupManager::remove_dir(const std::string& path) const {
+  if (hooks_.removing) hooks_.removing(path);
+  return ::rmdir(path.c_str());
+}
+
+base::Result<void> CgroupManager::write(int dir, const char* name, std::string_view value) const {
+  return write_control(hooks_, dir, name, value);
+}
+
+base::Result<std::uint64_t> CgroupManager::id_of(int dir) const { return hooks_.id ? hooks_.id(dir) : cgroup_id(dir); }
 
 base::Result<void> CgroupManager::enable_v2_controllers(int dirfd) const {
   if (v2_ < 0) return {};
@@ -468,7 +571,7 @@ base::Result<void> CgroupManager::enable_v2_controllers(int dirfd) const {
   }
   if (!missing) return {};
   // Inside the subtree only leaves hold processes, so this cannot meet EBUSY.
-  return write_file(dirfd, "cgroup.subtree_control", want);
+  return write(dirfd, "cgroup.subtree_control", want);
 }
 
 std::uint32_t CgroupManager::unsupported() const {
@@ -483,15 +586,7 @@ std::uint32_t CgroupManager::unsupported() const {
   return u;
 }
 
-std::string CgroupManager::describe() const {
-  std::string out;
-  for (const auto& h : hierarchies_) {
-    std::string cs;
-    for (Controller c : h.controllers) cs += fmt::format("{}{}", cs.empty() ? "" : ",", name(c));
-    out += fmt::format("{}{} {} {}", out.empty() ? "" : "; ", h.v2 ? "v2" : "v1", cs.empty() ? "-" : cs, h.path());
-  }
-  return out;
-}
+std::string CgroupManager::describe() const { return describe_hierarchies(hierarchies_); }
 
 base::Result<Node> CgroupManager::create(std::string_view rel) {
   auto parts = rel_parts(rel);
@@ -500,10 +595,8 @@ base::Result<Node> CgroupManager::create(std::string_view rel) {
   node.rel = std::string(rel);
   for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
     const Hierarchy& h = hierarchies_[i];
-    const bool cpuset_v1 = !h.v2 && std::ranges::find(h.controllers, Controller::kCpuset) != h.controllers.end();
     auto fd = make_dirs(
-        root_.dirs[i].get(), *parts, h.path(),
-        [&](int parent, int made) { return cpuset_v1 ? inherit_cpuset(parent, made) : base::Result<void>(); },
+        root_.dirs[i].get(), *parts, h.path(), [&](int parent, int dir) { return made(h, parent, dir); },
         [&](int passed) -> base::Result<void> {
           if (!h.v2) return {};
           return enable_v2_controllers(passed);
@@ -511,7 +604,7 @@ base::Result<Node> CgroupManager::create(std::string_view rel) {
     if (!fd) return base::propagate(std::move(fd.error()), fmt::format("create cgroup {}", rel));
     node.dirs.push_back(std::move(*fd));
   }
-  auto id = cgroup_id(node.dirs[v2_ >= 0 ? static_cast<std::size_t>(v2_) : 0].get());
+  auto id = id_of(node.dirs[v2_ >= 0 ? static_cast<std::size_t>(v2_) : 0].get());
   if (!id) return base::propagate(std::move(id.error()));
   node.id = *id;
   return node;
@@ -527,7 +620,7 @@ base::Result<Node> CgroupManager::open_node(std::string_view rel) const {
     if (!fd) return base::propagate(std::move(fd.error()), hierarchies_[i].path());
     node.dirs.push_back(std::move(*fd));
   }
-  auto id = cgroup_id(node.dirs[v2_ >= 0 ? static_cast<std::size_t>(v2_) : 0].get());
+  auto id = id_of(node.dirs[v2_ >= 0 ? static_cast<std::size_t>(v2_) : 0].get());
   if (!id) return base::propagate(std::move(id.error()));
   node.id = *id;
   return node;
@@ -618,7 +711,7 @@ base::Result<std::uint32_t> CgroupManager::apply(const Node& node, const Limits&
 
   for (const Write& w : writes) {
     const int dir = node.dirs[static_cast<std::size_t>(serving(w.controller))].get();
-    auto r = write_file(dir, w.file, w.value);
+    auto r = write(dir, w.file, w.value);
     if (!r) return base::propagate(std::move(r.error()), fmt::format("cgroup {}", node.rel));
   }
   return skipped;
@@ -628,8 +721,8 @@ base::Result<void> CgroupManager::freeze(const Node& node, bool frozen) const {
   const int h = serving(Controller::kFreezer);
   if (h < 0) return base::make_error(ENOTSUP, "no freezer: neither cgroup v2 nor the v1 freezer is mounted");
   const int dir = node.dirs[static_cast<std::size_t>(h)].get();
-  if (hierarchies_[static_cast<std::size_t>(h)].v2) return write_file(dir, "cgroup.freeze", frozen ? "1" : "0");
-  return write_file(dir, "freezer.state", frozen ? "FROZEN" : "THAWED");
+  if (hierarchies_[static_cast<std::size_t>(h)].v2) return write(dir, "cgroup.freeze", frozen ? "1" : "0");
+  return write(dir, "freezer.state", frozen ? "FROZEN" : "THAWED");
 }
 
 base::Result<std::vector<int>> CgroupManager::processes(const Node& node) const {
@@ -666,7 +759,7 @@ base::Result<void> CgroupManager::kill(const Node& node, int timeout_ms) const {
                                                  pids->size(), pids->front()));
     }
     if (v2) {
-      auto r = write_file(node.dirs[static_cast<std::size_t>(v2_)].get(), "cgroup.kill", "1");
+      auto r = write(node.dirs[static_cast<std::size_t>(v2_)].get(), "cgroup.kill", "1");
       if (!r && r.error().code() != ENOENT) return r;
     }
     // Members seen only in v1 (a process that joined some hierarchies), or
@@ -688,7 +781,7 @@ base::Result<void> CgroupManager::remove(const Node& node) const {
     const std::string base = hierarchies_[i].path() + (node.rel.empty() ? "" : "/" + node.rel);
     for (const auto& d : dirs) {  // children first
       const std::string path = d.empty() ? base : fmt::format("{}/{}", base, d);
-      if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return base::errno_error(fmt::format("rmdir {}", path));
+      if (remove_dir(path) != 0 && errno != ENOENT) return base::errno_error(fmt::format("rmdir {}", path));
     }
   }
   return {};
@@ -705,7 +798,7 @@ base::Result<void> CgroupManager::remove_leaf(const Node& node) const {
   }
   for (std::size_t i : order) {
     const std::string path = fmt::format("{}/{}", hierarchies_[i].path(), node.rel);
-    if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return base::errno_error(fmt::format("rmdir {}", path));
+    if (remove_dir(path) != 0 && errno != ENOENT) return base::errno_error(fmt::format("rmdir {}", path));
   }
   return {};
 }

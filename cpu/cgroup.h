@@ -20,6 +20,14 @@
 // misnames the v2 mount of a hybrid system as "hugetlb" and has no version
 // query, so it is not used for this).
 //
+// Plan, then act. plan_cgroups() is pure: from the texts of mountinfo and
+// /proc/self/cgroup and the options it decides the hierarchies, the
+// controllers each serves and the subtree's root in each, or fails with the
+// reason. Only which controllers v2 hands down needs I/O (the parent's
+// cgroup.subtree_control); CgroupManager::open_plan() asks, settles the plan
+// with CgroupPlan::take_v2(), and makes and opens the subtree. Tests run the
+// planner on texts, and open_plan() on a fake tree (TreeHooks below).
+//
 // Knobs (Limits) and their v1 equivalents:
 //   cpu.weight 1..10000          cpu.shares = weight × 1024 / 100
 //   cpu.max "$Q $P"              cpu.cfs_quota_us, cpu.cfs_period_us
@@ -38,9 +46,12 @@
 // on directory fds (read_usage, …) are safe anywhere: libtandem uses them.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -127,6 +138,31 @@ struct UsageDirs {
   int memory = -1;
   int cpu = -1;
 };
+
+// Seams that let the manager run on a plain directory tree standing in for
+// cgroupfs: the fake-cgroupfs test tier (tests/cpu/fake_cgroupfs.h,
+// docs/host.md "Tests"). On cgroupfs the kernel makes a cgroup's control
+// files at mkdir, drops them at rmdir, and names the cgroup by its kernfs id;
+// on a plain file system a test's hooks stand in for that. tandemd leaves
+// every hook empty, and the manager then does exactly what it did without
+// them.
+// Thread-safety: called on the thread that uses the manager.
+struct TreeHooks {
+  // After each mkdir of the manager (`dir`: O_PATH fd of the new directory
+  // in hierarchy `h`), before it reads or writes a file there.
+  std::function<base::Result<void>(const Hierarchy& h, int dir)> made;
+  // Right before each rmdir of the manager.
+  std::function<void(const std::string& path)> removing;
+  // The id of the cgroup at `dir`; empty: cgroup_id().
+  std::function<base::Result<std::uint64_t>(int dir)> id;
+  // Each write of the manager to a control file; empty: write_file(). Many
+  // cgroupfs files take a command and show a state (cgroup.subtree_control
+  // takes "+cpu" and shows "cpu"; memory.oom_control takes "1" and shows
+  // three counters), and every write replaces what was there: a plain file
+  // does neither, so a fake tree's hook does what the kernel would.
+  std::function<base::Result<void>(int dir, const char* name, std::string_view value)> write;
+};
+
 struct ManagerOptions {
   // The subtree, beneath tandemd's own cgroup in each hierarchy; relative, no "..".
   std::string subtree = "tandem";
@@ -137,14 +173,55 @@ struct ManagerOptions {
   // Files to read (tests point these at fixtures).
   std::string mountinfo_path = "/proc/self/mountinfo";
   std::string self_cgroup_path = "/proc/self/cgroup";
+  // Fake-tree seams (tests only).
+  TreeHooks hooks;
 };
+
+// What the manager uses, as plan_cgroups() decides it from text. Thread-safety:
+// a value type.
+struct CgroupPlan {
+  std::vector<Hierarchy> hierarchies;  // the v2 one first when mounted, then v1 ones in mountinfo order
+  std::array<int, kControllers> serving = {-1, -1, -1, -1, -1, -1};  // hierarchy index per Controller, or -1
+  int v2 = -1;                                                       // index of the v2 hierarchy (0), or -1
+  // v2: the controllers (of cpu, cpuset, memory, pids, as wanted) the
+  // subtree's parent is asked to enable for its children. Until take_v2()
+  // answers, they come from v1 where v1 mounts them.
+  std::vector<Controller> v2_ask;
+
+  // The v2 subtree's parent on disk ("/sys/fs/cgroup/system.slice/x"); "" without v2.
+  std::string v2_parent() const;
+  // Settles the plan with what the v2 parent enables for its children
+  // (controller names, as its cgroup.subtree_control lists them): each asked
+  // controller it enables moves to v2 from its v1 hierarchy, and a v1
+  // hierarchy left with none is dropped. Clears v2_ask.
+  void take_v2(const std::set<std::string>& enabled);
+  // As CgroupManager::describe().
+  std::string describe() const;
+};
+
+// The pure planner: no I/O. `mountinfo` and `self_cgroup` are the texts of
+// /proc/self/mountinfo and /proc/self/cgroup. The v2 hierarchy, if mounted and
+// this process is inside what it shows, serves cpuacct (cpu.stat) and freezer
+// (cgroup.freeze); each other wanted controller comes from the first v1
+// mount that has it (until take_v2()). A mount that does not show this
+// process's cgroup is skipped. EINVAL for a bad subtree or root, or a text
+// that does not parse; ENOENT when no hierarchy is left.
+base::Result<CgroupPlan> plan_cgroups(std::string_view mountinfo, std::string_view self_cgroup,
+                                      const ManagerOptions& options);
 
 class CgroupManager {
  public:
-  // Discovers the hierarchies, creates the subtree's root in each (mkdir -p)
-  // and opens it. ENOENT when no cgroup hierarchy is mounted; EACCES when
-  // the subtree cannot be created (not root, not delegated).
+  // Discovers the hierarchies (reads options' mountinfo and self-cgroup
+  // files, plan_cgroups()) and opens the plan (open_plan()). ENOENT when no
+  // cgroup hierarchy is mounted; EACCES when the subtree cannot be created
+  // (not root, not delegated).
   static base::Result<std::unique_ptr<CgroupManager>> open(const ManagerOptions& options);
+  // Carries out `plan`: on v2 asks the subtree's parent for the controllers
+  // of plan.v2_ask (moving tandemd into <own>/daemon if it is the only
+  // process there; see the top) and settles the plan with the answer; then
+  // creates the subtree's root in each hierarchy (mkdir -p), enables the v2
+  // controllers for its children, and opens it.
+  static base::Result<std::unique_ptr<CgroupManager>> open_plan(CgroupPlan plan, TreeHooks hooks = {});
   ~CgroupManager();
   CgroupManager(const CgroupManager&) = delete;
   CgroupManager& operator=(const CgroupManager&) = delete;
@@ -203,13 +280,23 @@ class CgroupManager {
 
  private:
   CgroupManager() = default;
-  base::Result<void> init(const ManagerOptions& options);
+  base::Result<void> init(CgroupPlan plan);
   base::Result<void> enable_v2_controllers(int dirfd) const;
+  // A cgroup this manager just made in `h` (beneath `parent`): the made
+  // hook, then, on a v1 cpuset, the parent's cpus and mems.
+  base::Result<void> made(const Hierarchy& h, int parent, int dir) const;
+  // rmdir(2), after the removing hook; -1 with errno on failure.
+  int remove_dir(const std::string& path) const;
+  // The id hook, else cgroup_id().
+  base::Result<std::uint64_t> id_of(int dir) const;
+  // The write hook, else write_file().
+  base::Result<void> write(int dir, const char* name, std::string_view value) const;
 
   std::vector<Hierarchy> hierarchies_;
-  int serving_[kControllers] = {-1, -1, -1, -1, -1, -1};
+  std::array<int, kControllers> serving_ = {-1, -1, -1, -1, -1, -1};
   int v2_ = -1;
   Node root_;
+  TreeHooks hooks_;
 };
 
 // ---- reading and writing a cgroup by directory fd (any thread) --------------

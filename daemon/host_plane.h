@@ -49,6 +49,9 @@
 // good once a runner brings its session back (Resync); otherwise, or with
 // "reap", its processes are killed and it is removed.
 //
+// Code: setup, requests and policy actions in host_plane.cc; the tick
+// (sampling, memory rules, the warm pool, recycling) in host_tick.cc.
+//
 // Thread-safety: the daemon loop's thread only.
 #pragma once
 
@@ -58,6 +61,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -88,11 +92,27 @@ inline constexpr std::uint32_t kPoolBatch = 4;
 // every ended one each host period.
 inline constexpr std::size_t kRecycleBatch = 16;
 inline constexpr base::Duration kPoolHorizon = std::chrono::milliseconds(500);
+// Name prefix of the warm pool's ready cgroups (tools/<session>/pool-<n>):
+// never a number, so never taken for a call's.
+inline constexpr std::string_view kPoolPrefix = "pool-";
+
+// Where HostPlane::open() finds the host; the defaults are the real one.
+// Tests point it at a fake cgroupfs and procfs in a temporary directory
+// (tests/daemon/host_plane_test.cc; docs/host.md "Tests"). Thread-safety: a
+// value type.
+struct HostEnv {
+  // The cgroup manager's options, but for subtree and root (HostConfig's):
+  // the mountinfo and self-cgroup files, and the fake-tree hooks.
+  cpu::ManagerOptions cgroups;
+  // procfs: node pressure (<proc_root>/pressure/{memory,cpu}) and the sampler's files.
+  std::string proc_root = "/proc";
+};
 
 class HostPlane final : public HostEffects {
  public:
   // Sets up the subtree and telemetry; `now` dates the adoption deadlines.
-  static base::Result<std::unique_ptr<HostPlane>> open(const HostConfig& config, base::Time now);
+  static base::Result<std::unique_ptr<HostPlane>> open(const HostConfig& config, base::Time now,
+                                                       const HostEnv& env = {});
   ~HostPlane() override;
   HostPlane(const HostPlane&) = delete;
   HostPlane& operator=(const HostPlane&) = delete;
@@ -161,7 +181,7 @@ class HostPlane final : public HostEffects {
   // Mirrors sched::MemoryLevel (the rule's levels), for status.
   enum class Pressure : std::uint8_t { kNormal, kHigh, kCritical };
 
-  HostPlane(const HostConfig& config, std::unique_ptr<cpu::CgroupManager> cgroups);
+  HostPlane(const HostConfig& config, const HostEnv& env, std::unique_ptr<cpu::CgroupManager> cgroups);
   base::Result<void> start(base::Time now);
   SessionCg* session_cg(sched::SessionId session, bool create);
   // Kills and removes `node`; on failure it is retried every tick.
@@ -185,6 +205,7 @@ class HostPlane final : public HostEffects {
   std::optional<cpu::Node> take_ready(SessionCg& s, const cpu::Limits& limits);
 
   HostConfig config_;
+  std::string proc_root_;  // HostEnv::proc_root
   std::unique_ptr<cpu::CgroupManager> cgroups_;
   base::UniqueFd lock_;  // flock on the subtree: one tandemd per subtree
   std::unique_ptr<bpf::Telemetry> telemetry_;
