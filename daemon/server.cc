@@ -30,7 +30,6 @@
 namespace tandem::daemon {
 
 using base::Time;
-using sched::SessionState;
 
 std::uint64_t TokenBucket::available(Time now) {
   if (now > last_) {

@@ -154,7 +154,7 @@ class Server : private sched::ActionSink {
   // VirtualClock and call tick_now() themselves.
   static base::Result<std::unique_ptr<Server>> create(Compiled config, HostEffects& effects, Notifier& notifier,
                                                       ConfigLoader reload, const base::Clock* clock = nullptr);
-  ~Server();
+  ~Server() override;
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 

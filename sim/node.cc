@@ -19,7 +19,6 @@ namespace tandem::sim {
 namespace {
 
 using sched::Event;
-using sched::SessionState;
 
 // Virtual time starts at 1 s: sched/ reads Time{} as "never".
 constexpr Time kEpoch = Time(std::chrono::seconds(1));

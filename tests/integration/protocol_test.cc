@@ -301,6 +301,12 @@ TEST(AcceptBackoff, OutOfFdsPausesAcceptingAndLogsOnce) {
   TempDir dir;
   Daemon daemon(dir.path(), "[cgroups]\nmode = \"off\"\n[nvml]\nenabled = \"off\"\n");
   daemon.start({"/usr/bin/prlimit", "--nofile=48:48", "--"});
+  // A few control ticks and a ctl answer first: the paths the daemon runs
+  // while out of fds have all run once. (The sanitizer build's UBSan checks
+  // a virtual call's type the first time it sees it with a pipe, and a
+  // process with no fd left cannot make one.)
+  ASSERT_TRUE(eventually([&] { return ctl(daemon.socket_path(), "status").value("ticks", 0) >= 3; }, 5s))
+      << daemon.log();
   // Each client costs tandemd two fds (socket, pidfd): connect until it
   // cannot take more.
   std::vector<RawClient> held;
