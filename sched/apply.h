@@ -14,10 +14,11 @@
 
 namespace tandem::sched {
 
-// The effects of actions on one host. Each is called after the table
-// changed (or, where the action changes nothing in the table, with the
-// session as it is), and only for a live session (never one that is DONE
-// or unknown). Thread-safety: the policy's thread.
+// The effects of actions on one host. Each is called after the table's
+// transition (or, where the action makes none, with the session as it is;
+// pinned and unpinned come before the table's pinned mark changes), and only
+// for a live session (never one that is DONE or unknown). Thread-safety: the
+// policy's thread.
 class ActionSink {
  public:
   virtual ~ActionSink() = default;
@@ -35,6 +36,7 @@ class ActionSink {
   virtual void priority(const Session& s, std::int64_t level, Time now) = 0;
   // Keep its KV until `until` (the table marks it pinned after this call).
   virtual void pinned(const Session& s, Time until, Time now) = 0;
+  // Its KV may go (the table marks it unpinned after this call).
   virtual void unpinned(const Session& s, Time now) = 0;
   virtual void dropped(const Session& s, Time now) = 0;
   virtual void offloaded(const Session& s, Time now) = 0;
