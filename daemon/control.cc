@@ -67,8 +67,8 @@ void Server::gpu_tick(Time now) {
       log_event(now, LogKind::kSmPartition, 0, {g.engine, g.sm_partition, g.decode_sms, g.sm_dec});
     }
     if (g.offload) {
-      c->offload_plan = g.offload_plan;
-      c->offload_freed_bytes = g.freed_bytes;
+      c->gpu.offload_plan = g.offload_plan;
+      c->gpu.offload_freed_bytes = g.freed_bytes;
       ++stats_.offload_plan_changes;
       log_event(now, LogKind::kOffloadPlan, 0,
                 {g.engine, static_cast<std::int64_t>(g.offload_plan), static_cast<std::int64_t>(g.freed_bytes),
@@ -186,8 +186,8 @@ void Server::kill_tools(const sched::Session& s, Time now) {
 void Server::sm_partition(sched::EngineId engine, std::int64_t index, Time /*now*/) {
   Client* c = find_client(engine);
   if (c == nullptr || c->role != Role::kEngine) return;
-  c->sm_partition = static_cast<std::uint32_t>(index);
-  c->sm_partition_set = true;
+  c->gpu.sm_partition = static_cast<std::uint32_t>(index);
+  c->gpu.sm_partition_set = true;
   effects_->set_sm_partition(engine, static_cast<std::uint32_t>(index));
   ++stats_.effects_sm_partition;
 }
@@ -207,10 +207,10 @@ void Server::push_directive(Client& c, const ipc::Slot& record) {
   }
   if (c.backlog.size() >= kBacklogLimit) {
     ++stats_.directives_dropped;
-    if (!c.backlog_warned) {
+    if (!c.warned.backlog) {
       spdlog::warn("client {} ({}): directive ring and backlog full (is it polling?); dropping directives", c.id,
                    base::escape(c.name));
-      c.backlog_warned = true;
+      c.warned.backlog = true;
     }
     return;
   }
@@ -244,10 +244,10 @@ void Server::publish_status(Client& c, Time now) {
   ipc::EngineStatus st;
   st.policy_epoch = policy_epoch_;
   st.updated_ns = base::to_ns(now);
-  st.sm_partition = c.sm_partition;
-  st.offload_plan = c.offload_plan;
-  st.offload_freed_bytes = c.offload_freed_bytes;
-  if (c.sm_partition_set) {
+  st.sm_partition = c.gpu.sm_partition;
+  st.offload_plan = c.gpu.offload_plan;
+  st.offload_freed_bytes = c.gpu.offload_freed_bytes;
+  if (c.gpu.sm_partition_set) {
     // The index is for the pool the daemon chose it for: an engine that
     // opened another since follows nothing until the next tick chooses.
     const EngineGpu* g = gpu_.engine(c.id);

@@ -444,7 +444,7 @@ Server::Page Server::ctl_engines(std::string_view cursor) const {
     const EngineGpu* g = gpu_.engine(id);
     json offloaded = json::array();
     for (std::uint32_t i = 0; i < 64; ++i) {
-      if ((c.offload_plan >> i & 1u) != 0) offloaded.push_back(i);
+      if ((c.gpu.offload_plan >> i & 1u) != 0) offloaded.push_back(i);
     }
     list.push_back({
         {"id", id},
@@ -463,13 +463,13 @@ Server::Page Server::ctl_engines(std::string_view cursor) const {
         {"step_tokens", kv.step_tokens},
         {"step_time_us", std::chrono::duration_cast<std::chrono::microseconds>(kv.step_time).count()},
         {"sessions", sessions[id]},
-        {"sm_partition", c.sm_partition_set ? json(c.sm_partition) : json(nullptr)},
+        {"sm_partition", c.gpu.sm_partition_set ? json(c.gpu.sm_partition) : json(nullptr)},
         {"blocks_total", pool},
         {"block_bytes", g != nullptr && g->block_bytes != 0 ? json(g->block_bytes) : json(nullptr)},
         {"projected_blocks", demand},
         {"pressure", pool != 0 ? json(static_cast<double>(demand) / pool) : json(nullptr)},
-        {"sm_decode_sms", c.sm_partition_set && g != nullptr && c.sm_partition < g->decode_sms.size()
-                              ? json(g->decode_sms[c.sm_partition])
+        {"sm_decode_sms", c.gpu.sm_partition_set && g != nullptr && c.gpu.sm_partition < g->decode_sms.size()
+                              ? json(g->decode_sms[c.gpu.sm_partition])
                               : json(nullptr)},
         {"sm_partitions", g != nullptr ? json(g->decode_sms) : json::array()},
         {"device_sms", g != nullptr && g->has_pool() ? json(g->device_sms) : json(nullptr)},
@@ -477,9 +477,9 @@ Server::Page Server::ctl_engines(std::string_view cursor) const {
         {"sm_op_profiled", g != nullptr && g->sm_op != 0},
         {"sm_dec", g != nullptr && g->published ? json(g->sm_dec) : json(nullptr)},
         {"weight_modules", g != nullptr ? g->offload.modules().size() : 0},
-        {"offload_plan", c.offload_plan},
+        {"offload_plan", c.gpu.offload_plan},
         {"offloaded_modules", offloaded},
-        {"offload_freed_bytes", c.offload_freed_bytes},
+        {"offload_freed_bytes", c.gpu.offload_freed_bytes},
         {"records_accepted", c.accepted},
         {"records_rejected", c.rejected},
     });

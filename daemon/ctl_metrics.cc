@@ -84,27 +84,27 @@ std::string Server::metrics_text(base::Time now) const {
     }
   }
   for (const auto& e : gpu_samples) {
-    if (e.client != nullptr && e.client->sm_partition_set) {
+    if (e.client != nullptr && e.client->gpu.sm_partition_set) {
       p.gauge("tandem_sm_partition", "the green-context partition index published to each engine",
-              e.client->sm_partition, {{"engine", e.name}});
+              e.client->gpu.sm_partition, {{"engine", e.name}});
     }
   }
   for (const auto& e : gpu_samples) {
-    if (e.client != nullptr && e.client->sm_partition_set && e.gpu != nullptr &&
-        e.client->sm_partition < e.gpu->decode_sms.size()) {
+    if (e.client != nullptr && e.client->gpu.sm_partition_set && e.gpu != nullptr &&
+        e.client->gpu.sm_partition < e.gpu->decode_sms.size()) {
       p.gauge("tandem_sm_partition_decode_sms", "decode SMs of the partition published to each engine",
-              e.gpu->decode_sms[e.client->sm_partition], {{"engine", e.name}});
+              e.gpu->decode_sms[e.client->gpu.sm_partition], {{"engine", e.name}});
     }
   }
   for (const auto& e : gpu_samples) {
     if (e.client == nullptr) continue;
     p.gauge("tandem_offloaded_weight_modules", "weight modules each engine is asked to stream from host memory",
-            static_cast<double>(std::popcount(e.client->offload_plan)), {{"engine", e.name}});
+            static_cast<double>(std::popcount(e.client->gpu.offload_plan)), {{"engine", e.name}});
   }
   for (const auto& e : gpu_samples) {
     if (e.client == nullptr) continue;
     p.gauge("tandem_offload_freed_bytes", "device bytes the offload plan frees for each engine's KV pool",
-            static_cast<double>(e.client->offload_freed_bytes), {{"engine", e.name}});
+            static_cast<double>(e.client->gpu.offload_freed_bytes), {{"engine", e.name}});
   }
   static constexpr const char* kKvKinds[] = {"evicted", "restored", "offloaded", "dropped"};
   for (std::size_t k = 0; k < std::size(kKvKinds); ++k) {

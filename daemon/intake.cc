@@ -100,10 +100,10 @@ void Server::reject_record(Client& c, std::string_view why) {
   ++c.rejected;
   ++c.rejected_this_round;
   ++stats_.records_rejected;
-  if (!c.warned) {
+  if (!c.warned.record) {
     spdlog::warn("client {} ({} \"{}\"): rejected a record: {} (further rejections are only counted)", c.id,
                  to_string(c.role), c.name, why);
-    c.warned = true;
+    c.warned.record = true;
   }
 }
 
@@ -184,7 +184,7 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     // A new pool: the index published for the old one means nothing until
     // the next tick chooses one for this pool.
     if (*taken) {
-      c.sm_partition_set = false;
+      c.gpu.sm_partition_set = false;
       publish_status(c, now);
     }
     ++c.accepted;

@@ -506,10 +506,10 @@ void Server::on_client_socket(Client& c) {
   for (int i = 0; i < kMessagesPerWake && !c.doomed; ++i) {
     if (c.message_budget.available(now) == 0) {
       // Over its message rate: leave the rest in the socket; the tick reads on.
-      if (!c.throttle_logged) {
+      if (!c.warned.throttle) {
         spdlog::warn("client {} ({}): over limits.messages_per_s = {}; throttled", c.id, c.name,
                      config_->config().limits.messages_per_s);
-        c.throttle_logged = true;
+        c.warned.throttle = true;
       }
       return;
     }

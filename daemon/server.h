@@ -236,24 +236,35 @@ class Server : private sched::ActionSink {
     base::Time last_request{};        // ctl: when it last sent something (ctl_idle_timeout_s)
     std::uint64_t records_taken = 0;  // event-ring slots taken (Resync.ring_position's counterpart)
     // A Resync sequence being received (messages with `more`, then the last).
-    bool resync_open = false;
-    std::uint64_t resync_position = 0;
-    std::unordered_set<sched::SessionId> resync_listed;
-    std::uint32_t resync_refused = 0;
-    std::string resync_problem;     // the first refusal's reason
-    std::uint32_t errors_sent = 0;  // per-request Errors in this second (at most kErrorsPerSecond)
-    base::Time errors_since{};
+    struct Resync {
+      bool open = false;
+      std::uint64_t position = 0;
+      std::unordered_set<sched::SessionId> listed;
+      std::uint32_t refused = 0;
+      std::string problem;  // the first refusal's reason
+    } resync;
+    // Per-request Errors in this second (at most kErrorsPerSecond).
+    struct ErrorBudget {
+      std::uint32_t sent = 0;
+      base::Time since{};
+    } errors;
     std::uint64_t accepted = 0;
     std::uint64_t rejected = 0;
     std::uint64_t rejected_this_round = 0;
-    bool warned = false;           // logged its first bad record
-    bool limit_warned = false;     // logged hitting its session limit
-    bool throttle_logged = false;  // logged hitting its message rate
-    bool backlog_warned = false;   // logged dropping directives
-    std::uint32_t sm_partition = 0;
-    bool sm_partition_set = false;
-    std::uint64_t offload_plan = 0;         // the GPU plane's weight-offload plan (bit i: module i)
-    std::uint64_t offload_freed_bytes = 0;  // device bytes that plan frees
+    // Warnings logged once per client.
+    struct Warned {
+      bool record = false;    // its first bad record
+      bool limit = false;     // hitting its session limit
+      bool throttle = false;  // hitting its message rate
+      bool backlog = false;   // dropping directives
+    } warned;
+    // Engines: what the GPU plane chose for it, published on its status page.
+    struct GpuChoice {
+      std::uint32_t sm_partition = 0;
+      bool sm_partition_set = false;
+      std::uint64_t offload_plan = 0;         // the weight-offload plan (bit i: module i)
+      std::uint64_t offload_freed_bytes = 0;  // device bytes that plan frees
+    } gpu;
   };
 
   struct SessionMeta {

@@ -180,12 +180,12 @@ void Server::tell(Client& c, int code, std::string_view message, sched::SessionI
   // same refusal): it is not told, only counted where it was refused.
   if (c.instance == 0) return;
   const Time now = clock_->now();
-  if (now - c.errors_since >= std::chrono::seconds(1)) {
-    c.errors_since = now;
-    c.errors_sent = 0;
+  if (now - c.errors.since >= std::chrono::seconds(1)) {
+    c.errors.since = now;
+    c.errors.sent = 0;
   }
-  if (c.errors_sent >= kErrorsPerSecond) return;  // counted where it was refused; the rest are not sent
-  ++c.errors_sent;
+  if (c.errors.sent >= kErrorsPerSecond) return;  // counted where it was refused; the rest are not sent
+  ++c.errors.sent;
   send_message(c, ipc::build_error(code, message, session));
 }
 
@@ -231,12 +231,12 @@ Server::Footprint Server::footprint() const {
 
 void Server::on_resync(Client& c, const wire::Resync& resync) {
   ++stats_.resyncs;
-  if (!c.resync_open) {
-    c.resync_open = true;
-    c.resync_listed.clear();
-    c.resync_refused = 0;
-    c.resync_problem.clear();
-    c.resync_position = resync.ring_position();
+  if (!c.resync.open) {
+    c.resync.open = true;
+    c.resync.listed.clear();
+    c.resync.refused = 0;
+    c.resync.problem.clear();
+    c.resync.position = resync.ring_position();
   }
   const std::uint32_t limit = config_->config().limits.sessions_per_client;
   if (resync.sessions() != nullptr) {
@@ -246,7 +246,7 @@ void Server::on_resync(Client& c, const wire::Resync& resync) {
       bool taken = false;
       if (snap->session() == 0) {
         why = "session 0";
-      } else if (c.resync_listed.size() >= limit) {
+      } else if (c.resync.listed.size() >= limit) {
         // A snapshot lists at most what the client may hold.
         why = "more sessions than limits.sessions_per_client";
         code = ENOSPC;
@@ -254,13 +254,13 @@ void Server::on_resync(Client& c, const wire::Resync& resync) {
                  snap->residency() > static_cast<std::uint8_t>(sched::Residency::kDropped)) {
         why = "not a state or residency of a live session";
       } else {
-        c.resync_listed.insert(snap->session());
+        c.resync.listed.insert(snap->session());
         taken = c.role == Role::kRunner ? resync_runner(c, *snap, &why, &code) : resync_engine(c, *snap, &why, &code);
       }
       if (taken) continue;
       ++stats_.resync_refused;
-      ++c.resync_refused;
-      if (c.resync_problem.empty() && why != nullptr) c.resync_problem = why;
+      ++c.resync.refused;
+      if (c.resync.problem.empty() && why != nullptr) c.resync.problem = why;
       if (why != nullptr) {
         tell(c, code, fmt::format("Resync: session {:#018x} not taken: {}", snap->session(), why), snap->session());
       }
@@ -268,12 +268,12 @@ void Server::on_resync(Client& c, const wire::Resync& resync) {
   }
   if (resync.more()) return;
   if (c.role == Role::kRunner) finish_resync(c);
-  if (c.resync_refused > 0) {
-    spdlog::info("client {} ({}): resync: {} entries refused (first: {})", c.id, base::escape(c.name), c.resync_refused,
-                 c.resync_problem);
+  if (c.resync.refused > 0) {
+    spdlog::info("client {} ({}): resync: {} entries refused (first: {})", c.id, base::escape(c.name), c.resync.refused,
+                 c.resync.problem);
   }
-  c.resync_open = false;
-  c.resync_listed.clear();
+  c.resync.open = false;
+  c.resync.listed.clear();
 }
 
 void Server::take_name(Client& c, sched::SessionId id, const flatbuffers::String* name) {
@@ -398,11 +398,11 @@ void Server::finish_resync(Client& c) {
   if (o == owners_.end()) return;
   std::vector<sched::SessionId> gone;
   for (sched::SessionId id : o->second.sessions) {
-    if (c.resync_listed.contains(id)) continue;
+    if (c.resync.listed.contains(id)) continue;
     auto m = meta_.find(id);
     if (m == meta_.end()) continue;
-    const bool judged = m->second.attached_conn != c.id || (c.resync_position != 0 && m->second.attached_at != 0 &&
-                                                            m->second.attached_at <= c.resync_position);
+    const bool judged = m->second.attached_conn != c.id || (c.resync.position != 0 && m->second.attached_at != 0 &&
+                                                            m->second.attached_at <= c.resync.position);
     if (judged) gone.push_back(id);
   }
   const Time now = clock_->now();
@@ -420,10 +420,10 @@ bool Server::admit_session(Client& c, sched::SessionId id) {
     held = o == owners_.end() ? 0 : o->second.sessions.size();
   }
   if (held < limit) return true;
-  if (!c.limit_warned) {
+  if (!c.warned.limit) {
     spdlog::warn("client {} ({}): at limits.sessions_per_client = {}; its new sessions are refused (each is told)",
                  c.id, base::escape(c.name), limit);
-    c.limit_warned = true;
+    c.warned.limit = true;
   }
   // Each refusal is answered: the client keeps its connection and knows
   // which session was not taken.
