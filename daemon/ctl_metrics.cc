@@ -14,6 +14,16 @@ namespace tandem::daemon {
 
 using nlohmann::json;
 
+namespace {
+
+// `key` of the JSON object `obj` as a number; 0 when `obj` is not an object
+// or has no such number (the host plane's status leaves out what it lacks).
+double number_at(const json& obj, const char* key) {
+  return obj.is_object() && obj.contains(key) && obj[key].is_number() ? obj[key].get<double>() : 0.0;
+}
+
+}  // namespace
+
 std::string Server::metrics_text(base::Time now) const {
   PromText p;
   const Config& cfg = config_->config();
@@ -127,9 +137,7 @@ std::string Server::metrics_text(base::Time now) const {
             static_cast<double>(stats_.tools_refused));
   json host;
   effects_->status(host);
-  const auto num = [&](const char* key) {
-    return host.is_object() && host.contains(key) && host[key].is_number() ? host[key].get<double>() : 0.0;
-  };
+  const auto num = [&](const char* key) { return number_at(host, key); };
   p.gauge("tandem_tool_cgroups", "tool calls with a live cgroup", num("tool_cgroups"));
   p.gauge("tandem_tool_memory_bytes", "memory of every tool call's cgroup, at the last host tick",
           num("tools_memory_bytes"));
@@ -139,9 +147,7 @@ std::string Server::metrics_text(base::Time now) const {
   p.counter("tandem_tool_freezes_total", "tool calls frozen under memory pressure", num("freezes"));
   // The warm pool of tool-call cgroups.
   const json pool = host.is_object() && host.contains("pool") ? host["pool"] : json();
-  const auto pool_num = [&](const char* key) {
-    return pool.is_object() && pool.contains(key) && pool[key].is_number() ? pool[key].get<double>() : 0.0;
-  };
+  const auto pool_num = [&](const char* key) { return number_at(pool, key); };
   p.gauge("tandem_tool_pool_ready", "tool-call cgroups made ahead and ready to hand out", pool_num("ready"));
   p.gauge("tandem_tool_pool_target", "ready tool-call cgroups the sessions' call rates ask for", pool_num("target"));
   p.counter("tandem_tool_pool_hits_total", "tool calls given a ready cgroup from the pool", pool_num("hits"));

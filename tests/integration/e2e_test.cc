@@ -24,13 +24,6 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // tandem-engine-emu on an ephemeral port in `dir`; `extra` flags come last
 // (and win over the defaults).
 class Emulator {

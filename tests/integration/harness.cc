@@ -1,5 +1,7 @@
 #include "tests/integration/harness.h"
 
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -82,6 +84,20 @@ ipc::EngineInfo test_engine_info() {
   e.max_seqs = 64;
   e.token_budget = 2048;
   return e;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool alive(pid_t pid) {
+  const std::string stat = slurp(fmt::format("/proc/{}/stat", pid));
+  if (stat.empty()) return false;
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
 
 nlohmann::json ctl(const std::string& socket_path, const std::string& command) {

@@ -124,6 +124,11 @@ ipc::Slot record(const T& r, std::uint64_t session) {
   return ipc::encode(r, session, base::to_ns(base::MonotonicClock().now()));
 }
 
+// The whole of a (small) file; "" when it cannot be read.
+std::string slurp(const std::string& path);
+// Whether `pid` is a live process (not a zombie).
+bool alive(pid_t pid);
+
 // ctl `command` over a fresh connection; aborts the test on failure.
 nlohmann::json ctl(const std::string& socket_path, const std::string& command);
 

@@ -26,31 +26,16 @@
 
 #include "tandem/tandem.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/tool_runner.h"
 
 namespace tandem::it {
 namespace {
 
 using namespace std::chrono_literals;
 
-constexpr const char* kTool = TEST_TOOL_PATH;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
-}
-
-bool alive(pid_t pid) {
-  const std::string stat = slurp(fmt::format("/proc/{}/stat", pid));
-  if (stat.empty()) return false;
-  const auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
 
 // One hierarchy of tandemd's subtree, from `host.cgroups` ("v2 cpuacct,freezer
@@ -78,15 +63,9 @@ std::vector<Hier> hierarchies(const std::string& described) {
   return out;
 }
 
-class ToolPool : public ::testing::Test {
+class ToolPool : public ToolRunnerTest {
  protected:
-  void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "needs root: tandemd makes cgroups for tools";
-  }
-  void TearDown() override {
-    if (runner_ != nullptr) tandem_close(runner_);
-    if (daemon_) (void)daemon_->stop();
-  }
+  ToolPool() : ToolRunnerTest("tool-pool-test") {}
 
   std::string subtree() const { return dir_.path().substr(dir_.path().rfind('/') + 1); }
   // tandemd with `extra` appended to a config naming its subtree (so that a
@@ -98,38 +77,6 @@ class ToolPool : public ::testing::Test {
     hier_ = hierarchies(status()["host"]["cgroups"].get<std::string>());
     ASSERT_FALSE(hier_.empty());
   }
-  void open_runner() {
-    tandem_options o{};
-    o.sz = sizeof o;
-    o.runtime_dir = dir_.path().c_str();
-    o.name = "tool-pool-test";
-    ASSERT_EQ(tandem_runner_open(&o, &runner_), 0);
-    ASSERT_TRUE(eventually([&] {
-      (void)tandem_poll(runner_, 0, 0, nullptr);
-      return tandem_connected(runner_) == 1;
-    }));
-  }
-  std::uint64_t open_session(const char* name) {
-    std::uint64_t s = 0;
-    EXPECT_EQ(tandem_session_open(runner_, name, nullptr, &s), 0) << tandem_last_error(runner_);
-    return s;
-  }
-  pid_t spawn(std::uint64_t session, const std::vector<std::string>& args, const tandem_tool_options* opts = nullptr) {
-    std::vector<const char*> argv{kTool};
-    for (const auto& a : args) argv.push_back(a.c_str());
-    argv.push_back(nullptr);
-    std::int32_t pid = 0;
-    int r = tandem_tool_spawn(runner_, session, "test-tool", argv.data(), nullptr, nullptr, opts, &pid);
-    EXPECT_EQ(r, 0) << tandem_last_error(runner_);
-    return pid;
-  }
-  tandem_tool_result wait(pid_t pid, int timeout_ms = 20000) {
-    tandem_tool_result res{};
-    res.sz = sizeof res;
-    EXPECT_EQ(tandem_tool_wait(runner_, pid, timeout_ms, &res), 0) << tandem_last_error(runner_);
-    return res;
-  }
-  nlohmann::json status() { return ctl(daemon_->socket_path(), "status"); }
   nlohmann::json pool() { return status()["host"]["pool"]; }
   // Until the session has a ready cgroup (the daemon's tick refills).
   bool pool_ready() {
@@ -169,9 +116,6 @@ class ToolPool : public ::testing::Test {
     return out;
   }
 
-  TempDir dir_;
-  std::optional<Daemon> daemon_;
-  tandem_client* runner_ = nullptr;
   std::vector<Hier> hier_;
 };
 

@@ -22,38 +22,16 @@
 
 #include "tandem/tandem.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/tool_runner.h"
 
 namespace tandem::it {
 namespace {
 
 using namespace std::chrono_literals;
 
-constexpr const char* kTool = TEST_TOOL_PATH;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A live (not zombie) process.
-bool alive(pid_t pid) {
-  const std::string stat = slurp(fmt::format("/proc/{}/stat", pid));
-  if (stat.empty()) return false;
-  const auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-}
-
-class Tools : public ::testing::Test {
+class Tools : public ToolRunnerTest {
  protected:
-  void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "needs root: tandemd makes cgroups for tools";
-  }
-  void TearDown() override {
-    if (runner_ != nullptr) tandem_close(runner_);
-    if (daemon_) (void)daemon_->stop();
-  }
+  Tools() : ToolRunnerTest("tools-test") {}
 
   void start(const std::string& config = "") {
     daemon_.emplace(dir_.path(), config);
@@ -61,38 +39,6 @@ class Tools : public ::testing::Test {
     subtree_ = dir_.path().substr(dir_.path().rfind('/') + 1);
     open_runner();
   }
-  void open_runner() {
-    tandem_options o{};
-    o.sz = sizeof o;
-    o.runtime_dir = dir_.path().c_str();
-    o.name = "tools-test";
-    ASSERT_EQ(tandem_runner_open(&o, &runner_), 0);
-    ASSERT_TRUE(eventually([&] {
-      (void)tandem_poll(runner_, 0, 0, nullptr);  // drives the handshake
-      return tandem_connected(runner_) == 1;
-    }));
-  }
-  std::uint64_t open_session(const char* name) {
-    std::uint64_t s = 0;
-    EXPECT_EQ(tandem_session_open(runner_, name, nullptr, &s), 0) << tandem_last_error(runner_);
-    return s;
-  }
-  pid_t spawn(std::uint64_t session, const std::vector<std::string>& args, const tandem_tool_options* opts = nullptr) {
-    std::vector<const char*> argv{kTool};
-    for (const auto& a : args) argv.push_back(a.c_str());
-    argv.push_back(nullptr);
-    std::int32_t pid = 0;
-    int r = tandem_tool_spawn(runner_, session, "test-tool", argv.data(), nullptr, nullptr, opts, &pid);
-    EXPECT_EQ(r, 0) << tandem_last_error(runner_);
-    return pid;
-  }
-  tandem_tool_result wait(pid_t pid, int timeout_ms = 20000) {
-    tandem_tool_result res{};
-    res.sz = sizeof res;
-    EXPECT_EQ(tandem_tool_wait(runner_, pid, timeout_ms, &res), 0) << tandem_last_error(runner_);
-    return res;
-  }
-  nlohmann::json status() { return ctl(daemon_->socket_path(), "status"); }
   // The tool's cgroup path in the v2 hierarchy (from /proc/<pid>/cgroup).
   static std::string v2_cgroup(pid_t pid) {
     std::istringstream in(slurp(fmt::format("/proc/{}/cgroup", pid)));
@@ -105,9 +51,6 @@ class Tools : public ::testing::Test {
     return status()["host"]["cgroups"].get<std::string>().find("v1 memory") != std::string::npos;
   }
 
-  TempDir dir_;
-  std::optional<Daemon> daemon_;
-  tandem_client* runner_ = nullptr;
   std::string subtree_;
 };
 
@@ -312,7 +255,7 @@ TEST_F(Tools, ARestartedDaemonAdoptsClaimedSessionsAndReapsTheRest) {
     }
     std::uint64_t s = 0;
     if (tandem_session_open(r, "tools-orphan", nullptr, &s) != 0) ::_exit(2);
-    const char* argv[] = {kTool, "sleep", "60", nullptr};
+    const char* argv[] = {TEST_TOOL_PATH, "sleep", "60", nullptr};
     std::int32_t pid = 0;
     if (tandem_tool_spawn(r, s, "orphan", argv, nullptr, nullptr, nullptr, &pid) != 0) ::_exit(3);
     (void)!::write(ready[1], &pid, sizeof pid);
