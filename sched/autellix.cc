@@ -20,6 +20,7 @@ AutellixParams autellix_params(const PolicyParams& p) {
   a.quantum[3] = static_cast<std::uint32_t>(p.get("quantum3"));
   a.beta = p.get("beta");
   a.swap_preempt = p.flag("swap_preempt");
+  a.reserve_prompt = p.flag("reserve_prompt");
   return a;
 }
 
@@ -161,12 +162,30 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
       return std::tuple(x.queue, x.seq) < std::tuple(y.queue, y.seq);
     });
     auto seats = static_cast<std::uint32_t>(running_.size());
+    // Blocks the batch's prompts still need beyond what they hold after this
+    // step's chunks (reserve_prompt: vLLM 0.6.1 holds them from admission).
+    auto prompt_left = [&](const StepRequest& r, std::uint32_t index) -> std::uint64_t {
+      const std::uint32_t whole = plan.kv().blocks_for(std::min(r.prompt_tokens, in.max_model_len));
+      const std::uint32_t after = std::max(r.blocks_held, plan.kv().blocks_for(r.start_tokens() + plan.tokens(index)));
+      return whole > after ? whole - after : 0;
+    };
+    std::uint64_t reserved = 0;
+    if (params_.reserve_prompt) {
+      for (std::uint32_t idx : running_) reserved += prompt_left(in.requests[idx], idx);
+    }
     for (std::uint32_t idx : waiting_) {
       if (plan.budget() == 0 || seats >= in.max_seqs) break;
       const StepRequest& r = in.requests[idx];
       const std::uint32_t cap = cap_of(reqs_[r.id]);
       const std::uint32_t n = std::min({r.tokens_wanted(), plan.budget(), cap});
+      if (params_.reserve_prompt && seats > 0) {
+        const std::uint64_t whole = plan.kv().blocks_needed(r, r.prompt_tokens > r.start_tokens()
+                                                                   ? r.prompt_tokens - r.start_tokens()
+                                                                   : n);
+        if (reserved + whole > plan.kv().free_blocks()) break;  // the whole prompt does not fit
+      }
       if (!plan.try_schedule(r, idx, n)) break;  // head-of-line blocking
+      if (params_.reserve_prompt) reserved += prompt_left(r, idx);
       cap_of_chunk[idx] = cap;
       ++seats;
     }

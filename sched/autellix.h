@@ -25,6 +25,17 @@
 // request of the lowest queue, a long context in prefill, whose progress a
 // recompute throws away, so on a pool that holds about one such context it
 // was preempted again before it ever finished (docs/results.md).
+// Admission follows the paper's engine too (`reserve_prompt`): vLLM 0.6.1's
+// block manager allocates a call's whole prompt when it is admitted, so a
+// waiting call joins the batch only if its whole prompt fits beside what the
+// running calls' prompts still need ("if engine.can_fit(c) … else break",
+// Alg. 1). Admitting by chunk instead (vLLM V1, `reserve_prompt = 0`) lets
+// dozens of long prompts share the pool a quantum at a time, none able to
+// finish: on mars-long every call's prefill grew until the pool was full,
+// the largest was swapped out, and it came back to do the same (a livelock
+// of the hosting, not of PLAS). With nothing running, the head is admitted
+// whatever its size, so a prompt larger than the free pool cannot block the
+// queue for ever.
 //
 // Constants, by source:
 //   MARS repo (vllm-continuum scheduler.py L149–151): service thresholds
@@ -60,6 +71,8 @@ inline constexpr ParamSpec kAutellixParams[] = {
      "anti-starvation: promote to Q0 when wait/service tokens >= beta (MARS repo; third-party ports use 8)"},
     {"swap_preempt", 1, 0, 1,
      "1: preempt by swapping the victim's KV to host memory (paper); 0: by recompute (MARS repo)"},
+    {"reserve_prompt", 1, 0, 1,
+     "1: admit a call only if its whole prompt fits (vLLM 0.6.1, the paper's engine); 0: by chunk (vLLM V1)"},
 };
 
 struct AutellixParams {
@@ -69,6 +82,7 @@ struct AutellixParams {
   std::uint32_t quantum[kQueues] = {2048, 1024, 512, 256};
   double beta = 2.0;
   bool swap_preempt = true;
+  bool reserve_prompt = true;
 };
 
 AutellixParams autellix_params(const PolicyParams& p);

@@ -270,6 +270,48 @@ TEST(AutellixTest, RecomputeVictimsAsTheMarsRepoDoes) {
   EXPECT_TRUE(p.swap.empty());
 }
 
+// Admission as vLLM 0.6.1 (the paper's engine) allocates: a call's whole
+// prompt at once. 1,000 free blocks hold one 8,000-token prompt (500 blocks)
+// beside r1's remaining 400, not two.
+TEST(AutellixTest, AdmitsACallOnlyIfItsWholePromptFits) {
+  std::vector<StepRequest> v = {req(1, 1, RequestPhase::kRunning, 8000, 1600, ms(0)),
+                                req(2, 2, RequestPhase::kWaiting, 8000, 0, ms(1)),
+                                req(3, 3, RequestPhase::kWaiting, 8000, 0, ms(2))};
+  {
+    AutellixStepScheduler s;
+    StepPlan p = plan(s, input(v, 1000));
+    ASSERT_EQ(p.run.size(), 2u) << "r1 and r2; r3's prompt would not fit beside theirs";
+    EXPECT_EQ(p.run[0].request, 0u);
+    EXPECT_EQ(p.run[1].request, 1u);
+  }
+  {
+    // 1,399 blocks: r1's 400 + r2's 500 + r3's 500 = 1,400 do not fit.
+    AutellixStepScheduler s;
+    EXPECT_EQ(plan(s, input(v, 1399)).run.size(), 2u);
+    AutellixStepScheduler t;
+    EXPECT_EQ(plan(t, input(v, 1400)).run.size(), 3u);
+  }
+  {
+    // By chunk (vLLM V1): every call's first quantum fits, so all three run.
+    AutellixParams params;
+    params.reserve_prompt = false;
+    AutellixStepScheduler s(params);
+    EXPECT_EQ(plan(s, input(v, 1000)).run.size(), 3u);
+  }
+}
+
+TEST(AutellixTest, WithNothingRunningTheHeadIsAdmittedWhateverItsSize) {
+  // A prompt of 16,000 tokens (1,000 blocks) and 200 free: nothing runs, so
+  // the head starts its first quantum (2,048 tokens, 128 blocks) rather than
+  // blocking the queue for ever.
+  AutellixStepScheduler s;
+  std::vector<StepRequest> v = {req(1, 1, RequestPhase::kWaiting, 16000, 0, ms(0)),
+                                req(2, 2, RequestPhase::kWaiting, 100, 0, ms(1))};
+  StepPlan p = plan(s, input(v, 200));
+  ASSERT_EQ(p.run.size(), 1u) << "the second call does not fit beside the first's whole prompt";
+  EXPECT_EQ(p.run[0], (ScheduledChunk{0, 2048}));
+}
+
 TEST(AutellixTest, ParamsFromRegistrySpecs) {
   auto params = PolicyParams::create("autellix", kAutellixParams, {{"beta", 8.0}, {"q2_service", 1000.0}});
   ASSERT_TRUE(params.has_value());

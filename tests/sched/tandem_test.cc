@@ -341,29 +341,36 @@ TEST(Tandem, PromptProjectionCountsWholePromptsOfAdmittedRounds) {
       << "allocated 100 + growth 48 of 1000: no overflow seen";
 }
 
-TEST(Tandem, NewSessionsWaitBehindAPausedRoundThatCannotBeRestored) {
-  // Two admitted rounds will hold 441 blocks each (0.882 of the pool, under
-  // pause_pressure 0.9). Session 1 is paused with its next round waiting; it
-  // needs (1600 + 256) / 16 = 116 blocks, which resume_pressure 0.8 cannot give.
+TEST(Tandem, NewSessionsEnterOnlyIfTheyFitAsARestoreWould) {
+  // Two admitted rounds will hold 300 blocks each (0.6 of the pool). Session
+  // 1 is paused with its next round waiting; it needs (3200 + 256) / 16 = 216
+  // blocks, which resume_pressure 0.8 cannot give (0.816). A new small
+  // session (26 blocks) fits under 0.8 and enters: it does not queue behind
+  // the paused round (the gate that cost the validation part 5-16 %). A new
+  // large one (266 blocks) would not fit as a restore would, and waits.
   Node node(1000, 1000);
-  node.acting(1, 1600, kGrep, at(0));
+  node.acting(1, 3200, kGrep, at(0));
   ASSERT_TRUE(node.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(10), {}}, at(0)));
   ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kPaused, at(1)));
-  ASSERT_TRUE(node.model.observe(RoundSubmitted{1, kE, 1, 1700, 1600, 116}, at(1)));
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{1, kE, 1, 3300, 3200, 216}, at(1)));
   for (SessionId s = 10; s < 12; ++s) {
-    ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 6800, 0, 441}, at(1)));
+    ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 4544, 0, 300}, at(1)));
     ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(1)));
   }
-  ASSERT_TRUE(node.model.observe(RoundSubmitted{20, kE, 0, 160, 0, 11}, at(2)));  // a new, small session
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{20, kE, 0, 160, 0, 11}, at(2)));   // new, small
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{21, kE, 0, 4000, 0, 250}, at(3)));  // new, large
   TandemParams p;
   p.residency = false;
   TandemControl with({}, p);
   auto a = tick(with, node.model, at(10));
-  EXPECT_FALSE(has(a, ActionKind::kRestore, 1));
-  EXPECT_FALSE(has(a, ActionKind::kAdmit, 20)) << "the paused session is first in the one queue";
+  EXPECT_FALSE(has(a, ActionKind::kRestore, 1)) << "0.6 + 0.216 > resume_pressure";
+  EXPECT_TRUE(has(a, ActionKind::kAdmit, 20)) << "0.6 + 0.026 fits: it does not wait for the paused round";
+  EXPECT_FALSE(has(a, ActionKind::kAdmit, 21)) << "0.6 + 0.026 + 0.266 does not fit";
   p.queue_admission = false;
   TandemControl without({}, p);
-  EXPECT_TRUE(has(tick(without, node.model, at(10)), ActionKind::kAdmit, 20)) << "MARS alone admits it";
+  auto b = tick(without, node.model, at(10));
+  EXPECT_TRUE(has(b, ActionKind::kAdmit, 20));
+  EXPECT_TRUE(has(b, ActionKind::kAdmit, 21)) << "MARS alone admits it";
 }
 
 TEST(Tandem, AnIdleEngineGetsAPausedRoundEvenIfItsProjectionDoesNotFit) {
@@ -537,6 +544,39 @@ TEST(TandemStep, QueuedPinsGoLastWhenNothingElseCanFit) {
   std::uint32_t blocks = 0;
   for (const ScheduledChunk& c : out.run) blocks += (c.tokens + 15) / 16;
   EXPECT_LE(blocks, 100u) << "the released blocks are counted once";
+}
+
+TEST(TandemStep, AStalledEngineReleasesPinsForTheRequestMarsPicks) {
+  // Nothing runs. In queue order the head is session 1 (3,000 new tokens,
+  // 188 blocks: it fits the 200 free, so no pin goes for it), but MARS takes
+  // requests preempted by recompute first: session 2, whose 30,100-token
+  // prompt has a 30,000-token prefix hit on unreferenced blocks, needs 1,882
+  // blocks and cannot start. Session 6's pin holds 2,000 blocks until a
+  // minute from now: without the progress rule the engine would wait that
+  // minute (for ever with the pins of queued sessions).
+  TandemStepScheduler s({}, {});
+  StepRequest a;
+  a.id = 1;
+  a.session = 1;
+  a.prompt_tokens = 3000;
+  a.arrival = at(1);
+  StepRequest b;
+  b.id = 2;
+  b.session = 2;
+  b.prompt_tokens = 30100;
+  b.cached_tokens = 30000;
+  b.phase = RequestPhase::kPreempted;
+  b.arrival = at(2);
+  std::vector<StepRequest> reqs = {a, b};
+  std::vector<PinnedKv> pins = {{6, 2000, at(0), at(60000)}};
+  StepInput in;
+  in.free_blocks = 200;
+  in.requests = reqs;
+  in.pinned = pins;
+  StepPlan out;
+  s.plan(in, at(10), out);
+  ASSERT_TRUE(out.run.empty()) << "MARS's head does not fit: nothing is scheduled this plan";
+  EXPECT_EQ(out.unpin, (std::vector<SessionId>{6})) << "so the pin goes, and the engine plans again";
 }
 
 TEST(TandemStep, AllAdditionsOffPlansAsMars) {
