@@ -46,6 +46,7 @@ void Server::tick(Time now) {
   for (sched::SessionId id : done) session_done(id);
   table.reap_done();
   if (auto view = effects_->host_tick(now, model_)) model_.set_cpu(*view);
+  if (auto memory = effects_->host_memory()) model_.set_host_memory(*memory);
 
   for (auto& [id, c] : clients_) {
     if (!c.doomed && c.role == Role::kEngine && c.has_channel) publish_status(c, now);

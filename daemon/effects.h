@@ -85,6 +85,10 @@ class HostEffects {
   virtual std::optional<sched::CpuView> host_tick(base::Time /*now*/, const sched::NodeModel& /*model*/) {
     return std::nullopt;
   }
+  // The host's memory for the policy (sched::HostMemoryView), as of the last
+  // host_tick; nullopt: nothing known. Capacity 0 means no budget is
+  // configured, and policies then do not gate on it.
+  virtual std::optional<sched::HostMemoryView> host_memory() const { return std::nullopt; }
   // Where the plane reports a kill, before it kills, so that the runner
   // hears why before it sees the exit (the server sends ToolKilled).
   void set_notice_sink(std::function<void(const ToolNotice&)> sink) { notice_sink_ = std::move(sink); }

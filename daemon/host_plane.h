@@ -57,6 +57,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -130,6 +131,7 @@ class HostPlane final : public HostEffects {
   std::size_t tool_cgroups(sched::SessionId session) const override;
 
   std::optional<sched::CpuView> host_tick(base::Time now, const sched::NodeModel& model) override;
+  std::optional<sched::HostMemoryView> host_memory() const override;
   int event_fd() const override { return telemetry_ ? telemetry_->event_fd() : -1; }
   void on_events() override;
   void status(nlohmann::json& out) const override;
@@ -156,10 +158,16 @@ class HostPlane final : public HostEffects {
     bool frozen = false;
     std::optional<base::Time> stalled_since;
     std::uint64_t memory_bytes = 0;  // at the last sample
+    std::uint64_t peak_bytes = 0;    // the most it was seen to use (memory.peak where there is one)
+    std::uint64_t oom_kills = 0;     // its cgroup's OOM kills at the last read
     std::uint64_t cpu_ns = 0;        // CPU time at the last read (tools_cpu_ns_ has it)
   };
   // Adds what `c` used since its last read to tools_cpu_ns_.
   void account_cpu(Call& c, const cpu::Usage& u);
+  // Follows `c`'s peak and counts its new OOM kills in memory_kills_.
+  void account_memory(Call& c, const cpu::Usage& u);
+  // An ended call's peak joins the recent peaks (host_memory()'s 95th percentile).
+  void remember_peak(const Call& c);
   struct SessionCg {
     cpu::Node node;
     std::map<std::uint32_t, Call> calls;
@@ -224,6 +232,9 @@ class HostPlane final : public HostEffects {
   double memory_psi_ = -1.0;
   double cpu_psi_ = -1.0;
   std::uint64_t tools_memory_ = 0;
+  std::uint64_t memory_kills_ = 0;         // tool calls OOM-killed or killed by the memory rules
+  std::deque<std::uint64_t> peaks_;        // peaks of the last kRecentPeaks ended calls
+  static constexpr std::size_t kRecentPeaks = 256;
   std::uint64_t tools_cpu_ns_ = 0;  // Σ CPU of every tool call, read each host tick and at a call's end
   std::array<std::uint64_t, bpf::kRunqBuckets> runq_last_{};
   sched::CpuView view_;

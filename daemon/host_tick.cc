@@ -140,6 +140,7 @@ void HostPlane::memory_rules(Time now, const sched::NodeModel& model) {
       mc.sampled = u.has_value();
       if (u) {
         account_cpu(c, *u);
+        account_memory(c, *u);
         c.memory_bytes = u->memory_bytes.value_or(0);
         tools_memory_ += c.memory_bytes;
         mc.stalled = u->memory_stalled;
@@ -164,6 +165,7 @@ void HostPlane::memory_rules(Time now, const sched::NodeModel& model) {
     Call& c = *where[i].second;
     c.stalled_since = calls[i].stalled_since;
     if (verdicts[i].kill) {
+      ++memory_kills_;
       kill_call(calls[i].session, calls[i].call, c, ipc::ToolExitReason::kKilledMemory,
                 fmt::format("stalled at its memory limit ({} MiB) for {} s", c.memory_bytes >> 20,
                             std::chrono::duration<double>(config_.stall_kill_after).count()));
@@ -309,7 +311,10 @@ void HostPlane::recycle(std::size_t budget, bool all) {
         continue;
       }
       --budget;
-      if (auto u = cgroups_->usage(c.node)) account_cpu(c, *u);
+      if (auto u = cgroups_->usage(c.node)) {
+        account_cpu(c, *u);
+        account_memory(c, *u);
+      }
       // One rmdir per hierarchy; a busy cgroup (leftovers) or one with child
       // cgroups fails it whole, and then takes the careful way. Leftovers (or
       // a failed removal): the host period's sweep looks again.
@@ -321,10 +326,44 @@ void HostPlane::recycle(std::size_t budget, bool all) {
         }
       }
       if (telemetry_) telemetry_->untrack(c.node.id);
+      remember_peak(c);
       it = s.calls.erase(it);
     }
   }
   ended_waiting_ = waiting;
+}
+
+void HostPlane::account_memory(Call& c, const cpu::Usage& u) {
+  c.peak_bytes = std::max({c.peak_bytes, u.memory_peak.value_or(0), u.memory_bytes.value_or(0)});
+  if (u.oom_kills > c.oom_kills) {
+    memory_kills_ += u.oom_kills - c.oom_kills;
+    c.oom_kills = u.oom_kills;
+  }
+}
+
+void HostPlane::remember_peak(const Call& c) {
+  if (c.peak_bytes == 0) return;  // never read: no sample to learn from
+  peaks_.push_back(c.peak_bytes);
+  if (peaks_.size() > kRecentPeaks) peaks_.pop_front();
+}
+
+std::optional<sched::HostMemoryView> HostPlane::host_memory() const {
+  if (!sampled_) return std::nullopt;
+  sched::HostMemoryView v;
+  // What tandem can see and bound: the tools' memory against [memory]
+  // tools_budget. Agents' own processes live outside tandem's cgroups, so
+  // a session's baseline is not known here (0).
+  v.capacity_bytes = config_.tools_budget;
+  v.used_bytes = tools_memory_;
+  v.psi_some_avg10 = memory_psi_;
+  v.kills = memory_kills_;
+  if (!peaks_.empty()) {
+    std::vector<std::uint64_t> p(peaks_.begin(), peaks_.end());
+    const std::size_t k = std::min(p.size() - 1, (p.size() * 95 + 99) / 100 - 1);
+    std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(k), p.end());
+    v.tool_peak_p95_bytes = p[k];
+  }
+  return v;
 }
 
 void HostPlane::account_cpu(Call& c, const cpu::Usage& u) {

@@ -394,6 +394,66 @@ TEST_F(HostPlaneFake, UsageAndPressureComeFromTheFiles) {
   }
 }
 
+// What the policy sees of the host's memory (sched::HostMemoryView, the
+// input of tandem's host_admission): the [memory] budget as capacity, the
+// tools' memory, node memory PSI, OOM and rule kills, and the 95th
+// percentile of ended calls' peaks.
+TEST_F(HostPlaneFake, TheHostMemoryViewComesFromTheToolsCgroups) {
+  for (bool v2 : {true, false}) {
+    SCOPED_TRACE(v2 ? "v2" : "v1");
+    plane_.reset();
+    HostConfig config;
+    config.tools_budget = 1ull << 30;
+    open(v2 ? FakeCgroupfs::pure_v2() : FakeCgroupfs::pure_v1(), config);
+    EXPECT_FALSE(plane_->host_memory()) << "nothing sampled yet";
+    ASSERT_TRUE(prepare(1));
+    ASSERT_TRUE(prepare(2));
+    const char* mem = v2 ? "cgroup" : "memory";
+    if (v2) {
+      fs_->write(mem, call_dir(1), "memory.current", "104857600\n");  // 100 MiB
+      fs_->write(mem, call_dir(1), "memory.peak", "314572800\n");     // 300 MiB
+      fs_->write(mem, call_dir(1), "memory.events", "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n");
+      fs_->write(mem, call_dir(2), "memory.current", "52428800\n");  // 50 MiB
+    } else {
+      fs_->write(mem, call_dir(1), "memory.usage_in_bytes", "104857600\n");
+      fs_->write(mem, call_dir(1), "memory.max_usage_in_bytes", "314572800\n");
+      fs_->write(mem, call_dir(1), "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
+      fs_->write(mem, call_dir(2), "memory.usage_in_bytes", "52428800\n");
+    }
+    fs_->set_node_pressure("memory", 3.0);
+    ASSERT_TRUE(tick());
+    auto m = plane_->host_memory();
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->capacity_bytes, 1ull << 30);
+    EXPECT_EQ(m->used_bytes, 150ull << 20);
+    EXPECT_DOUBLE_EQ(m->psi_some_avg10, 3.0);
+    EXPECT_EQ(m->kills, 1u) << "call 1's OOM kill";
+    EXPECT_EQ(m->tool_peak_p95_bytes, 0u) << "no call has ended";
+
+    // Call 1 ends; its cgroup goes at the next tick, and its peak joins the recent peaks.
+    plane_->tool_ended(kSession, 1);
+    ASSERT_TRUE(tick());
+    m = plane_->host_memory();
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->tool_peak_p95_bytes, 300ull << 20);
+    EXPECT_EQ(m->used_bytes, 50ull << 20);
+    EXPECT_EQ(m->kills, 1u) << "counted once";
+    EXPECT_EQ(status()["memory_kills"], 1);
+    EXPECT_EQ(status()["tool_peak_p95_bytes"], 300 << 20);
+  }
+}
+
+TEST_F(HostPlaneFake, WithoutABudgetTheHostMemoryViewHasNoCapacity) {
+  open(FakeCgroupfs::pure_v2());
+  ASSERT_TRUE(prepare(1));
+  fs_->write("cgroup", call_dir(1), "memory.current", "1048576\n");
+  ASSERT_TRUE(tick());
+  auto m = plane_->host_memory();
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->capacity_bytes, 0u) << "no [memory] tools_budget: policies must not gate on it";
+  EXPECT_EQ(m->used_bytes, 1u << 20);
+}
+
 TEST_F(HostPlaneFake, TheWarmPoolHandsOutReadyCgroupsWithTheToolsLimits) {
   open(FakeCgroupfs::pure_v2());
   ASSERT_TRUE(prepare(1));  // cold: nothing ready yet
