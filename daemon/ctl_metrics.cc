@@ -145,6 +145,10 @@ std::string Server::metrics_text(base::Time now) const {
   p.counter("tandem_tools_killed_total", "tool calls tandemd killed", num("tools_killed"));
   p.counter("tandem_tool_throttles_total", "tool calls throttled under memory pressure", num("throttles"));
   p.counter("tandem_tool_freezes_total", "tool calls frozen under memory pressure", num("freezes"));
+  p.counter("tandem_tool_memory_kills_total", "tool calls OOM-killed or killed by the memory rules",
+            num("memory_kills"));
+  p.gauge("tandem_tool_memory_peak_p95_bytes", "95th percentile of the last 256 ended tool calls' memory peaks",
+          num("tool_peak_p95_bytes"));
   // The warm pool of tool-call cgroups.
   const json pool = host.is_object() && host.contains("pool") ? host["pool"] : json();
   const auto pool_num = [&](const char* key) { return number_at(pool, key); };
