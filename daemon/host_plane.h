@@ -232,8 +232,8 @@ class HostPlane final : public HostEffects {
   double memory_psi_ = -1.0;
   double cpu_psi_ = -1.0;
   std::uint64_t tools_memory_ = 0;
-  std::uint64_t memory_kills_ = 0;         // tool calls OOM-killed or killed by the memory rules
-  std::deque<std::uint64_t> peaks_;        // peaks of the last kRecentPeaks ended calls
+  std::uint64_t memory_kills_ = 0;   // tool calls OOM-killed or killed by the memory rules
+  std::deque<std::uint64_t> peaks_;  // peaks of the last kRecentPeaks ended calls
   static constexpr std::size_t kRecentPeaks = 256;
   std::uint64_t tools_cpu_ns_ = 0;  // Σ CPU of every tool call, read each host tick and at a call's end
   std::array<std::uint64_t, bpf::kRunqBuckets> runq_last_{};

@@ -179,9 +179,8 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
       const std::uint32_t cap = cap_of(reqs_[r.id]);
       const std::uint32_t n = std::min({r.tokens_wanted(), plan.budget(), cap});
       if (params_.reserve_prompt && seats > 0) {
-        const std::uint64_t whole = plan.kv().blocks_needed(r, r.prompt_tokens > r.start_tokens()
-                                                                   ? r.prompt_tokens - r.start_tokens()
-                                                                   : n);
+        const std::uint64_t whole =
+            plan.kv().blocks_needed(r, r.prompt_tokens > r.start_tokens() ? r.prompt_tokens - r.start_tokens() : n);
         if (reserved + whole > plan.kv().free_blocks()) break;  // the whole prompt does not fit
       }
       if (!plan.try_schedule(r, idx, n)) break;  // head-of-line blocking

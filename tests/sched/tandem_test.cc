@@ -357,7 +357,7 @@ TEST(Tandem, NewSessionsEnterOnlyIfTheyFitAsARestoreWould) {
     ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 4544, 0, 300}, at(1)));
     ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(1)));
   }
-  ASSERT_TRUE(node.model.observe(RoundSubmitted{20, kE, 0, 160, 0, 11}, at(2)));   // new, small
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{20, kE, 0, 160, 0, 11}, at(2)));    // new, small
   ASSERT_TRUE(node.model.observe(RoundSubmitted{21, kE, 0, 4000, 0, 250}, at(3)));  // new, large
   TandemParams p;
   p.residency = false;
