@@ -34,6 +34,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -48,6 +49,7 @@
 #include "ipc/daemon_connection.h"
 #include "ipc/records.h"
 #include "tandem/tandem.h"
+#include "testbed/daemon_process.h"
 
 namespace {
 
@@ -102,103 +104,64 @@ bool eventually(Pred pred, std::chrono::milliseconds timeout = 5s) {
   return pred();
 }
 
+// tandemd in a runtime dir of its own, through the one harness
+// (testbed/daemon_process.h): the dir is readable by all (nobody reaches the
+// socket), the [cgroups] subtree is named after it and swept when the stack
+// goes, and metrics and NVML are off unless the config says otherwise.
+// Failures are printed, not fatal: an attack that finds no daemon fails its
+// own verdict.
 class Stack {
  public:
   explicit Stack(const std::string& config = "") {
-    char tmpl[] = "/tmp/tandem-attack-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-    ::chmod(dir_.c_str(), 0755);  // nobody reaches the socket
+    auto dir = tandem::testbed::TempDir::make("tandem-attack-");
+    if (!dir) {
+      std::fprintf(stderr, "attack: %s\n", dir.error().message().c_str());
+      return;
+    }
+    dir_ = std::move(*dir);
+    ::chmod(dir_.path().c_str(), 0755);
     std::string text = config;
     if (text.find("[cgroups]") == std::string::npos) text += fmt::format("\n[cgroups]\nsubtree = \"{}\"\n", name());
     if (text.find("[metrics]") == std::string::npos) text += "\n[metrics]\nlisten = \"\"\n";
     if (text.find("[nvml]") == std::string::npos) text += "\n[nvml]\nenabled = \"off\"\n";
-    std::ofstream(dir_ + "/tandemd.toml") << text;
-  }
-  ~Stack() {
-    kill9();
-    // The cgroup subtree a killed daemon left: kill what is in it, remove it.
-    for (const char* root : {"/sys/fs/cgroup/unified", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/pids",
-                             "/sys/fs/cgroup/cpuset", "/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/freezer"}) {
-      sweep(fmt::format("{}/{}", root, name()));
+    tandem::testbed::DaemonOptions o;
+    o.tandemd = g_tandemd;
+    o.runtime_dir = dir_.path();
+    o.config = std::move(text);
+    o.cgroup_subtree = name();
+    o.start_timeout = 10s;
+    auto d = tandem::testbed::DaemonProcess::create(std::move(o));
+    if (!d) {
+      std::fprintf(stderr, "attack: %s\n", d.error().message().c_str());
+      return;
     }
-    sweep(fmt::format("/sys/fs/cgroup/memory{}/{}", own_memory_cgroup(), name()));
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
+    daemon_ = std::move(*d);
   }
+  // As a crash would leave it: SIGKILL, then the harness sweeps the subtree
+  // (and the tools' processes in it) and the dir goes.
+  ~Stack() { kill9(); }
   Stack(const Stack&) = delete;
   Stack& operator=(const Stack&) = delete;
 
   void start() {
-    struct stat old {};
-    const bool had = ::stat(socket().c_str(), &old) == 0;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int err = ::open((dir_ + "/tandemd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      ::dup2(err, 2);
-      ::execl(g_tandemd.c_str(), g_tandemd.c_str(), "--config", (dir_ + "/tandemd.toml").c_str(), "--runtime-dir",
-              dir_.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
+    if (!daemon_) return;
+    if (auto r = daemon_->start(); !r) {
+      std::fprintf(stderr, "attack: tandemd did not come up: %s\n%s\n", r.error().message().c_str(), log().c_str());
     }
-    const bool up = eventually(
-        [&] {
-          struct stat now {};
-          if (::stat(socket().c_str(), &now) != 0) return false;
-          if (had && now.st_ino == old.st_ino && now.st_ctim.tv_nsec == old.st_ctim.tv_nsec) return false;
-          return DaemonConnection::connect(socket()).has_value();
-        },
-        10s);
-    if (!up) std::fprintf(stderr, "attack: tandemd did not come up:\n%s\n", log().c_str());
   }
   void kill9() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+    if (daemon_) daemon_->kill();
   }
-  bool running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
-  pid_t pid() const { return pid_; }
-  std::string socket() const { return dir_ + "/tandemd.sock"; }
-  const std::string& dir() const { return dir_; }
-  std::string name() const { return dir_.substr(dir_.rfind('/') + 1); }
-  std::string log() const { return slurp(dir_ + "/tandemd.log"); }
+  bool running() { return daemon_ && !daemon_->exited(); }
+  pid_t pid() const { return daemon_ ? daemon_->pid() : -1; }
+  std::string socket() const { return dir_.path() + "/tandemd.sock"; }
+  const std::string& dir() const { return dir_.path(); }
+  std::string name() const { return dir_.path().substr(dir_.path().rfind('/') + 1); }
+  std::string log() const { return daemon_ ? daemon_->log() : ""; }
 
  private:
-  static std::string own_memory_cgroup() {
-    std::istringstream in(slurp("/proc/self/cgroup"));
-    for (std::string line; std::getline(in, line);) {
-      const auto a = line.find(':');
-      const auto b = line.find(':', a + 1);
-      if (line.substr(a + 1, b - a - 1) == "memory") return line.substr(b + 1) == "/" ? "" : line.substr(b + 1);
-    }
-    return "";
-  }
-  static void sweep(const std::string& path) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) return;
-    std::vector<std::string> dirs;
-    for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
-         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_directory()) dirs.push_back(it->path());
-    }
-    dirs.push_back(path);
-    for (int round = 0; round < 50; ++round) {
-      bool any = false;
-      for (const auto& d : dirs) {
-        std::istringstream procs(slurp(d + "/cgroup.procs"));
-        for (pid_t p; procs >> p;) {
-          ::kill(p, SIGKILL);
-          any = true;
-        }
-      }
-      if (!any) break;
-      std::this_thread::sleep_for(20ms);
-    }
-    std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
-    for (const auto& d : dirs) ::rmdir(d.c_str());
-  }
-
-  std::string dir_;
-  pid_t pid_ = -1;
+  tandem::testbed::TempDir dir_;                            // removed last,
+  std::unique_ptr<tandem::testbed::DaemonProcess> daemon_;  // after the daemon's sweep
 };
 
 // A ctl request on a fresh connection: the body, or nullopt.
@@ -733,24 +696,29 @@ Verdict bad_configs() {
                                         "[limits]\nmax_clients = \"256\"\n"};
   int refused = 0;
   std::vector<std::string> misses;
-  char tmpl[] = "/tmp/tandem-attack-cfg-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
+  auto dir = tandem::testbed::TempDir::make("tandem-attack-cfg-");
+  if (!dir) {
+    v.detail = dir.error().message();
+    return v;
+  }
   for (std::size_t i = 0; i < bad.size(); ++i) {
-    const std::string path = fmt::format("{}/{}.toml", dir, i);
+    const std::string path = fmt::format("{}/{}.toml", dir->path(), i);
+    const std::string out_path = fmt::format("{}/{}.out", dir->path(), i);
     std::ofstream(path) << bad[i];
-    const std::string cmd = fmt::format("{} --check-config --config {} 2>&1", g_tandemd, path);
-    std::FILE* p = ::popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[512];
-    while (p != nullptr && std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-    const int st = p != nullptr ? ::pclose(p) : -1;
-    if (st != 0 && out.find(path + ": ") != std::string::npos) {
+    tandem::testbed::ChildProcess check;
+    const std::vector<std::string> argv = {g_tandemd, "--check-config", "--config", path};
+    // Refused: it ran, exited with an error, and named the file and the key.
+    bool failed = false;
+    if (check.start(argv, out_path, out_path)) {
+      auto status = check.wait(0, 10s);
+      failed = status && !(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+    }
+    if (failed && slurp(out_path).find(path + ": ") != std::string::npos) {
       ++refused;
     } else {
       misses.push_back(tandem::base::escape(bad[i], 40));
     }
   }
-  std::filesystem::remove_all(dir);
   v.held = refused == static_cast<int>(bad.size());
   v.detail = fmt::format("{} of {} refused{}{}", refused, bad.size(),
                          misses.empty() ? "" : "; not: ", fmt::join(misses, " | "));

@@ -447,7 +447,7 @@ Result<Sample> spawn_posix(const Command& cmd) {
   return Sample{t0, *t1 - t0, t2 - t0};
 }
 
-Result<Sample> spawn_cpu(const cpu::SpawnSpec& spec, const cpu::Placement& where,
+Result<Sample> spawn_cpu(const cpu::SpawnSpec& spec, const cpu::CgroupDirs& where,
                          std::optional<cpu::SpawnMethod>& method) {
   auto pipe = ExecPipe::make();
   if (!pipe) return base::propagate(std::move(pipe.error()));
@@ -893,8 +893,8 @@ int run(const Options& o) {
     return o.only.empty() || std::ranges::find(o.only, key) != o.only.end();
   };
   const std::string subtree = fmt::format("tandem-spawnbench-{}", ::getpid());
-  cpu::Placement placement;
-  cpu::Placement floor_placement;
+  cpu::CgroupDirs placement;
+  cpu::CgroupDirs floor_placement;
   if (root) {
     // The mechanism's cgroup: tools/s/1 beneath our own, in every hierarchy.
     auto s = OwnedSubtree::open(subtree);
@@ -903,13 +903,11 @@ int run(const Options& o) {
     auto n = cgroups->manager().create("tools/s/1");
     if (!n) return fail(fmt::format("create tools/s/1: {}", n.error().message()));
     node = std::move(*n);
-    const cpu::PlacementFds fds = cgroups->manager().placement(*node);
-    placement.v2_dir = fds.v2_dir;
-    placement.v1_dirs = fds.v1_dirs;
-    floor_placement.v2_dir = fds.v2_dir;  // v2 only: clone3(CLONE_INTO_CGROUP) and nothing else
+    placement = cgroups->manager().dirs(*node);
+    floor_placement.v2_dir = placement.v2_dir;  // v2 only: clone3(CLONE_INTO_CGROUP) and nothing else
     fmt::print("cgroups (bench, pre-made tools/s/1): {}\n", cgroups->manager().describe());
     if (auto f = cgroups->manager().favordynmods()) fmt::print("cgroup2 favordynmods: {}\n", *f ? "yes" : "no");
-    if (fds.v2_dir < 0) fmt::print("no cgroup v2 here: the floor row is skipped\n");
+    if (placement.v2_dir < 0) fmt::print("no cgroup v2 here: the floor row is skipped\n");
   }
   for (auto [side, key, tools] : {std::tuple{&warm, "warm", ""}, std::tuple{&cold, "cold", "pool_max = 0\n"}}) {
     if (!root || !selected(key)) continue;
@@ -929,7 +927,7 @@ int run(const Options& o) {
   const Command cmd;
   cpu::SpawnSpec spec;  // libtandem's defaults: a new session, other fds closed, environ inherited
   spec.argv = {kProgram};
-  const cpu::Placement no_placement;
+  const cpu::CgroupDirs no_placement;
   std::optional<cpu::SpawnMethod> bare_method;
   std::optional<cpu::SpawnMethod> floor_method;
   std::optional<cpu::SpawnMethod> placed_method;

@@ -401,16 +401,20 @@ base::Result<std::uint64_t> cgroup_id(int dirfd) {
   return id;
 }
 
-base::Result<Usage> read_usage(const UsageDirs& dirs) {
+base::Result<Usage> read_usage(const CgroupDirs& dirs) {
   Usage u;
-  if (dirs.cpuacct >= 0) {
-    auto t = read_file(dirs.cpuacct, "cpuacct.usage");
+  const int v2 = dirs.v2_dir;
+  const int cpuacct = dirs.v1_dir(dirs.cpuacct);
+  const int memory = dirs.v1_dir(dirs.memory);
+  const int cpu = dirs.v1_dir(dirs.cpu);
+  if (cpuacct >= 0) {
+    auto t = read_file(cpuacct, "cpuacct.usage");
     if (!t) return base::propagate(std::move(t.error()));
     auto ns = parse_cpuacct_usage_ns(*t);
     if (!ns) return base::propagate(std::move(ns.error()));
     u.cpu_ns = *ns;
   }
-  const int cpu_stat_dir = dirs.cpu >= 0 ? dirs.cpu : dirs.v2;
+  const int cpu_stat_dir = cpu >= 0 ? cpu : v2;
   if (cpu_stat_dir >= 0) {
     auto t = read_file(cpu_stat_dir, "cpu.stat");
     if (!t) return base::propagate(std::move(t.error()));
@@ -418,10 +422,10 @@ base::Result<Usage> read_usage(const UsageDirs& dirs) {
     if (!st) return base::propagate(std::move(st.error()));
     u.nr_throttled = st->nr_throttled;
     u.throttled_us = st->throttled_us;
-    if (!u.cpu_ns && cpu_stat_dir == dirs.v2) u.cpu_ns = st->usage_us * 1000;
+    if (!u.cpu_ns && cpu_stat_dir == v2) u.cpu_ns = st->usage_us * 1000;
   }
-  if (!u.cpu_ns && dirs.v2 >= 0 && dirs.cpu >= 0) {
-    auto t = read_file(dirs.v2, "cpu.stat");
+  if (!u.cpu_ns && v2 >= 0 && cpu >= 0) {
+    auto t = read_file(v2, "cpu.stat");
     if (t) {
       auto st = parse_cpu_stat(*t);
       if (st) u.cpu_ns = st->usage_us * 1000;
@@ -432,25 +436,25 @@ base::Result<Usage> read_usage(const UsageDirs& dirs) {
     if (!t) return base::propagate(std::move(t.error()));
     return base::parse_int<std::uint64_t>(base::trim(*t));
   };
-  if (dirs.memory >= 0) {
-    auto cur = number(dirs.memory, "memory.usage_in_bytes");
+  if (memory >= 0) {
+    auto cur = number(memory, "memory.usage_in_bytes");
     if (!cur) return base::propagate(std::move(cur.error()), "memory.usage_in_bytes");
     u.memory_bytes = *cur;
-    auto peak = number(dirs.memory, "memory.max_usage_in_bytes");
+    auto peak = number(memory, "memory.max_usage_in_bytes");
     if (!peak) return base::propagate(std::move(peak.error()), "memory.max_usage_in_bytes");
     u.memory_peak = *peak;
-    auto oc = read_file(dirs.memory, "memory.oom_control");
+    auto oc = read_file(memory, "memory.oom_control");
     if (!oc) return base::propagate(std::move(oc.error()));
     auto parsed = parse_oom_control(*oc);
     if (!parsed) return base::propagate(std::move(parsed.error()));
     u.oom_kills = parsed->oom_kill;
     u.memory_stalled = parsed->under_oom;
-  } else if (dirs.v2 >= 0) {
+  } else if (v2 >= 0) {
     // Present only where v2's memory controller is enabled for this cgroup.
-    if (auto cur = number(dirs.v2, "memory.current")) {
+    if (auto cur = number(v2, "memory.current")) {
       u.memory_bytes = *cur;
-      if (auto peak = number(dirs.v2, "memory.peak")) u.memory_peak = *peak;
-      auto ev = read_file(dirs.v2, "memory.events");
+      if (auto peak = number(v2, "memory.peak")) u.memory_peak = *peak;
+      auto ev = read_file(v2, "memory.events");
       if (!ev) return base::propagate(std::move(ev.error()));
       auto parsed = parse_memory_events(*ev);
       if (!parsed) return base::propagate(std::move(parsed.error()));
@@ -803,20 +807,7 @@ base::Result<void> CgroupManager::remove_leaf(const Node& node) const {
   return {};
 }
 
-base::Result<Usage> CgroupManager::usage(const Node& node) const { return read_usage(usage_dirs(node)); }
-
-UsageDirs CgroupManager::usage_dirs(const Node& node) const {
-  UsageDirs d;
-  auto v1_dir = [&](Controller c) {
-    const int h = serving(c);
-    return h >= 0 && !hierarchies_[static_cast<std::size_t>(h)].v2 ? node.dirs[static_cast<std::size_t>(h)].get() : -1;
-  };
-  if (v2_ >= 0) d.v2 = node.dirs[static_cast<std::size_t>(v2_)].get();
-  d.cpuacct = v1_dir(Controller::kCpuacct);
-  d.memory = v1_dir(Controller::kMemory);
-  d.cpu = v1_dir(Controller::kCpu);
-  return d;
-}
+base::Result<Usage> CgroupManager::usage(const Node& node) const { return read_usage(dirs(node)); }
 
 base::Result<Psi> CgroupManager::pressure(const Node& node, std::string_view resource) const {
   if (v2_ < 0) return base::make_error(ENOTSUP, "per-cgroup pressure needs cgroup v2");
@@ -829,16 +820,26 @@ base::Result<Psi> CgroupManager::pressure(const Node& node, std::string_view res
   return parse_psi(*text);
 }
 
-PlacementFds CgroupManager::placement(const Node& node) const {
-  PlacementFds p;
+CgroupDirs CgroupManager::dirs(const Node& node) const {
+  CgroupDirs d;
+  std::vector<int> v1_index(hierarchies_.size(), -1);
   for (std::size_t i = 0; i < hierarchies_.size(); ++i) {
     if (hierarchies_[i].v2) {
-      p.v2_dir = node.dirs[i].get();
+      d.v2_dir = node.dirs[i].get();
     } else {
-      p.v1_dirs.push_back(node.dirs[i].get());
+      v1_index[i] = static_cast<int>(d.v1_dirs.size());
+      d.v1_dirs.push_back(node.dirs[i].get());
     }
   }
-  return p;
+  // The v1 hierarchy serving the controller, as an index among the v1 ones.
+  auto v1 = [&](Controller c) {
+    const int h = serving(c);
+    return h < 0 ? -1 : v1_index[static_cast<std::size_t>(h)];
+  };
+  d.cpuacct = v1(Controller::kCpuacct);
+  d.memory = v1(Controller::kMemory);
+  d.cpu = v1(Controller::kCpu);
+  return d;
 }
 
 }  // namespace tandem::cpu

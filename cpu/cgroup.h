@@ -58,6 +58,7 @@
 
 #include "base/result.h"
 #include "base/unique_fd.h"
+#include "cpu/cgroup_dirs.h"
 #include "cpu/parse.h"
 
 namespace tandem::cpu {
@@ -111,12 +112,6 @@ struct Node {
   std::uint64_t id = 0;  // the v2 cgroup id (else the first hierarchy's)
 };
 
-// Where a process goes, as fds a spawner can use (cpu/spawn.h Placement).
-struct PlacementFds {
-  int v2_dir = -1;
-  std::vector<int> v1_dirs;
-};
-
 // Accounting of a cgroup and its descendants.
 struct Usage {
   std::optional<std::uint64_t> cpu_ns;        // cpu.stat usage_usec × 1000, or cpuacct.usage
@@ -127,16 +122,6 @@ struct Usage {
   bool memory_stalled = false;                // v1: a task waits at the limit (under_oom)
   std::uint64_t nr_throttled = 0;             // cpu.max periods throttled
   std::uint64_t throttled_us = 0;
-};
-
-// The directories usage is read from (-1 where absent): a cgroup's v2
-// directory, and its v1 cpuacct, memory and cpu directories where those
-// controllers come from v1.
-struct UsageDirs {
-  int v2 = -1;
-  int cpuacct = -1;
-  int memory = -1;
-  int cpu = -1;
 };
 
 // Seams that let the manager run on a plain directory tree standing in for
@@ -273,10 +258,10 @@ class CgroupManager {
   base::Result<Usage> usage(const Node& node) const;
   // cpu.pressure / memory.pressure of `node` (v2 only: ENOTSUP without v2).
   base::Result<Psi> pressure(const Node& node, std::string_view resource) const;
-  // The fds a spawner needs to start a process in `node`.
-  PlacementFds placement(const Node& node) const;
-  // Where usage() reads `node` from.
-  UsageDirs usage_dirs(const Node& node) const;
+  // `node`'s directories (borrowed from it): where a spawner starts a
+  // process in it, where usage() reads it from, what ToolPlacement carries
+  // (cpu/cgroup_dirs.h).
+  CgroupDirs dirs(const Node& node) const;
 
  private:
   CgroupManager() = default;
@@ -308,6 +293,6 @@ base::Result<void> write_file(int dirfd, const char* name, std::string_view valu
 // The cgroup id of the directory (name_to_handle_at; v2 ids are what eBPF sees).
 base::Result<std::uint64_t> cgroup_id(int dirfd);
 // Usage of one cgroup. What libtandem reads after a tool exits.
-base::Result<Usage> read_usage(const UsageDirs& dirs);
+base::Result<Usage> read_usage(const CgroupDirs& dirs);
 
 }  // namespace tandem::cpu

@@ -364,7 +364,7 @@ std::unexpected<base::Error> report_error(const ChildReport& r, const SpawnSpec&
 
 }  // namespace
 
-base::Result<Spawned> spawn(const SpawnSpec& spec, const Placement& placement) {
+base::Result<Spawned> spawn(const SpawnSpec& spec, const CgroupDirs& placement) {
   if (auto ok = validate_spec(spec); !ok) return base::propagate(std::move(ok.error()));
 
   // argv: the command, or bwrap <bwrap_args...> -- <command>. The pointers

@@ -50,15 +50,9 @@
 
 #include "base/result.h"
 #include "base/unique_fd.h"
+#include "cpu/cgroup_dirs.h"
 
 namespace tandem::cpu {
-
-// Where the process goes. The fds are not owned and must stay open for the
-// duration of spawn(); -1 / empty means none.
-struct Placement {
-  int v2_dir = -1;           // a cgroup2 directory fd (O_PATH|O_DIRECTORY is fine)
-  std::vector<int> v1_dirs;  // v1 cgroup directory fds, joined in order before exec
-};
 
 // How the child is created, best first. spawn() moves down the list when the
 // kernel lacks the preferred one; Spawned::method says what was used.
@@ -121,7 +115,9 @@ struct Spawned {
   SpawnMethod method = SpawnMethod::kClone3IntoCgroup;  // how it was created (kClone3 when there was no v2_dir)
 };
 
-// Starts the process inside `placement` and returns once it has exec'd.
+// Starts the process inside `placement` (its v2 directory and its v1 ones;
+// the fds are borrowed and must stay open for the duration of the call; an
+// empty CgroupDirs: where the caller is) and returns once it has exec'd.
 // Errors (exec failure, cgroup join failure, bad spec) are reported
 // synchronously with the child's errno and the step that failed
 // ("join v1 cgroup 2: EACCES", "execve /no/such: ENOENT"); the child is reaped
@@ -133,7 +129,7 @@ struct Spawned {
 // may wait for each other's exec; PATH is read with getenv() when `env` is
 // empty (not safe against a concurrent setenv()). A child that blocks before
 // exec (e.g. placed into a frozen cgroup) blocks the call.
-base::Result<Spawned> spawn(const SpawnSpec& spec, const Placement& placement);
+base::Result<Spawned> spawn(const SpawnSpec& spec, const CgroupDirs& placement);
 
 struct ExitStatus {
   std::int32_t exit_code = 0;  // ≥ 0 exit status, < 0 minus the signal (the waitpid convention of tandem_tool_end)

@@ -117,4 +117,33 @@ std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId 
   return std::nullopt;
 }
 
+std::vector<ResyncStep> resync_steps(const wire::SessionSnapshot& snap, Sender sender, sched::EngineId client,
+                                     const sched::Session* current, bool runner_owned) {
+  using S = sched::SessionState;
+  const sched::SessionId id = snap.session();
+  const bool live = current != nullptr && current->state != S::kDone;
+  std::vector<ResyncStep> steps;
+  if (sender == Sender::kRunner) {
+    if (!live) steps.emplace_back(sched::Event{sched::SessionOpened{id}});
+    // Call 0: the tool's call id is not in the snapshot's summary.
+    if (snap.in_tool() && (!live || current->tool == 0)) {
+      steps.emplace_back(sched::Event{sched::ToolStarted{id, snap.tool_kind(), 0}});
+    }
+    return steps;
+  }
+  if (sender != Sender::kEngine) return steps;
+  const auto state = static_cast<S>(snap.state());
+  const bool in_flight = state == S::kWaiting || state == S::kReasoning;
+  if (state == S::kPaused || (runner_owned && !in_flight)) return steps;
+  if (!in_flight && state != S::kActing) return steps;
+  if (!live || !current->round_in_flight) {
+    steps.emplace_back(sched::Event{sched::RoundSubmitted{id, client, snap.round(), 0, 0, snap.blocks_held()}});
+  }
+  if (state != S::kWaiting) steps.emplace_back(MarkRunning{id});
+  if (state == S::kActing) {
+    steps.emplace_back(sched::Event{sched::RoundEnded{id, client, snap.round(), 0, snap.blocks_held(), true}});
+  }
+  return steps;
+}
+
 }  // namespace tandem::daemon

@@ -1,16 +1,27 @@
 // From the wire to the policy core: a validated ring record (ipc/records.h)
-// becomes the sched::Event a policy is fed (sched/types.h).
+// becomes the sched::Event a policy is fed (sched/types.h), and one entry of
+// a client's Resync snapshot (ipc/schema/tandem.fbs SessionSnapshot) becomes
+// the events that bring the daemon's table to what the client says. These
+// are the only two conversions from the wire to events.
 //
 // This lives in daemon/ because it is the one place that sees both: sched/
 // depends on base/ alone, and ipc/ knows nothing of policies. The record has
 // already passed RecordDecoder (copied out of shared memory, every field
 // checked), so the mapping is total for the nine client → daemon types and
-// has no error path; directives (daemon → client) are not events.
+// has no error path; directives (daemon → client) are not events. A snapshot
+// entry has been verified as flatbuffers and its state and residency range
+// checked; whether the client may say what it says (its own session, a round
+// not in flight elsewhere, …) is the server's to decide before it asks for
+// the steps (daemon/sessions.cc).
 #pragma once
 
 #include <optional>
+#include <variant>
+#include <vector>
 
 #include "ipc/records.h"
+#include "ipc/schema/tandem_generated.h"
+#include "sched/session_table.h"
 #include "sched/types.h"
 
 namespace tandem::daemon {
@@ -41,6 +52,33 @@ struct RecordRule {
   bool gpu_plane = false;  // state for the GPU plane (daemon/gpu_plane.h), not a policy event
 };
 RecordRule record_rule(ipc::RecordType type);
+
+// ---- resync ------------------------------------------------------------------
+
+// A step of a resync that is not an event: the engine runs the session's
+// round, so it was admitted before the daemon could see it, and a WAITING
+// session becomes REASONING in the table (admission is otherwise the
+// policy's action, never an event).
+struct MarkRunning {
+  sched::SessionId session = 0;
+  bool operator==(const MarkRunning&) const = default;
+};
+using ResyncStep = std::variant<sched::Event, MarkRunning>;
+
+// The steps, in order, that bring the table to one entry of a Resync from a
+// runner or an engine (`sender`; an engine's are attributed to its id
+// `client`), given the table's session now (`current`; nullptr or DONE: not
+// live) and, for an engine, whether a runner owns the session
+// (`runner_owned`: then a session between rounds is the runner's to
+// describe). A runner's entry opens a session the table does not hold live
+// and starts its tool if one runs and the table has none; an engine's
+// submits its round unless one is in flight, marks it running unless
+// WAITING, and ends it with a tool following if ACTING; PAUSED says nothing.
+// Pure. Run them as the daemon does: events through the model and policy,
+// a MarkRunning as SessionTable::transition(session, kReasoning) when the
+// session is WAITING.
+std::vector<ResyncStep> resync_steps(const wire::SessionSnapshot& snap, Sender sender, sched::EngineId client,
+                                     const sched::Session* current, bool runner_owned);
 
 // The sender's timestamp of a record, on the same clock as the daemon's.
 inline sched::Time record_time(const ipc::Record& record) { return base::from_ns(record.timestamp_ns()); }

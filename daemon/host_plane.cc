@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/parse.h"
+#include "cpu/cgroup_dirs.h"
 #include "cpu/spawn.h"
 
 namespace tandem::daemon {
@@ -432,21 +433,16 @@ base::Result<ToolGrant> HostPlane::prepare_tool(const ToolRequest& req) {
 
   ToolGrant g;
   g.info.cgroup_id = entry.node.id;
-  const cpu::PlacementFds p = cgroups_->placement(entry.node);
-  const cpu::UsageDirs u = cgroups_->usage_dirs(entry.node);
-  if (p.v2_dir >= 0) {
-    g.info.has_v2 = true;
-    g.fds.push_back(p.v2_dir);
-  }
-  for (std::size_t i = 0; i < p.v1_dirs.size(); ++i) {
-    const int fd = p.v1_dirs[i];
-    const auto index = static_cast<std::int8_t>(i);
-    if (fd == u.cpuacct) g.info.cpuacct_fd = index;
-    if (fd == u.memory) g.info.memory_fd = index;
-    if (fd == u.cpu) g.info.cpu_fd = index;
-    g.fds.push_back(fd);
-  }
-  g.info.v1_count = static_cast<std::uint8_t>(p.v1_dirs.size());
+  // The one encoding of a placement's directories (cpu/cgroup_dirs.h); the
+  // message carries its layout, field for field.
+  static_assert(cpu::kMaxPlacementDirs == ipc::kMaxMessageFds);
+  cpu::EncodedDirs dirs = cpu::encode_dirs(cgroups_->dirs(entry.node));
+  g.info.has_v2 = dirs.layout.has_v2;
+  g.info.v1_count = dirs.layout.v1_count;
+  g.info.cpuacct_fd = dirs.layout.cpuacct;
+  g.info.memory_fd = dirs.layout.memory;
+  g.info.cpu_fd = dirs.layout.cpu;
+  g.fds = std::move(dirs.fds);
   g.info.bwrap = config_.bubblewrap;
   g.info.bwrap_args = config_.bubblewrap_args;
   return g;

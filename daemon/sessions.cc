@@ -27,6 +27,29 @@ namespace tandem::daemon {
 using base::Time;
 using sched::SessionState;
 
+namespace {
+
+// Runs a resync's steps (events.h resync_steps) in order: each event through
+// `feed`, a MarkRunning as the table's WAITING → REASONING. False when the
+// table refuses a session's opening; nothing after it runs then.
+template <class Feed>
+bool run_steps(const std::vector<ResyncStep>& steps, Feed&& feed, sched::SessionTable& table, Time now) {
+  for (const ResyncStep& step : steps) {
+    if (const auto* mark = std::get_if<MarkRunning>(&step)) {
+      const sched::Session* s = table.find(mark->session);
+      if (s != nullptr && s->state == SessionState::kWaiting) {
+        (void)table.transition(mark->session, SessionState::kReasoning, now);
+      }
+      continue;
+    }
+    const auto& e = std::get<sched::Event>(step);
+    if (!feed(e) && std::holds_alternative<sched::SessionOpened>(e)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void Server::release_sessions(Client& c, Time now) {
   if (stopping_) return;  // the journal keeps who owns what for the next tandemd
   if (c.role == Role::kEngine) {
@@ -311,11 +334,11 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
     *why = nullptr;  // told already, with its own message
     return false;
   }
-  if (!live) {
-    if (!feed(sched::SessionOpened{id}, now)) {
-      *why = "the session table refused it";
-      return false;
-    }
+  if (!run_steps(
+          resync_steps(snap, Sender::kRunner, c.id, s, false), [&](const sched::Event& e) { return feed(e, now); },
+          table, now)) {
+    *why = "the session table refused it";
+    return false;
   }
   take_name(c, id, snap.name());
   SessionMeta& m2 = meta_for(c, id);
@@ -323,8 +346,6 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
   set_owner(c, id, m2);
   m2.attached_at = 0;
   if (was_held) ++stats_.sessions_reattached;
-  s = table.find(id);
-  if (snap.in_tool() && s != nullptr && s->tool == 0) feed(sched::ToolStarted{id, snap.tool_kind(), 0}, now);
   // Its tools that run without a cgroup: known by pid from here on.
   if (snap.tools() != nullptr) {
     for (const wire::ToolSnapshot* t : *snap.tools()) {
@@ -370,20 +391,11 @@ bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const c
     return false;
   }
   take_name(c, id, snap.name());
-  const bool in_flight = state == SessionState::kWaiting || state == SessionState::kReasoning;
-  if (runners && !in_flight) return true;  // a runner's session between rounds: the runner says what it does
-  if (in_flight || state == SessionState::kActing) {
-    if (s == nullptr || !live || !s->round_in_flight) {
-      feed(sched::RoundSubmitted{id, c.id, snap.round(), 0, 0, snap.blocks_held()}, now);
-    }
-    if (state != SessionState::kWaiting) {
-      s = table.find(id);
-      if (s != nullptr && s->state == SessionState::kWaiting) table.transition(id, SessionState::kReasoning, now);
-    }
-    if (state == SessionState::kActing) {
-      feed(sched::RoundEnded{id, c.id, snap.round(), 0, snap.blocks_held(), true}, now);
-    }
-  }
+  // What the entry says, as events (a runner's session between rounds is
+  // the runner's to describe).
+  (void)run_steps(
+      resync_steps(snap, Sender::kEngine, c.id, s, runners), [&](const sched::Event& e) { return feed(e, now); }, table,
+      now);
   if (table.find(id) != nullptr) meta_for(c, id);
   return true;
 }

@@ -335,6 +335,24 @@ std::vector<std::uint8_t> build_tool_placement(const ToolPlacementInfo& info) {
   return finish(fbb, wire::Payload::ToolPlacement, placement.Union());
 }
 
+ToolPlacementInfo parse_tool_placement(const wire::ToolPlacement& p) {
+  ToolPlacementInfo info;
+  info.request = p.request();
+  info.code = p.code();
+  info.message = p.message() != nullptr ? p.message()->str() : "";
+  info.cgroup_id = p.cgroup_id();
+  info.has_v2 = p.has_v2();
+  info.v1_count = p.v1_count();
+  info.cpuacct_fd = p.cpuacct_fd();
+  info.memory_fd = p.memory_fd();
+  info.cpu_fd = p.cpu_fd();
+  info.bwrap = p.bwrap() != nullptr ? p.bwrap()->str() : "";
+  if (p.bwrap_args() != nullptr) {
+    for (const auto* a : *p.bwrap_args()) info.bwrap_args.push_back(a->str());
+  }
+  return info;
+}
+
 std::vector<std::uint8_t> build_tool_killed(std::uint64_t session, std::uint32_t call, std::uint8_t reason,
                                             std::string_view message) {
   flatbuffers::FlatBufferBuilder fbb;

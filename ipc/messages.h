@@ -169,7 +169,9 @@ struct ToolLimitsInfo {
 };
 std::vector<std::uint8_t> build_tool_prepare(std::uint32_t request, std::uint64_t session, std::uint32_t call,
                                              std::uint64_t tool_kind, const ToolLimitsInfo& limits);
-// Mirrors wire::ToolPlacement.
+// Mirrors wire::ToolPlacement. has_v2 … cpu_fd say which of the attached
+// fds is which: cpu/cgroup_dirs.h's DirsLayout, field for field, made by
+// encode_dirs() and checked by decode_dirs() (ipc/ cannot name cpu/'s types).
 struct ToolPlacementInfo {
   std::uint32_t request = 0;
   std::int32_t code = 0;
@@ -184,6 +186,9 @@ struct ToolPlacementInfo {
   std::vector<std::string> bwrap_args;
 };
 std::vector<std::uint8_t> build_tool_placement(const ToolPlacementInfo& info);
+// The inverse of build_tool_placement() on a verified message: every field,
+// unchecked (what the fds may be is decode_dirs()'s to judge).
+ToolPlacementInfo parse_tool_placement(const wire::ToolPlacement& placement);
 std::vector<std::uint8_t> build_tool_killed(std::uint64_t session, std::uint32_t call, std::uint8_t reason,
                                             std::string_view message);
 

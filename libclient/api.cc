@@ -403,7 +403,10 @@ int tandem_round_submit(tandem_client* client, uint64_t session, const tandem_ro
     if (session == 0) return invalid(c, fn, "session is 0");
     if (round == nullptr) return invalid(c, fn, "round is NULL");
     tandem_round r{};
-    if (!read_sized(round, sizeof r, r)) return invalid(c, fn, "round->sz is too small");
+    // The struct as first released ends at max_output_tokens: a member
+    // appended since reads as 0 for a caller whose sz ends before it.
+    constexpr std::size_t kFirstRoundSize = offsetof(tandem_round, max_output_tokens) + sizeof r.max_output_tokens;
+    if (!read_sized(round, kFirstRoundSize, r)) return invalid(c, fn, "round->sz is too small");
     if (r.prompt_tokens == 0) return invalid(c, fn, "round->prompt_tokens is 0");
     if (r.cached_tokens > r.prompt_tokens) return invalid(c, fn, "round->cached_tokens > round->prompt_tokens");
     return c.round_submit(session, r);

@@ -216,19 +216,7 @@ bool Client::handle_message(ipc::ReceivedMessage& received) {
       // Only answers to requests still waiting (request ids below next_request_).
       if (p->request() == 0 || p->request() >= next_request_) return true;
       Placement placed;
-      placed.info.request = p->request();
-      placed.info.code = p->code();
-      placed.info.message = p->message() != nullptr ? p->message()->str() : "";
-      placed.info.cgroup_id = p->cgroup_id();
-      placed.info.has_v2 = p->has_v2();
-      placed.info.v1_count = p->v1_count();
-      placed.info.cpuacct_fd = p->cpuacct_fd();
-      placed.info.memory_fd = p->memory_fd();
-      placed.info.cpu_fd = p->cpu_fd();
-      placed.info.bwrap = p->bwrap() != nullptr ? p->bwrap()->str() : "";
-      if (p->bwrap_args() != nullptr) {
-        for (const auto* a : *p->bwrap_args()) placed.info.bwrap_args.push_back(a->str());
-      }
+      placed.info = ipc::parse_tool_placement(*p);
       placed.fds = std::move(received.fds);
       placements_[p->request()] = std::move(placed);
       return true;

@@ -49,6 +49,7 @@
 #include "base/result.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
+#include "cpu/cgroup_dirs.h"
 #include "cpu/spawn.h"
 #include "ipc/channel.h"
 #include "ipc/messages.h"
@@ -214,11 +215,7 @@ class Client {
     std::uint32_t call = 0;
     std::string tool;
     base::UniqueFd pidfd;
-    std::vector<base::UniqueFd> dirs;  // its cgroup directories (ToolPlacement's fds)
-    int v2 = -1;                       // indexes into dirs, -1 = none
-    int cpuacct = -1;
-    int memory = -1;
-    int cpu = -1;
+    cpu::ReceivedDirs dirs;  // its cgroup directories (ToolPlacement's fds, decoded); empty: unplaced
     std::uint64_t cgroup_id = 0;
     std::int64_t started_ns = 0;
     std::uint32_t flags = 0;  // tandem_tool_flags

@@ -98,11 +98,21 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
     }
     placement.reset();
   }
-  const std::size_t expected = placement ? (placement->info.has_v2 ? 1u : 0u) + placement->info.v1_count : 0;
-  if (placement && placement->fds.size() != expected) {
-    why = fmt::format("ToolPlacement carried {} fds, expected {}", placement->fds.size(), expected);
-    why_code = EPROTO;
-    placement.reset();
+  // The one decoding of a placement's directories (cpu/cgroup_dirs.h): the
+  // fds as they arrived, checked against what the message says of them.
+  cpu::ReceivedDirs dirs;
+  if (placement) {
+    const ipc::ToolPlacementInfo& info = placement->info;
+    auto decoded =
+        cpu::decode_dirs(cpu::DirsLayout{info.has_v2, info.v1_count, info.cpuacct_fd, info.memory_fd, info.cpu_fd},
+                         std::move(placement->fds));
+    if (decoded) {
+      dirs = std::move(*decoded);
+    } else {
+      why = decoded.error().message();
+      why_code = decoded.error().code();
+      placement.reset();
+    }
   }
   if (!placement && !spec.allow_unplaced) {
     return fail(why_code, fmt::format("tandem_tool_spawn: the tool was not started: it could not be placed in a "
@@ -111,7 +121,6 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
   }
 
   cpu::SpawnSpec ss = spec.process;
-  cpu::Placement where;
   ToolProc proc;
   // A placed tool gets a cgroup namespace of its own, so its cgroup is its
   // root and it cannot name (nor move to) any cgroup outside it; that needs
@@ -125,21 +134,9 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
   if (placement) {
     ss.bwrap = placement->info.bwrap;
     ss.bwrap_args = placement->info.bwrap_args;
-    std::size_t i = 0;
-    if (placement->info.has_v2) {
-      where.v2_dir = placement->fds[0].get();
-      proc.v2 = 0;
-      i = 1;
-    }
-    const int v1_base = static_cast<int>(i);
-    for (; i < placement->fds.size(); ++i) where.v1_dirs.push_back(placement->fds[i].get());
-    auto v1 = [&](std::int8_t index) { return index < 0 || index >= placement->info.v1_count ? -1 : v1_base + index; };
-    proc.cpuacct = v1(placement->info.cpuacct_fd);
-    proc.memory = v1(placement->info.memory_fd);
-    proc.cpu = v1(placement->info.cpu_fd);
     proc.cgroup_id = placement->info.cgroup_id;
   }
-  auto spawned = cpu::spawn(ss, where);
+  auto spawned = cpu::spawn(ss, dirs.dirs());
   if (!spawned) {
     // The cgroup stays empty; TOOL_END tells tandemd to remove it.
     if (placement) {
@@ -166,7 +163,7 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
   proc.tool = std::string(tool);
   proc.pidfd = std::move(spawned->pidfd);
   proc.started_ns = spawned->started_ns;
-  if (placement) proc.dirs = std::move(placement->fds);
+  proc.dirs = std::move(dirs);
   const std::int32_t pid = spawned->pid;
 
   s->tools.push_back(ToolCall{call, kind, base::to_ns(clock_.now())});
@@ -231,8 +228,7 @@ int Client::tool_wait(std::int32_t pid, int timeout_ms, tandem_tool_result& out)
   out.flags = t.flags | (t.daemon_lost ? std::uint32_t{TANDEM_TOOL_DAEMON_LOST} : 0u);
   std::uint64_t oom_kills = 0;
   if (!t.dirs.empty()) {
-    auto fd = [&](int index) { return index < 0 ? -1 : t.dirs[static_cast<std::size_t>(index)].get(); };
-    auto usage = cpu::read_usage(cpu::UsageDirs{fd(t.v2), fd(t.cpuacct), fd(t.memory), fd(t.cpu)});
+    auto usage = cpu::read_usage(t.dirs.dirs());
     if (usage) {
       if (usage->cpu_ns) out.cpu_ns = std::max(out.cpu_ns, *usage->cpu_ns);
       if (usage->memory_peak) out.peak_memory_bytes = *usage->memory_peak;
@@ -295,7 +291,7 @@ int Client::tool_kill(std::int32_t pid) {
   if (it == procs_.end()) return fail(ECHILD, fmt::format("tandem_tool_kill: {} is not a tool of this handle", pid));
   ToolProc& t = it->second;
   // The whole cgroup where v2 can kill it in one write; the process otherwise.
-  if (t.v2 >= 0 && cpu::write_file(t.dirs[static_cast<std::size_t>(t.v2)].get(), "cgroup.kill", "1")) return 0;
+  if (const int v2 = t.dirs.dirs().v2_dir; v2 >= 0 && cpu::write_file(v2, "cgroup.kill", "1")) return 0;
   auto r = cpu::send_signal(t.pidfd.get(), SIGKILL);
   if (!r && r.error().code() != ESRCH) return fail(r.error().code(), r.error().message());
   return 0;

@@ -1,7 +1,7 @@
 // The one harness that runs the real tandemd for tests and benchmarks: the
 // integration tests (tests/integration/harness.h), the engines' daemon test,
-// bench/daemon_bench and bench/spawn_bench. No GoogleTest in it, so benches
-// link it too.
+// bench/daemon_bench, bench/spawn_bench and bench/attack. No GoogleTest in
+// it, so benches link it too.
 //
 // The pieces: TempDir (a directory removed at the end), ChildProcess (a
 // fork/exec child with its output in files, dying with its parent), and

@@ -110,14 +110,13 @@ TEST(FakeCgroupfs, HybridUsesV1ControllersAndTheEmptyV2) {
   EXPECT_FALSE(fs.has("devices", ""));
   EXPECT_FALSE(fs.has("systemd", ""));
 
-  const PlacementFds p = m->placement(*n);
-  EXPECT_EQ(p.v2_dir, n->dirs[0].get());
-  EXPECT_EQ(p.v1_dirs.size(), 4u);
-  const UsageDirs u = m->usage_dirs(*n);
-  EXPECT_EQ(u.v2, n->dirs[0].get());
-  EXPECT_EQ(u.cpuacct, -1);  // from v2's cpu.stat
-  EXPECT_EQ(u.cpu, n->dirs[1].get());
-  EXPECT_EQ(u.memory, n->dirs[3].get());
+  const CgroupDirs d = m->dirs(*n);
+  EXPECT_EQ(d.v2_dir, n->dirs[0].get());
+  ASSERT_EQ(d.v1_dirs.size(), 4u);
+  EXPECT_EQ(d.v1_dirs[0], n->dirs[1].get());
+  EXPECT_EQ(d.cpuacct, -1);  // from v2's cpu.stat
+  EXPECT_EQ(d.v1_dir(d.cpu), n->dirs[1].get());
+  EXPECT_EQ(d.v1_dir(d.memory), n->dirs[3].get());
 }
 
 TEST(FakeCgroupfs, AParentThatDoesNotHandControllersDownIsAsked) {

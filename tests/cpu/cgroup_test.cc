@@ -105,7 +105,7 @@ class CgroupTest : public ::testing::Test {
   // A child that joins `node` (every hierarchy) and then runs `body`.
   template <class Body>
   pid_t start_in(const Node& node, Body body) {
-    PlacementFds p = mgr_->placement(node);
+    const CgroupDirs p = mgr_->dirs(node);
     pid_t pid = ::fork();
     if (pid == 0) {
       if (p.v2_dir >= 0 && !write_file(p.v2_dir, "cgroup.procs", "0")) ::_exit(120);

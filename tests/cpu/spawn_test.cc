@@ -106,7 +106,7 @@ struct ToolRun {
 };
 
 // Spawns `spec` with its stdout on a pipe, reads the pipe to EOF, waits.
-base::Result<ToolRun> run_tool(SpawnSpec spec, const Placement& placement = {}) {
+base::Result<ToolRun> run_tool(SpawnSpec spec, const CgroupDirs& placement = {}) {
   std::array<int, 2> p{};
   if (::pipe2(p.data(), O_CLOEXEC) < 0) return base::errno_error("pipe2");
   base::UniqueFd rd(p[0]);
@@ -304,8 +304,8 @@ class TestCgroups {
   const TestCgroup* v2() const { return v2_.empty() ? nullptr : &v2_[0]; }
   const std::vector<TestCgroup>& v1() const { return v1_; }
 
-  Placement placement() const {
-    Placement p;
+  CgroupDirs placement() const {
+    CgroupDirs p;
     if (v2() != nullptr) p.v2_dir = v2()->fd.get();
     for (const auto& cg : v1_) p.v1_dirs.push_back(cg.fd.get());
     return p;
@@ -397,7 +397,7 @@ TEST(SpawnPlacement, TheFallbacksJoinThroughCgroupProcs) {
 // answers `error` (for every call, or only for the 88-byte struct that carries
 // the cgroup field), as a seccomp filter in a container or an older kernel
 // would. Returns "<method>\n<self output>", or what went wrong.
-std::string spawn_with_clone3_failing(int error, bool only_with_cgroup_field, const Placement& placement) {
+std::string spawn_with_clone3_failing(int error, bool only_with_cgroup_field, const CgroupDirs& placement) {
   std::array<int, 2> p{};
   if (::pipe2(p.data(), O_CLOEXEC) < 0) return "pipe2 failed";
   base::UniqueFd rd(p[0]);
@@ -484,7 +484,7 @@ TEST(SpawnPlacement, JoinFailuresNameTheStepAndLeaveNoZombie) {
   base::UniqueFd not_cgroup(::open(tmp.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   ASSERT_TRUE(not_cgroup);
 
-  Placement v1;
+  CgroupDirs v1;
   v1.v1_dirs = {not_cgroup.get()};
   auto r = spawn(tool({"exit", "0"}), v1);
   ASSERT_FALSE(r);
@@ -492,7 +492,7 @@ TEST(SpawnPlacement, JoinFailuresNameTheStepAndLeaveNoZombie) {
   EXPECT_NE(r.error().context().find("join v1 cgroup 0"), std::string::npos) << r.error().message();
   EXPECT_FALSE(has_children());
 
-  Placement v2;
+  CgroupDirs v2;
   v2.v2_dir = not_cgroup.get();
   r = spawn(tool({"exit", "0"}), v2);  // refused by clone3 itself
   ASSERT_FALSE(r);
@@ -511,7 +511,7 @@ TEST(SpawnPlacement, JoinFailuresNameTheStepAndLeaveNoZombie) {
   std::string why;
   auto cgs = TestCgroups::create(kV1Controllers, why);
   if (!cgs || cgs->v1().empty()) return;  // the index of a later v1 dir needs a real first one
-  Placement second = cgs->placement();
+  CgroupDirs second = cgs->placement();
   second.v1_dirs.push_back(not_cgroup.get());
   r = spawn(tool({"exit", "0"}), second);
   ASSERT_FALSE(r);
@@ -543,7 +543,7 @@ TEST(SpawnPlacement, PermissionErrorsSayWhoMaySpawn) {
   if (!cgs) GTEST_SKIP() << why;
   const std::string hint = "root or inside the delegated subtree";
   if (cgs->v2() != nullptr) {
-    Placement p;
+    CgroupDirs p;
     p.v2_dir = cgs->v2()->fd.get();
     EffectiveUid nobody(kNobody);
     ASSERT_TRUE(nobody.ok());
@@ -553,7 +553,7 @@ TEST(SpawnPlacement, PermissionErrorsSayWhoMaySpawn) {
     EXPECT_NE(r.error().context().find(hint), std::string::npos) << r.error().message();
   }
   if (!cgs->v1().empty()) {
-    Placement p;
+    CgroupDirs p;
     p.v1_dirs = {cgs->v1()[0].fd.get()};
     EffectiveUid nobody(kNobody);
     ASSERT_TRUE(nobody.ok());
@@ -897,7 +897,7 @@ TEST(Spawn, BubblewrapWrapsTheCommand) {
   if (!is_root()) GTEST_SKIP() << "bwrap needs root here (or unprivileged user namespaces)";
   std::string why;
   auto cgs = TestCgroups::create(kV1Controllers, why);  // placement is checked where cgroups can be made
-  Placement placement = cgs ? cgs->placement() : Placement{};
+  CgroupDirs placement = cgs ? cgs->placement() : CgroupDirs{};
   SpawnSpec spec = tool({"self"});
   spec.bwrap = kBwrap;
   spec.bwrap_args = {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--die-with-parent"};

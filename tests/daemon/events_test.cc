@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ipc/messages.h"
 #include "sched/model.h"
 
 namespace tandem::daemon {
@@ -131,6 +132,161 @@ TEST(Events, AWireSessionDrivesTheNodeModel) {
   EXPECT_EQ(sess->context_tokens, 1050u);
   EXPECT_EQ(sess->tool, 5u);
   EXPECT_EQ(sess->tool_started, base::from_ns(5'000));
+}
+
+// ---- resync snapshots ----
+
+// One snapshot entry as it arrives: built, sent as bytes and verified.
+class Snapshot {
+ public:
+  explicit Snapshot(const ipc::SessionSnapshotInfo& info) {
+    const ipc::SessionSnapshotInfo one[] = {info};
+    bytes_ = ipc::build_resync(one, false);
+    auto m = ipc::verify_message(bytes_);
+    EXPECT_TRUE(m) << m.error().message();
+    snap_ = (*m)->payload_as_Resync()->sessions()->Get(0);
+  }
+  const wire::SessionSnapshot& operator*() const { return *snap_; }
+
+ private:
+  std::vector<std::uint8_t> bytes_;
+  const wire::SessionSnapshot* snap_ = nullptr;
+};
+
+ipc::SessionSnapshotInfo entry(sched::SessionState state, bool in_tool = false) {
+  ipc::SessionSnapshotInfo e;
+  e.session = 42;
+  e.state = static_cast<std::uint8_t>(state);
+  e.round = 3;
+  e.blocks_held = 17;
+  e.in_tool = in_tool;
+  e.tool_kind = in_tool ? 9 : 0;
+  return e;
+}
+
+// Runs the steps as the daemon does (daemon/sessions.cc).
+void run(const std::vector<ResyncStep>& steps, sched::NodeModel& model, sched::Time now = sched::Time{}) {
+  for (const ResyncStep& step : steps) {
+    if (const auto* mark = std::get_if<MarkRunning>(&step)) {
+      const sched::Session* s = model.sessions().find(mark->session);
+      if (s != nullptr && s->state == sched::SessionState::kWaiting) {
+        ASSERT_TRUE(model.sessions().transition(mark->session, sched::SessionState::kReasoning, now));
+      }
+    } else {
+      ASSERT_TRUE(model.observe(std::get<sched::Event>(step), now));
+    }
+  }
+}
+
+using S = sched::SessionState;
+
+TEST(ResyncSteps, ARunnerOpensWhatTheTableDoesNotHoldAndStartsItsTool) {
+  auto steps = resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, nullptr, false);
+  ASSERT_EQ(steps.size(), 2u);
+  const auto& open = std::get<sched::SessionOpened>(std::get<sched::Event>(steps[0]));
+  EXPECT_EQ(open.session, 42u);
+  const auto& tool = std::get<sched::ToolStarted>(std::get<sched::Event>(steps[1]));
+  EXPECT_EQ(tool.session, 42u);
+  EXPECT_EQ(tool.kind, 9u);
+  EXPECT_EQ(tool.tool_call, 0u);
+
+  // No tool running: only the opening.
+  steps = resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kRunner, 100, nullptr, false);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<sched::SessionOpened>(std::get<sched::Event>(steps[0])));
+}
+
+TEST(ResyncSteps, ARunnerSaysNothingTheTableKnowsAlready) {
+  sched::Session live;
+  live.id = 42;
+  live.state = S::kActing;
+  live.tool = 9;
+  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, &live, false).empty());
+  // Live without a tool: the tool it runs starts.
+  live.tool = 0;
+  auto steps = resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, &live, false);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<sched::ToolStarted>(std::get<sched::Event>(steps[0])));
+  // A DONE session is not live: opened again (the table decides whether it may be).
+  live.state = S::kDone;
+  steps = resync_steps(*Snapshot(entry(S::kWaiting)), Sender::kRunner, 100, &live, false);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<sched::SessionOpened>(std::get<sched::Event>(steps[0])));
+}
+
+TEST(ResyncSteps, AnEngineReattachesItsRoundByState) {
+  // WAITING: submitted, not running.
+  auto steps = resync_steps(*Snapshot(entry(S::kWaiting)), Sender::kEngine, 7, nullptr, false);
+  ASSERT_EQ(steps.size(), 1u);
+  const auto& submit = std::get<sched::RoundSubmitted>(std::get<sched::Event>(steps[0]));
+  EXPECT_EQ(submit.engine, 7u) << "attributed to the engine that sent it";
+  EXPECT_EQ(submit.round, 3u);
+  EXPECT_EQ(submit.projected_blocks, 17u);
+  EXPECT_EQ(submit.prompt_tokens, 0u);
+
+  // REASONING: submitted and running.
+  steps = resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, nullptr, false);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<sched::RoundSubmitted>(std::get<sched::Event>(steps[0])));
+  EXPECT_EQ(std::get<MarkRunning>(steps[1]), MarkRunning{42});
+
+  // ACTING: its round ended with a tool following.
+  steps = resync_steps(*Snapshot(entry(S::kActing)), Sender::kEngine, 7, nullptr, false);
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_TRUE(std::holds_alternative<MarkRunning>(steps[1]));
+  const auto& end = std::get<sched::RoundEnded>(std::get<sched::Event>(steps[2]));
+  EXPECT_EQ(end.engine, 7u);
+  EXPECT_EQ(end.round, 3u);
+  EXPECT_EQ(end.blocks_held, 17u);
+  EXPECT_TRUE(end.tool_follows);
+
+  // PAUSED, and DONE: nothing on the engine to account for.
+  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kPaused)), Sender::kEngine, 7, nullptr, false).empty());
+  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kDone)), Sender::kEngine, 7, nullptr, false).empty());
+}
+
+TEST(ResyncSteps, AnEngineDoesNotResubmitARoundInFlightNorDescribeARunnersSessionBetweenRounds) {
+  sched::Session live;
+  live.id = 42;
+  live.state = S::kReasoning;
+  live.round_in_flight = true;
+  auto steps = resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, &live, false);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<MarkRunning>(steps[0]));
+
+  // A runner owns it: ACTING between rounds is the runner's word; a round
+  // in flight is still the engine's.
+  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kActing)), Sender::kEngine, 7, nullptr, true).empty());
+  EXPECT_EQ(resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, nullptr, true).size(), 2u);
+}
+
+TEST(ResyncSteps, TheStepsBringTheTableToWhatTheClientSays) {
+  // A daemon that restarted hears an engine first, then the runner.
+  sched::NodeModel model;
+  run(resync_steps(*Snapshot(entry(S::kActing)), Sender::kEngine, 7, model.sessions().find(42), false), model);
+  const sched::Session* s = model.sessions().find(42);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->state, S::kActing);
+  EXPECT_EQ(s->engine, 7u);
+  EXPECT_FALSE(s->round_in_flight);
+  EXPECT_EQ(s->blocks_held, 17u);
+  EXPECT_EQ(s->residency, sched::Residency::kResident);
+  run(resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, s, false), model);
+  s = model.sessions().find(42);
+  EXPECT_EQ(s->state, S::kActing);
+  EXPECT_EQ(s->tool, 9u);
+
+  // The other order: the runner first, then the engine's round in flight.
+  sched::NodeModel other;
+  run(resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kRunner, 100, nullptr, false), other);
+  s = other.sessions().find(42);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->state, S::kWaiting);
+  run(resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, s, true), other);
+  s = other.sessions().find(42);
+  EXPECT_EQ(s->state, S::kReasoning);
+  EXPECT_TRUE(s->round_in_flight);
+  EXPECT_EQ(s->round, 3u);
 }
 
 }  // namespace

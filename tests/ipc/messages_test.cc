@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -283,6 +284,26 @@ TEST(Messages, ToolMessagesRoundTripWithEightFds) {
   EXPECT_EQ(pl->memory_fd(), 2);
   EXPECT_EQ(pl->cpuacct_fd(), -1);  // the default: none
   EXPECT_EQ(pl->bwrap_args()->size(), 3u);
+  // parse_tool_placement() gives back every field the builder took.
+  const ToolPlacementInfo back = parse_tool_placement(*pl);
+  EXPECT_EQ(back.request, 7u);
+  EXPECT_EQ(back.cgroup_id, 99u);
+  EXPECT_TRUE(back.has_v2);
+  EXPECT_EQ(back.v1_count, 7);
+  EXPECT_EQ(back.cpuacct_fd, -1);
+  EXPECT_EQ(back.memory_fd, 2);
+  EXPECT_EQ(back.cpu_fd, -1);
+  EXPECT_EQ(back.bwrap_args, info.bwrap_args);
+  info.code = ENOSPC;
+  info.message = "full";
+  info.bwrap = "/usr/bin/bwrap";
+  info.cpu_fd = 1;
+  ReceivedMessage refused = round_trip(build_tool_placement(info));
+  const ToolPlacementInfo r = parse_tool_placement(*refused.message()->payload_as_ToolPlacement());
+  EXPECT_EQ(r.code, ENOSPC);
+  EXPECT_EQ(r.message, "full");
+  EXPECT_EQ(r.bwrap, "/usr/bin/bwrap");
+  EXPECT_EQ(r.cpu_fd, 1);
 
   ReceivedMessage killed = round_trip(build_tool_killed(0x1234, 3, 3, "stalled"));
   const wire::ToolKilled* k = killed.message()->payload_as_ToolKilled();

@@ -175,11 +175,18 @@ TEST(FailOpen, RunnerCallsSucceedWithoutADaemon) {
   tandem_client* c = nullptr;
   ASSERT_EQ(tandem_runner_open(&o, &c), 0);
   std::uint64_t s = 0;
-  tandem_session_hints hints{sizeof(tandem_session_hints), 2, 5};
+  tandem_session_hints hints{};
+  hints.sz = sizeof hints;
+  hints.priority_class = 2;
+  hints.expected_rounds = 5;
   ASSERT_EQ(tandem_session_open(c, "runner-session", &hints, &s), 0);
   EXPECT_EQ(s, tandem_session_id("runner-session"));
   EXPECT_EQ(tandem_tool_begin(c, s, "pytest", 1, 1234), 0);
-  tandem_tool_usage usage{sizeof(tandem_tool_usage), 1000, 500, 4096};
+  tandem_tool_usage usage{};
+  usage.sz = sizeof usage;
+  usage.wall_ns = 1000;
+  usage.cpu_ns = 500;
+  usage.peak_memory_bytes = 4096;
   EXPECT_EQ(tandem_tool_end(c, s, "pytest", 1, -9, &usage), 0);
   EXPECT_EQ(tandem_session_close(c, s, TANDEM_CLOSE_CANCELLED), 0);
   EXPECT_EQ(get_stats(c).records_dropped, 4u);
@@ -305,7 +312,9 @@ TEST(Validation, CallsRejectBadArgumentsNamingTheField) {
   std::uint64_t id = 0;
   EXPECT_EQ(tandem_session_open(runner, "", nullptr, &id), -EINVAL);
   EXPECT_EQ(tandem_session_open(runner, "x", nullptr, nullptr), -EINVAL);
-  tandem_session_hints hints{sizeof(tandem_session_hints), 4, 0};
+  tandem_session_hints hints{};
+  hints.sz = sizeof hints;
+  hints.priority_class = 4;
   EXPECT_EQ(tandem_session_open(runner, "x", &hints, &id), -EINVAL);
   EXPECT_NE(std::strstr(tandem_last_error(runner), "priority_class"), nullptr);
   EXPECT_EQ(id, 0u) << "untouched on failure";
@@ -344,7 +353,10 @@ TEST(Validation, RoleChecks) {
   EXPECT_NE(std::strstr(tandem_last_error(runner), "engine"), nullptr);
   EXPECT_EQ(tandem_round_first_token(runner, 1, 0, 0, 0), -EPERM);
   EXPECT_EQ(tandem_round_end(runner, 1, 0, 0, 0, 0), -EPERM);
-  tandem_kv_stats kv{sizeof(tandem_kv_stats), 10, 5, 0, 0, 0, 0, 0, 0, 0};
+  tandem_kv_stats kv{};
+  kv.sz = sizeof kv;
+  kv.blocks_total = 10;
+  kv.blocks_free = 5;
   EXPECT_EQ(tandem_kv_stats_report(runner, &kv), -EPERM);
   EXPECT_EQ(tandem_kv_event(runner, 1, TANDEM_KV_DROPPED, 1, 0), -EPERM);
   tandem_step_input in{};
@@ -565,7 +577,18 @@ TEST(FakeDaemon, HandshakeRecordsAndResync) {
   ASSERT_EQ(tandem_round_submit(c, s, &r), 0);
   ASSERT_EQ(tandem_round_first_token(c, s, 0, 11, 22), 0);
   ASSERT_EQ(tandem_round_end(c, s, 0, 40, 21, 1), 0);
-  tandem_kv_stats kv{sizeof(tandem_kv_stats), 4096, 1000, 10, 5, 3, 2, 256, 900, 0};
+  // Member by member, not positionally: a field appended to the struct
+  // needs no change here (docs/contributing.md "Adding a field to a record").
+  tandem_kv_stats kv{};
+  kv.sz = sizeof kv;
+  kv.blocks_total = 4096;
+  kv.blocks_free = 1000;
+  kv.blocks_pinned = 10;
+  kv.blocks_offloaded = 5;
+  kv.running_seqs = 3;
+  kv.waiting_seqs = 2;
+  kv.step_tokens = 256;
+  kv.step_time_us = 900;
   ASSERT_EQ(tandem_kv_stats_report(c, &kv), 0);
   ASSERT_EQ(tandem_kv_event(c, s, TANDEM_KV_OFFLOADED, 21, 0), 0);
   const std::int64_t t1 = now_ns();
