@@ -309,7 +309,7 @@ base::Result<void> Server::apply_config(Compiled fresh, std::string_view why) {
   } else if (plan.nvml) {
     gpu_telemetry_->apply(cfg.nvml);
   }
-  if (why == "reload") policy_set_keys_.clear();  // the file again, with nothing set on top
+  if (why == "reload") ctl_->file_reloaded();  // the file again, with nothing set on top
   config_ = std::move(fresh.config);
   if (plan.gpu) gpu_.configure(config_->config().gpu);
   if (plan.policy) {

@@ -205,7 +205,7 @@ void Server::on_message(Client& c, const wire::Message& msg) {
       on_resync(c, *msg.payload_as_Resync());
       break;
     case wire::Payload::CtlRequest:
-      on_ctl(c, *msg.payload_as_CtlRequest());
+      send_message(c, ctl_->handle(c.role, *msg.payload_as_CtlRequest()));
       break;
     case wire::Payload::ToolPrepare:
       on_tool_prepare(c, *msg.payload_as_ToolPrepare());

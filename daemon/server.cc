@@ -47,6 +47,7 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   }
   s->config_ = std::move(config.config);
   if (clock != nullptr) s->clock_ = clock;
+  s->ctl_.emplace(static_cast<const CtlView&>(*s), static_cast<CtlCommands&>(*s), *s->clock_);
   s->effects_ = &effects;
   effects.set_notice_sink([srv = s.get()](const ToolNotice& n) { srv->send_tool_notice(n); });
   s->notifier_ = &notifier;
@@ -336,7 +337,7 @@ void Server::handle(Tag tag, int res) {
     case Op::kMetricsConn:
       if (metrics_ && !stopping_) {
         const Time now = clock_->now();
-        metrics_->on(tag, res, uring_, now, [&] { return metrics_text(now); });
+        metrics_->on(tag, res, uring_, now, [&] { return ctl_->metrics_text(now); });
       }
       break;
     case Op::kCancel:

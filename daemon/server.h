@@ -1,8 +1,12 @@
 // Server: tandemd's core — the io_uring loop, the client registry, the ring
-// pump, the control tick and the ctl server (docs/architecture.md "Wire records", "Trust model", "Processes").
-// One object, written in parts, a file each (docs/architecture.md "The
-// daemon's parts"): server.cc (start-up, the loop), handshake.cc,
-// sessions.cc, intake.cc, control.cc, ctl.cc and ctl_metrics.cc.
+// pump and the control tick (docs/architecture.md "Wire records", "Trust
+// model", "Processes"). One object, written in parts, a file each
+// (docs/architecture.md "The daemon's parts"): server.cc (start-up, the
+// loop), handshake.cc, sessions.cc, intake.cc, control.cc and server_ctl.cc.
+// tandemctl's answers and the metrics text are a class of their own,
+// CtlService (daemon/ctl_service.h), which reads the Server only through
+// CtlView and steers it only through CtlCommands; server_ctl.cc is the
+// Server's side of both.
 //
 // One thread owns everything here. Inputs arrive as io_uring completions
 // (daemon/uring.h): the signalfd (SIGTERM/SIGINT stop, SIGHUP reloads), a
@@ -48,6 +52,7 @@
 #include "base/result.h"
 #include "base/unique_fd.h"
 #include "daemon/config.h"
+#include "daemon/ctl_service.h"
 #include "daemon/effects.h"
 #include "daemon/event_log.h"
 #include "daemon/events.h"
@@ -55,6 +60,7 @@
 #include "daemon/gpu_telemetry.h"
 #include "daemon/metrics.h"
 #include "daemon/owners.h"
+#include "daemon/stats.h"
 #include "daemon/uring.h"
 #include "ipc/channel.h"
 #include "ipc/messages.h"
@@ -99,52 +105,8 @@ class TokenBucket {
   base::Time last_{};
 };
 
-struct ServerStats {
-  std::uint64_t records_accepted = 0;
-  std::uint64_t records_rejected = 0;  // failed validation, authorization or the session table
-  std::uint64_t messages = 0;
-  std::uint64_t ticks = 0;
-  std::uint64_t actions = 0;
-  std::uint64_t directives = 0;
-  std::uint64_t directives_dropped = 0;  // a client's directive backlog was full
-  std::uint64_t clients_accepted = 0;
-  std::uint64_t clients_refused = 0;  // handshake failed
-  std::uint64_t clients_dropped = 0;  // removed for misbehaving
-  std::uint64_t effects_cpu_weight = 0;
-  std::uint64_t effects_cpu_quota = 0;
-  std::uint64_t effects_kill_tools = 0;
-  std::uint64_t effects_sm_partition = 0;
-  std::uint64_t offload_plan_changes = 0;  // the GPU plane changed an engine's weight-offload plan
-  std::uint64_t resyncs = 0;               // Resync messages taken
-  std::uint64_t tools_prepared = 0;        // ToolPrepare answered with a cgroup
-  std::uint64_t tools_refused = 0;         // ToolPrepare answered with an error
-  // An exception escaped a handler (a bug): answered as an error, counted,
-  // logged, and the loop went on.
-  std::uint64_t internal_errors = 0;
-  std::uint64_t names_refused = 0;  // client or session names that failed base::name_problem()
-  // Refused at accept or Hello by the per-uid cap, the reserved slots, or the ctl cap.
-  std::uint64_t clients_refused_limits = 0;
-  std::uint64_t ctl_idle_closed = 0;  // ctl connections closed for idling
-  std::uint64_t accept_errors = 0;    // accept() failures (EMFILE, ENFILE, ...): backed off
-  // Resync entries refused: another runner's session, a closed one, a bad
-  // state, over the client's limit.
-  std::uint64_t resync_refused = 0;
-  std::uint64_t sessions_detached = 0;    // held for a runner handle whose connection ended
-  std::uint64_t sessions_reattached = 0;  // given back to it by its resync
-  std::uint64_t sessions_restored = 0;    // recreated at start from the ownership journal
-  std::uint64_t unplaced_tools = 0;       // unplaced tools tracked by pid
-  std::uint64_t unplaced_unverified = 0;  // ... not, their pid not a child of the runner
-  // KV_EVENT records by ipc::KvEventKind − 1 (evicted, restored, offloaded,
-  // dropped) and the blocks they moved.
-  std::array<std::uint64_t, 4> kv_events{};
-  std::array<std::uint64_t, 4> kv_event_blocks{};
-  std::uint64_t recomputed_tokens = 0;  // prompt tokens a session had computed before and the engine did not hit
-  double tick_seconds = 0;              // Σ control tick durations
-  double tick_seconds_max = 0;
-};
-
 // Thread-safety: one thread.
-class Server : private sched::ActionSink {
+class Server : private sched::ActionSink, private CtlView, private CtlCommands {
  public:
   // Binds <runtime_dir>/tandemd.sock (creating the directory; refusing if
   // another tandemd holds <runtime_dir>/tandemd.lock), sets up the signalfd
@@ -176,19 +138,9 @@ class Server : private sched::ActionSink {
   // rather than wait for the timer.
   void tick_now();
 
-  const ServerStats& stats() const { return stats_; }
-  // How much the daemon holds on clients' behalf (bounded by the limits;
-  // tandemctl status shows it as "tables").
-  struct Footprint {
-    std::size_t clients = 0;
-    std::size_t sessions = 0;       // in the session table
-    std::size_t session_meta = 0;   // names and owners of sessions
-    std::size_t pending_names = 0;  // names waiting for their session, all clients
-    std::size_t owners = 0;         // runner handles holding sessions
-    std::size_t detached = 0;       // ... of which no connection is attached
-    std::size_t tombstones = 0;
-  };
-  Footprint footprint() const;
+  const ServerStats& stats() const override { return stats_; }
+  using Footprint = daemon::Footprint;
+  Footprint footprint() const override;
   const std::string& socket_path() const { return socket_path_; }
 
  private:
@@ -258,13 +210,7 @@ class Server : private sched::ActionSink {
       bool throttle = false;  // hitting its message rate
       bool backlog = false;   // dropping directives
     } warned;
-    // Engines: what the GPU plane chose for it, published on its status page.
-    struct GpuChoice {
-      std::uint32_t sm_partition = 0;
-      bool sm_partition_set = false;
-      std::uint64_t offload_plan = 0;         // the weight-offload plan (bit i: module i)
-      std::uint64_t offload_freed_bytes = 0;  // device bytes that plan frees
-    } gpu;
+    GpuChoice gpu;  // engines: what the GPU plane chose for it, published on its status page
   };
 
   struct SessionMeta {
@@ -349,7 +295,6 @@ class Server : private sched::ActionSink {
   void on_session_name(Client& c, const wire::SessionName& sn);
   void on_tool_prepare(Client& c, const wire::ToolPrepare& tp);
   void send_tool_notice(const ToolNotice& n);
-  void on_ctl(Client& c, const wire::CtlRequest& req);
   // Whether `c` may open one more session (sessions_per_client: its
   // handle's for a runner); tells it if not.
   bool admit_session(Client& c, sched::SessionId id);
@@ -407,39 +352,37 @@ class Server : private sched::ActionSink {
   void install_policy(sched::PolicyInstance policy);
   // Re-reads the configuration and applies it (SIGHUP, `tandemctl reload`);
   // a failure is logged and returned, and changes nothing.
-  base::Result<void> reload();
+  base::Result<void> reload() override;
   // Makes `fresh` the running configuration (reload, `tandemctl policy set`):
   // the policy rebuilt when it changed, engines sent the new PolicyConfig,
   // the tick re-timed. Refused (nothing changes) when a restart-only key
   // differs or the policy cannot be built; `why` names the caller in logs.
-  base::Result<void> apply_config(Compiled fresh, std::string_view why);
+  base::Result<void> apply_config(Compiled fresh, std::string_view why) override;
 
-  // ctl (daemon/ctl.cc).
-  std::string ctl_status(base::Time now) const;
-  // A page of a list answer: the body (JSON) and the cursor of the next
-  // page ("" when this was the last). Every page fits one datagram.
-  struct Page {
-    std::string body;
-    std::string next;
-  };
-  Page ctl_engines(std::string_view cursor) const;
-  Page ctl_sessions(base::Time now, std::string_view cursor) const;
-  Page ctl_tools(std::string_view cursor) const;
-  Page ctl_metrics(base::Time now, std::string_view cursor) const;
-  // tandemctl gpu: NVML's latest sample, processes attributed to clients (daemon/gpu_telemetry.h).
-  std::string ctl_gpu(base::Time now) const;
-  PidAttribution gpu_attribution() const;
-  // tandemctl session-kill: closes a session, killing its tools. 0 or an errno value; `out` says what happened.
-  int ctl_session_kill(std::string_view who, base::Time now, std::string& out);
-  int ctl_session_evict(std::string_view who, base::Time now, std::string& out);
-  // The live session `who` names (an id or a name), or 0 with `out` saying so.
-  sched::SessionId find_live_session(std::string_view who, std::string& out) const;
-  std::string ctl_policy() const;
-  // Keys `tandemctl policy set` changed since the file was last read.
-  std::set<std::string> policy_set_keys_;
-  int ctl_policy_set(std::string_view key, std::string_view value, std::string& out);
-  // Prometheus text of everything below (docs/metrics.md).
-  std::string metrics_text(base::Time now) const;
+  // What tandemctl reads and does (CtlService, daemon/ctl_service.h), in
+  // daemon/server_ctl.cc.
+  const CompiledConfig& config() const override { return *config_; }
+  const sched::ControlPolicy& policy() const override { return *policy_.control; }
+  std::uint64_t policy_epoch() const override { return policy_epoch_; }
+  const sched::NodeModel& model() const override { return model_; }
+  const GpuPlane& gpu_plane() const override { return gpu_; }
+  base::Time started() const override { return started_; }
+  bool draining() const override { return draining_; }
+  void for_each_client(const std::function<void(const ClientCard&)>& f) const override;
+  std::optional<ClientCard> client(std::uint32_t id) const override;
+  std::optional<SessionCard> session(sched::SessionId id) const override;
+  void for_each_session(const std::function<void(sched::SessionId, const SessionCard&)>& f) const override;
+  const EventLog& events() const override { return log_; }
+  const HostEffects& host() const override { return *effects_; }
+  const GpuTelemetry& gpu_telemetry() const override { return *gpu_telemetry_; }
+  const MetricsEndpoint* metrics_endpoint() const override { return metrics_ ? &*metrics_ : nullptr; }
+  const std::string& metrics_error() const override { return metrics_error_; }
+  static ClientCard card(const Client& c);
+  SessionCard card(const SessionMeta& m) const;
+  void refresh() override;
+  void set_draining(bool on, base::Time now) override;
+  void evict_session(sched::SessionId id, base::Time now) override;
+  std::vector<std::int32_t> kill_session(sched::SessionId id, base::Time now) override;
   void count_record(const ipc::Record& r);
 
   Client* find_client(std::uint32_t id);
@@ -468,7 +411,6 @@ class Server : private sched::ActionSink {
   EventLog log_;
   // Logs an event, keeping the session's name where it is about to go.
   void log_event(base::Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {});
-  std::string ctl_events(std::string_view since) const;
   bool draining_ = false;  // tandemctl drain: no new session is admitted; live ones go on
   std::optional<MetricsEndpoint> metrics_;
   std::string metrics_error_;  // why there is no endpoint ("" when there is, or none was asked)
@@ -531,7 +473,8 @@ class Server : private sched::ActionSink {
   // Logs `text` through `q` at most once every 10 s, saying how many were held back.
   void quietly(Quiet& q, base::Time now, const std::string& text);
   ServerStats stats_;
-  std::vector<ipc::Slot> batch_;  // pump scratch
+  std::optional<CtlService> ctl_;  // tandemctl's answers and the metrics text; made in create()
+  std::vector<ipc::Slot> batch_;   // pump scratch
 };
 
 }  // namespace tandem::daemon
