@@ -176,7 +176,7 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
     c.owner = o.id;
   }
   if (c.role == Role::kEngine) {
-    feed(sched::EngineJoined{c.id, c.engine}, now);
+    control_->feed(sched::EngineJoined{c.id, c.engine}, now);
     send_policy_config(c);
     publish_status(c, now);
   }
@@ -185,11 +185,11 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
 void Server::send_policy_config(Client& c) {
   std::vector<std::string> keys;
   std::vector<double> values;
-  for (const auto& [k, v] : policy_.params.values()) {
+  for (const auto& [k, v] : control_->params().values()) {
     keys.push_back(k);
     values.push_back(v);
   }
-  send_message(c, ipc::build_policy_config(policy_epoch_, config_->config().policy, keys, values));
+  send_message(c, ipc::build_policy_config(control_->epoch(), config_->config().policy, keys, values));
 }
 
 void Server::on_message(Client& c, const wire::Message& msg) {
@@ -293,7 +293,7 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
   }
   // The runner's own, open session only.
   auto m = meta_.find(tp.session());
-  const sched::Session* s = model_.sessions().find(tp.session());
+  const sched::Session* s = control_->model().sessions().find(tp.session());
   if (m == meta_.end() || s == nullptr || s->state == SessionState::kDone) {
     answer_error(ENOENT, fmt::format("session {:#018x} is not open", tp.session()));
     return;

@@ -49,6 +49,7 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   if (clock != nullptr) s->clock_ = clock;
   s->ctl_.emplace(static_cast<const CtlView&>(*s), static_cast<CtlCommands&>(*s), *s->clock_);
   s->effects_ = &effects;
+  s->control_.emplace(effects, s->stats_, static_cast<ControlOutlet&>(*s));
   effects.set_notice_sink([srv = s.get()](const ToolNotice& n) { srv->send_tool_notice(n); });
   s->notifier_ = &notifier;
   s->reload_ = std::move(reload);
@@ -140,12 +141,12 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   if (!uring) return base::propagate(std::move(uring.error()));
   s->uring_ = std::move(*uring);
 
-  s->install_policy(std::move(config.policy));
+  s->control_->install_policy(std::move(config.policy));
   // [nvml] enabled = "on" makes a library that does not load a start-up error.
   auto gpu_telemetry = GpuTelemetry::start(cfg.nvml);
   if (!gpu_telemetry) return base::propagate(std::move(gpu_telemetry.error()));
   s->gpu_telemetry_ = std::move(*gpu_telemetry);
-  s->gpu_.configure(cfg.gpu);
+  s->control_->configure_gpu(cfg.gpu);
   // The metrics endpoint is a convenience: a port in use costs the endpoint,
   // not the daemon (tandemctl metrics still answers, status says why).
   if (!cfg.metrics_listen.empty()) {
@@ -173,11 +174,6 @@ Server::~Server() {
       st.st_dev == socket_dev_ && st.st_ino == socket_ino_) {
     ::unlinkat(dir_fd_.get(), "tandemd.sock", 0);
   }
-}
-
-void Server::install_policy(sched::PolicyInstance policy) {
-  policy_ = std::move(policy);
-  ++policy_epoch_;
 }
 
 Server::Client* Server::find_client(std::uint32_t id) {
@@ -257,7 +253,7 @@ base::Result<void> Server::run() {
   }
 
   notifier_->stopping();
-  spdlog::info("stopping: {} clients, {} sessions", clients_.size(), model_.sessions().size());
+  spdlog::info("stopping: {} clients, {} sessions", clients_.size(), control_->model().sessions().size());
   for (auto& [id, c] : clients_) c.doomed = true;
   sweep();
   if (metrics_) metrics_->close_all(uring_);

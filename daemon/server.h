@@ -2,11 +2,14 @@
 // pump and the control tick (docs/architecture.md "Wire records", "Trust
 // model", "Processes"). One object, written in parts, a file each
 // (docs/architecture.md "The daemon's parts"): server.cc (start-up, the
-// loop), handshake.cc, sessions.cc, intake.cc, control.cc and server_ctl.cc.
-// tandemctl's answers and the metrics text are a class of their own,
-// CtlService (daemon/ctl_service.h), which reads the Server only through
-// CtlView and steers it only through CtlCommands; server_ctl.cc is the
-// Server's side of both.
+// loop), handshake.cc, sessions.cc, intake.cc, tick.cc and server_ctl.cc.
+// Two parts are classes with their own state: Control (daemon/control.h:
+// the model, the policy, the GPU plane, actions into directives and
+// effects), which reaches the rest through ControlOutlet, and CtlService
+// (daemon/ctl_service.h: tandemctl's answers and the metrics text), which
+// reads the Server only through CtlView and steers it only through
+// CtlCommands. The Server implements those three interfaces (tick.cc,
+// server_ctl.cc).
 //
 // One thread owns everything here. Inputs arrive as io_uring completions
 // (daemon/uring.h): the signalfd (SIGTERM/SIGINT stop, SIGHUP reloads), a
@@ -52,6 +55,7 @@
 #include "base/result.h"
 #include "base/unique_fd.h"
 #include "daemon/config.h"
+#include "daemon/control.h"
 #include "daemon/ctl_service.h"
 #include "daemon/effects.h"
 #include "daemon/event_log.h"
@@ -106,7 +110,7 @@ class TokenBucket {
 };
 
 // Thread-safety: one thread.
-class Server : private sched::ActionSink, private CtlView, private CtlCommands {
+class Server : private ControlOutlet, private CtlView, private CtlCommands {
  public:
   // Binds <runtime_dir>/tandemd.sock (creating the directory; refusing if
   // another tandemd holds <runtime_dir>/tandemd.lock), sets up the signalfd
@@ -223,10 +227,7 @@ class Server : private sched::ActionSink, private CtlView, private CtlCommands {
     std::uint32_t attached_conn = 0;
     std::uint64_t attached_at = 0;
     bool named_by_owner = false;  // its name came from its runner (or no runner owns it)
-    std::int64_t cpu_weight = -1;
-    std::int64_t cpu_quota = -1;
-    std::uint8_t priority = 0;
-    sched::EngineId told = sched::kNoEngine;  // engine last sent ADMIT or RESTORE for it
+    SessionSteer steer;           // what Control last told about it
   };
 
   // A runner handle that owns sessions (daemon/owners.h): its key, the
@@ -314,42 +315,26 @@ class Server : private sched::ActionSink, private CtlView, private CtlCommands {
   // Whether client `c` may send record `r` under its type's rule
   // (daemon/events.h record_rule); `why` names the reason if not.
   bool authorize(Client& c, const ipc::Record& r, const RecordRule& rule, const char** why);
-  // Applies an event to the model and shows it to the policy; false if the
-  // session table rejected it.
-  bool feed(const sched::Event& e, base::Time now);
   void reject_record(Client& c, std::string_view why);
 
-  // Control.
+  // The control tick (daemon/tick.cc): Control decides; directives go out,
+  // finished sessions end, status pages are published, bells rung.
   void tick(base::Time now);
-  // What the policy's actions do here (sched::apply calls these; GPU-plane
-  // decisions call sm_partition directly): directives, effects, the event log.
-  bool may_admit() const override;
-  void admitted(const sched::Session& s, base::Time now) override;
-  void paused(const sched::Session& s, base::Time now) override;
-  void restored(const sched::Session& s, sched::EngineId from, base::Time now) override;
-  void priority(const sched::Session& s, std::int64_t level, base::Time now) override;
-  void pinned(const sched::Session& s, base::Time until, base::Time now) override;
-  void unpinned(const sched::Session& s, base::Time now) override;
-  void dropped(const sched::Session& s, base::Time now) override;
-  void offloaded(const sched::Session& s, base::Time now) override;
-  void cpu_weight(const sched::Session& s, std::int64_t weight, base::Time now) override;
-  void cpu_quota(const sched::Session& s, std::int64_t us_per_100ms, base::Time now) override;
-  void kill_tools(const sched::Session& s, base::Time now) override;
-  void sm_partition(sched::EngineId engine, std::int64_t index, base::Time now) override;
-  void send_directive(sched::EngineId engine, const ipc::Slot& record);
+  // Where Control's decisions go (ControlOutlet, daemon/control.h).
+  void send_directive(sched::EngineId engine, const ipc::Slot& record) override;
+  SessionSteer* steer(sched::SessionId id) override;
+  GpuChoice* gpu_choice(sched::EngineId engine) override;
+  void note(base::Time now, EventLog::Kind kind, sched::SessionId session, std::array<std::int64_t, 4> v) override;
   // Pushes a directive to any client with a directive ring (CLOSE to a runner).
   void push_directive(Client& c, const ipc::Slot& record);
   void flush_backlog(Client& c);
   // Rings each engine's directive doorbell once for the directives pushed
   // since the last call (after a pump and after a tick).
   void ring_directive_bells();
-  // The GPU plane's decisions of this tick: partitions and offload plans.
-  void gpu_tick(base::Time now);
   // Records that must wait in a client's ring before it wakes the loop.
   static std::uint32_t wake_watermark(const Client& c);
   void publish_status(Client& c, base::Time now);
   void session_done(sched::SessionId id);
-  void install_policy(sched::PolicyInstance policy);
   // Re-reads the configuration and applies it (SIGHUP, `tandemctl reload`);
   // a failure is logged and returned, and changes nothing.
   base::Result<void> reload() override;
@@ -362,12 +347,12 @@ class Server : private sched::ActionSink, private CtlView, private CtlCommands {
   // What tandemctl reads and does (CtlService, daemon/ctl_service.h), in
   // daemon/server_ctl.cc.
   const CompiledConfig& config() const override { return *config_; }
-  const sched::ControlPolicy& policy() const override { return *policy_.control; }
-  std::uint64_t policy_epoch() const override { return policy_epoch_; }
-  const sched::NodeModel& model() const override { return model_; }
-  const GpuPlane& gpu_plane() const override { return gpu_; }
+  const sched::ControlPolicy& policy() const override { return control_->policy(); }
+  std::uint64_t policy_epoch() const override { return control_->epoch(); }
+  const sched::NodeModel& model() const override { return control_->model(); }
+  const GpuPlane& gpu_plane() const override { return control_->gpu(); }
   base::Time started() const override { return started_; }
-  bool draining() const override { return draining_; }
+  bool draining() const override { return control_->draining(); }
   void for_each_client(const std::function<void(const ClientCard&)>& f) const override;
   std::optional<ClientCard> client(std::uint32_t id) const override;
   std::optional<SessionCard> session(sched::SessionId id) const override;
@@ -411,7 +396,6 @@ class Server : private sched::ActionSink, private CtlView, private CtlCommands {
   EventLog log_;
   // Logs an event, keeping the session's name where it is about to go.
   void log_event(base::Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {});
-  bool draining_ = false;  // tandemctl drain: no new session is admitted; live ones go on
   std::optional<MetricsEndpoint> metrics_;
   std::string metrics_error_;  // why there is no endpoint ("" when there is, or none was asked)
   // NVML sampling on a thread of its own ([nvml]); never null after create().
@@ -423,12 +407,10 @@ class Server : private sched::ActionSink, private CtlView, private CtlCommands {
   std::uint32_t next_client_ = 1;
   std::uint32_t pump_start_ = 0;  // client id the next pump round starts at
 
-  sched::PolicyInstance policy_;
-  std::uint64_t policy_epoch_ = 0;
-  sched::NodeModel model_;
-  GpuPlane gpu_{GpuConfig{}};           // configured from config_ in create() and apply_config()
-  std::vector<GpuChange> gpu_changes_;  // tick scratch
-  sched::Actions actions_;
+  // The model, the policy, the GPU plane and the drain switch; made in
+  // create(), the GPU plane configured from config_ there and in
+  // apply_config().
+  std::optional<Control> control_;
   std::unordered_map<sched::SessionId, SessionMeta> meta_;
   // Tools a runner started without a cgroup (TANDEM_TOOL_ALLOW_UNPLACED):
   // known by a pidfd taken when their TOOL_START (or the resync listing

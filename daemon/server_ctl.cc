@@ -1,6 +1,6 @@
 // The Server as CtlService (daemon/ctl_service.h) sees it: CtlView's
 // read-only cards of clients and sessions, and CtlCommands' operator
-// actions (drain, evict, kill; reload and apply_config are control.cc's).
+// actions (drain, evict, kill; reload and apply_config are tick.cc's).
 
 #include <poll.h>
 
@@ -8,7 +8,6 @@
 
 #include "daemon/server.h"
 #include "daemon/server_parts.h"
-#include "sched/apply.h"
 
 namespace tandem::daemon {
 
@@ -43,9 +42,9 @@ SessionCard Server::card(const SessionMeta& m) const {
   card.name = m.name;
   card.owner = m.owner;
   if (const auto o = owners_.find(m.owner); o != owners_.end()) card.owner_client = o->second.client;
-  card.priority = m.priority;
-  card.cpu_weight = m.cpu_weight;
-  card.cpu_quota = m.cpu_quota;
+  card.priority = m.steer.priority;
+  card.cpu_weight = m.steer.cpu_weight;
+  card.cpu_quota = m.steer.cpu_quota;
   return card;
 }
 
@@ -77,15 +76,15 @@ void Server::refresh() {
 }
 
 void Server::set_draining(bool on, Time now) {
-  if (on != draining_) log_event(now, on ? LogKind::kDrain : LogKind::kUndrain, 0);
-  draining_ = on;
+  if (on != control_->draining()) log_event(now, on ? LogKind::kDrain : LogKind::kUndrain, 0);
+  control_->set_draining(on);
 }
 
 void Server::evict_session(sched::SessionId id, Time now) {
   log_event(now, LogKind::kEvict, id);
   // The operator's actions go the policy's way (sched/apply.h).
-  sched::apply({sched::ActionKind::kUnpin, id}, model_.sessions(), *this, now);
-  sched::apply({sched::ActionKind::kDrop, id}, model_.sessions(), *this, now);
+  control_->apply({sched::ActionKind::kUnpin, id}, now);
+  control_->apply({sched::ActionKind::kDrop, id}, now);
 }
 
 std::vector<std::int32_t> Server::kill_session(sched::SessionId id, Time now) {
@@ -95,7 +94,7 @@ std::vector<std::int32_t> Server::kill_session(sched::SessionId id, Time now) {
   std::vector<UnplacedTool> unplaced = kill_unplaced(id);
   close_session(id, ipc::ToolExitReason::kKilledSession, Closed::kKilled, now);
   session_done(id);
-  model_.sessions().reap_done();
+  control_->model().sessions().reap_done();
   std::vector<std::int32_t> alive = effects_->survivors(id);
   for (const UnplacedTool& t : unplaced) {
     pollfd p{t.pidfd.get(), POLLIN, 0};

@@ -31,9 +31,7 @@ void Server::release_sessions(Client& c, Time now) {
   if (stopping_) return;  // the journal keeps who owns what for the next tandemd
   if (c.role == Role::kEngine) {
     // Its rounds in flight are lost; their runners may submit them elsewhere.
-    (void)model_.engine_gone(c.id, now);
-    policy_.control->on_event(sched::EngineLeft{c.id}, model_, now);
-    gpu_.engine_gone(c.id);
+    control_->engine_gone(c.id, now);
     // The sessions it opened by submitting that no runner took die with it
     // (its resync brings them back if it returns).
     std::vector<sched::SessionId> closing;
@@ -110,13 +108,13 @@ void Server::end_owner(std::uint32_t owner, Closed why, Time now) {
 }
 
 void Server::close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, Time now) {
-  const sched::Session* s = model_.sessions().find(id);
+  const sched::Session* s = control_->model().sessions().find(id);
   if (s == nullptr || s->state == SessionState::kDone) return;
   effects_->kill_tools(id, reason);
   ++stats_.effects_kill_tools;
   (void)kill_unplaced(id);
   if (why) remember_closed(id, *why);
-  (void)feed(sched::SessionClosed{id}, now);
+  (void)control_->feed(sched::SessionClosed{id}, now);
 }
 
 void Server::remember_closed(sched::SessionId id, Closed why) {
@@ -205,7 +203,7 @@ void Server::restore_owners(const JournalState& loaded, Time now) {
       ++gone;
       continue;
     }
-    if (!feed(sched::SessionOpened{id}, now)) continue;
+    if (!control_->feed(sched::SessionOpened{id}, now)) continue;
     SessionMeta& m = meta_[id];
     m.owner = o.id;
     o.sessions.insert(id);
@@ -220,7 +218,7 @@ void Server::restore_owners(const JournalState& loaded, Time now) {
 Server::Footprint Server::footprint() const {
   Footprint f;
   f.clients = clients_.size();
-  f.sessions = model_.sessions().size();
+  f.sessions = control_->model().sessions().size();
   f.session_meta = meta_.size();
   for (const auto& [id, c] : clients_) f.pending_names += c.pending_names.size();
   f.owners = owners_.size();
@@ -292,7 +290,7 @@ void Server::take_name(Client& c, sched::SessionId id, const flatbuffers::String
 bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const char** why, int* code) {
   const sched::SessionId id = snap.session();
   const Time now = clock_->now();
-  auto& table = model_.sessions();
+  auto& table = control_->model().sessions();
   const sched::Session* s = table.find(id);
   const bool live = s != nullptr && s->state != SessionState::kDone;
   auto m = meta_.find(id);
@@ -312,7 +310,7 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
     return false;
   }
   if (!live) {
-    if (!feed(sched::SessionOpened{id}, now)) {
+    if (!control_->feed(sched::SessionOpened{id}, now)) {
       *why = "the session table refused it";
       return false;
     }
@@ -324,7 +322,7 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
   m2.attached_at = 0;
   if (was_held) ++stats_.sessions_reattached;
   s = table.find(id);
-  if (snap.in_tool() && s != nullptr && s->tool == 0) feed(sched::ToolStarted{id, snap.tool_kind(), 0}, now);
+  if (snap.in_tool() && s != nullptr && s->tool == 0) control_->feed(sched::ToolStarted{id, snap.tool_kind(), 0}, now);
   // Its tools that run without a cgroup: known by pid from here on.
   if (snap.tools() != nullptr) {
     for (const wire::ToolSnapshot* t : *snap.tools()) {
@@ -341,7 +339,7 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
 bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const char** why, int* code) {
   const sched::SessionId id = snap.session();
   const Time now = clock_->now();
-  auto& table = model_.sessions();
+  auto& table = control_->model().sessions();
   const auto state = static_cast<SessionState>(snap.state());
   const sched::Session* s = table.find(id);
   const bool live = s != nullptr && s->state != SessionState::kDone;
@@ -374,14 +372,14 @@ bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const c
   if (runners && !in_flight) return true;  // a runner's session between rounds: the runner says what it does
   if (in_flight || state == SessionState::kActing) {
     if (s == nullptr || !live || !s->round_in_flight) {
-      feed(sched::RoundSubmitted{id, c.id, snap.round(), 0, 0, snap.blocks_held()}, now);
+      control_->feed(sched::RoundSubmitted{id, c.id, snap.round(), 0, 0, snap.blocks_held()}, now);
     }
     if (state != SessionState::kWaiting) {
       s = table.find(id);
       if (s != nullptr && s->state == SessionState::kWaiting) table.transition(id, SessionState::kReasoning, now);
     }
     if (state == SessionState::kActing) {
-      feed(sched::RoundEnded{id, c.id, snap.round(), 0, snap.blocks_held(), true}, now);
+      control_->feed(sched::RoundEnded{id, c.id, snap.round(), 0, snap.blocks_held(), true}, now);
     }
   }
   if (table.find(id) != nullptr) meta_for(c, id);
