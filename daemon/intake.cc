@@ -90,7 +90,7 @@ bool Server::pump_client(Client& c, Time now) {
   }
   c.pending = false;
   if (!c.bell_armed) {
-    uring_.read(c.channel.event_bell_fd(), &c.bell_buf, sizeof c.bell_buf, Tag{Op::kClientBell, c.id});
+    loop_.uring().read(c.channel.event_bell_fd(), &c.bell_buf, sizeof c.bell_buf, Tag{Op::kClientBell, c.id});
     c.bell_armed = true;
   }
   return false;

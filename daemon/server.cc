@@ -3,11 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/file.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -125,21 +123,8 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   if (!journal) return base::propagate(std::move(journal.error()), "ownership journal");
   s->journal_ = std::move(*journal);
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  s->signal_fd_ = base::UniqueFd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-  if (!s->signal_fd_) return base::errno_error("signalfd");
-
-  auto timer = make_timer(cfg.tick);
-  if (!timer) return base::propagate(std::move(timer.error()));
-  s->timer_fd_ = std::move(*timer);
-
-  auto uring = Uring::create(kUringEntries);
-  if (!uring) return base::propagate(std::move(uring.error()));
-  s->uring_ = std::move(*uring);
+  // The signalfd, the tick's timer and the ring.
+  if (auto loop = s->loop_.open(cfg.tick); !loop) return base::propagate(std::move(loop.error()));
 
   s->control_->install_policy(std::move(config.policy));
   // [nvml] enabled = "on" makes a library that does not load a start-up error.
@@ -201,22 +186,22 @@ bool Server::guarded(std::string_view what, F&& f) {
 void Server::arm() {
   if (armed_) return;
   armed_ = true;
-  uring_.accept(listen_.get(), Tag{Op::kAccept});
+  loop_.uring().accept(listen_.get(), Tag{Op::kAccept});
   accept_armed_ = true;
   for (auto& [id, o] : owners_) {
     if (o.pidfd && !o.pidfd_armed) {
-      uring_.poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
+      loop_.uring().poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
       o.pidfd_armed = true;
     }
   }
-  uring_.read(signal_fd_.get(), signal_buf_, sizeof(signalfd_siginfo), Tag{Op::kSignal});
-  uring_.read(timer_fd_.get(), &timer_buf_, sizeof timer_buf_, Tag{Op::kTimer});
+  loop_.arm_signal();
+  loop_.arm_timer();
   if (effects_->event_fd() >= 0) {
-    uring_.poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
+    loop_.uring().poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
     host_armed_ = true;
   }
   if (metrics_) {
-    metrics_->arm(uring_);
+    metrics_->arm(loop_.uring());
     spdlog::info("metrics on http://{}/metrics", metrics_->address());
   }
 }
@@ -225,7 +210,7 @@ base::Result<void> Server::run_once(base::Duration timeout) {
   arm();
   const bool busy = std::any_of(clients_.begin(), clients_.end(), [](const auto& kv) { return kv.second.pending; });
   const auto handler = [this](Tag tag, int res) { guarded("a completion", [&] { handle(tag, res); }); };
-  auto n = uring_.wait(busy ? base::Duration::zero() : timeout, handler);
+  auto n = loop_.uring().wait(busy ? base::Duration::zero() : timeout, handler);
   if (!n) return base::propagate(std::move(n.error()));
   guarded("the pump", [&] { pump(); });
   guarded("the sweep", [&] { sweep(); });
@@ -256,19 +241,19 @@ base::Result<void> Server::run() {
   spdlog::info("stopping: {} clients, {} sessions", clients_.size(), control_->model().sessions().size());
   for (auto& [id, c] : clients_) c.doomed = true;
   sweep();
-  if (metrics_) metrics_->close_all(uring_);
+  if (metrics_) metrics_->close_all(loop_.uring());
   return {};
 }
 
 void Server::handle(Tag tag, int res) {
   switch (tag.op) {
     case Op::kSignal:
-      if (res == static_cast<int>(sizeof(signalfd_siginfo))) on_signal();
-      uring_.read(signal_fd_.get(), signal_buf_, sizeof(signalfd_siginfo), Tag{Op::kSignal});
+      if (const int signo = loop_.signal_read(res); signo != 0) on_signal(signo);
+      loop_.arm_signal();
       break;
     case Op::kTimer:
       guarded("the control tick", [&] { on_timer(); });
-      uring_.read(timer_fd_.get(), &timer_buf_, sizeof timer_buf_, Tag{Op::kTimer});
+      loop_.arm_timer();
       break;
     case Op::kAccept:
       accept_armed_ = false;
@@ -289,7 +274,7 @@ void Server::handle(Tag tag, int res) {
         break;  // re-armed by the tick once accept_resume_ has passed
       }
       if (!stopping_) {
-        uring_.accept(listen_.get(), Tag{Op::kAccept});
+        loop_.uring().accept(listen_.get(), Tag{Op::kAccept});
         accept_armed_ = true;
       }
       break;
@@ -325,7 +310,7 @@ void Server::handle(Tag tag, int res) {
       host_armed_ = false;
       effects_->on_events();
       if (!stopping_ && effects_->event_fd() >= 0) {
-        uring_.poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
+        loop_.uring().poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
         host_armed_ = true;
       }
       break;
@@ -333,7 +318,7 @@ void Server::handle(Tag tag, int res) {
     case Op::kMetricsConn:
       if (metrics_ && !stopping_) {
         const Time now = clock_->now();
-        metrics_->on(tag, res, uring_, now, [&] { return ctl_->metrics_text(now); });
+        metrics_->on(tag, res, loop_.uring(), now, [&] { return ctl_->metrics_text(now); });
       }
       break;
     case Op::kCancel:
@@ -341,16 +326,14 @@ void Server::handle(Tag tag, int res) {
   }
 }
 
-void Server::on_signal() {
-  signalfd_siginfo info;
-  std::memcpy(&info, signal_buf_, sizeof info);
-  switch (info.ssi_signo) {
+void Server::on_signal(int signo) {
+  switch (signo) {
     case SIGHUP:
       (void)reload();  // logged either way
       break;
     case SIGTERM:
     case SIGINT:
-      spdlog::info("{} received", info.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+      spdlog::info("{} received", signo == SIGTERM ? "SIGTERM" : "SIGINT");
       stopping_ = true;
       break;
     default:
@@ -360,7 +343,7 @@ void Server::on_signal() {
 
 void Server::on_timer() {
   const Time now = clock_->now();
-  if (metrics_) metrics_->expire(uring_, now);
+  if (metrics_) metrics_->expire(loop_.uring(), now);
   // Pings come only at ticks: ping when the next tick would be past half the
   // watchdog period, so two pings are never more than usec/2 apart.
   const auto due = std::max<base::Duration>(std::chrono::microseconds(watchdog_usec_ / 2) - config_->config().tick,
@@ -370,7 +353,7 @@ void Server::on_timer() {
     last_watchdog_ = now;
   }
   if (!accept_armed_ && !stopping_ && now >= accept_resume_) {
-    uring_.accept(listen_.get(), Tag{Op::kAccept});
+    loop_.uring().accept(listen_.get(), Tag{Op::kAccept});
     accept_armed_ = true;
   }
   const auto idle = std::chrono::seconds(config_->config().limits.ctl_idle_timeout_s);
@@ -403,7 +386,7 @@ void Server::tick_now() {
 }
 
 void Server::arm_socket(Client& c) {
-  uring_.poll_in(c.sock.get(), Tag{Op::kClientSock, c.id});
+  loop_.uring().poll_in(c.sock.get(), Tag{Op::kClientSock, c.id});
   c.sock_armed = true;
 }
 
@@ -491,7 +474,7 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
     const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0));
     if (pidfd >= 0) {
       c.pidfd = base::UniqueFd(pidfd);
-      uring_.poll_in(c.pidfd.get(), Tag{Op::kClientPidfd, id});
+      loop_.uring().poll_in(c.pidfd.get(), Tag{Op::kClientPidfd, id});
       c.pidfd_armed = true;
     }
   }
@@ -595,9 +578,9 @@ void Server::sweep() {
       spdlog::info("{} left: {}", who, c.doom_reason);
     }
     // An armed operation holds its file: cancel before the fds close.
-    if (c.sock_armed) uring_.cancel(Tag{Op::kClientSock, c.id});
-    if (c.pidfd_armed) uring_.cancel(Tag{Op::kClientPidfd, c.id});
-    if (c.bell_armed) uring_.cancel(Tag{Op::kClientBell, c.id});
+    if (c.sock_armed) loop_.uring().cancel(Tag{Op::kClientSock, c.id});
+    if (c.pidfd_armed) loop_.uring().cancel(Tag{Op::kClientPidfd, c.id});
+    if (c.bell_armed) loop_.uring().cancel(Tag{Op::kClientBell, c.id});
     if (c.phase == Phase::kActive) release_sessions(c, now);
     it = clients_.erase(it);
   }

@@ -3,9 +3,10 @@
 // model", "Processes"). One object, written in parts, a file each
 // (docs/architecture.md "The daemon's parts"): server.cc (start-up, the
 // loop), handshake.cc, sessions.cc, intake.cc, tick.cc and server_ctl.cc.
-// Two parts are classes with their own state: Control (daemon/control.h:
-// the model, the policy, the GPU plane, actions into directives and
-// effects), which reaches the rest through ControlOutlet, and CtlService
+// Three parts are classes with their own state: Loop (daemon/loop.h: the
+// ring, the signalfd, the tick's timer); Control (daemon/control.h: the
+// model, the policy, the GPU plane, actions into directives and effects),
+// which reaches the rest through ControlOutlet; and CtlService
 // (daemon/ctl_service.h: tandemctl's answers and the metrics text), which
 // reads the Server only through CtlView and steers it only through
 // CtlCommands. The Server implements those three interfaces (tick.cc,
@@ -62,6 +63,7 @@
 #include "daemon/events.h"
 #include "daemon/gpu_plane.h"
 #include "daemon/gpu_telemetry.h"
+#include "daemon/loop.h"
 #include "daemon/metrics.h"
 #include "daemon/owners.h"
 #include "daemon/stats.h"
@@ -253,7 +255,7 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   void arm_socket(Client& c);
   void handle(Tag tag, int res);
   void on_accept(int fd);
-  void on_signal();
+  void on_signal(int signo);
   void on_timer();
   void on_client_socket(Client& c);
   void on_client_bell(Client& c);
@@ -380,14 +382,10 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   const base::Clock* clock_ = &monotonic_;  // what decisions read (create()'s `clock`)
   base::Time started_{};
 
-  Uring uring_;
+  Loop loop_;  // the ring, the signalfd and the tick's timer
   base::UniqueFd listen_;
   base::UniqueFd lock_;
-  base::UniqueFd signal_fd_;
-  base::UniqueFd timer_fd_;
   std::string socket_path_;
-  unsigned char signal_buf_[128] = {};  // one signalfd_siginfo
-  std::uint64_t timer_buf_ = 0;
   bool stopping_ = false;
   bool armed_ = false;       // arm() ran
   bool host_armed_ = false;  // a POLLIN on the host plane's event fd is outstanding

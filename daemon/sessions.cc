@@ -56,7 +56,7 @@ void Server::release_sessions(Client& c, Time now) {
     return;
   }
   if (o.sessions.empty()) {
-    if (o.pidfd_armed) uring_.cancel(Tag{Op::kOwnerPidfd, o.id});
+    if (o.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, o.id});
     owner_ids_.erase(o.key);
     owners_.erase(it);
     return;
@@ -86,7 +86,7 @@ Server::Owner& Server::owner_for(const OwnerKey& key) {
     if (fd && (key.start == 0 || process_start_time(kProcRoot, key.pid).value_or(0) == key.start)) {
       o.pidfd = std::move(fd);
       if (armed_) {
-        uring_.poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
+        loop_.uring().poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
         o.pidfd_armed = true;
       }
     }
@@ -101,7 +101,7 @@ void Server::end_owner(std::uint32_t owner, Closed why, Time now) {
   for (sched::SessionId id : sessions) close_session(id, ipc::ToolExitReason::kKilledSession, why, now);
   it = owners_.find(owner);  // close_session may have touched the table
   if (it == owners_.end()) return;
-  if (it->second.pidfd_armed) uring_.cancel(Tag{Op::kOwnerPidfd, owner});
+  if (it->second.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, owner});
   if (Client* c = find_client(it->second.client)) c->owner = 0;
   owner_ids_.erase(it->second.key);
   owners_.erase(it);

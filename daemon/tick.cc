@@ -75,7 +75,7 @@ void Server::session_done(sched::SessionId id) {
       if (Client* r = find_client(o->second.client)) push_directive(*r, close);
       if (!tombstone(id)) journal_.closed(id, Closed::kByOwner);  // ended some other way: not owned any more
       if (o->second.client == 0 && o->second.sessions.empty()) {
-        if (o->second.pidfd_armed) uring_.cancel(Tag{Op::kOwnerPidfd, o->first});
+        if (o->second.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, o->first});
         owner_ids_.erase(o->second.key);
         owners_.erase(o);
       }
@@ -205,13 +205,10 @@ base::Result<void> Server::apply_config(Compiled fresh, std::string_view why) {
   }
   if (plan.policy) control_->install_policy(std::move(fresh.policy));
   if (plan.tick) {
-    auto timer = make_timer(cfg.tick);
-    if (!timer) {
-      spdlog::error("{}: new tick timer: {}; keeping the old tick", why, timer.error().message());
-    } else {
-      // The armed read holds the old timer's file; it fires once more and is
-      // re-armed on the new one.
-      timer_fd_ = std::move(*timer);
+    // The armed read holds the old timer's file; it fires once more and is
+    // re-armed on the new one.
+    if (auto retimed = loop_.retime(cfg.tick); !retimed) {
+      spdlog::error("{}: new tick timer: {}; keeping the old tick", why, retimed.error().message());
     }
   }
   if (*gpu_telemetry) {
