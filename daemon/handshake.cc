@@ -56,20 +56,9 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
   if (*role == Role::kCtlRead || *role == Role::kCtlAdmin) {
     // Readers never take the slots kept for engines and runners, whoever
     // they are.
-    std::size_t ctl = 0;
-    for (const auto& [id, other] : clients_) {
-      ctl += !other.doomed && other.phase == Phase::kActive &&
-                     (other.role == Role::kCtlRead || other.role == Role::kCtlAdmin)
-                 ? 1
-                 : 0;
-    }
-    const Limits& limits = cfg.limits;
-    if (ctl >= limits.max_clients - limits.reserved()) {
+    if (const std::string refusal = clients_.ctl_refusal(cfg.limits); !refusal.empty()) {
       ++stats_.clients_refused_limits;
-      refuse(c, EAGAIN,
-             fmt::format("too many ctl clients: {} of limits.max_clients = {} ({} are kept for engines and runners: "
-                         "limits.reserved_clients)",
-                         ctl, limits.max_clients, limits.reserved()));
+      refuse(c, EAGAIN, refusal);
       return;
     }
   }

@@ -29,14 +29,6 @@ namespace tandem::daemon {
 
 using base::Time;
 
-std::uint64_t TokenBucket::available(Time now) {
-  if (now > last_) {
-    tokens_ = std::min(rate_, tokens_ + rate_ * base::to_seconds(now - last_));
-    last_ = now;
-  }
-  return tokens_ >= 1.0 ? static_cast<std::uint64_t>(tokens_) : 0;
-}
-
 base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffects& effects, Notifier& notifier,
                                                      ConfigLoader reload, const base::Clock* clock) {
   std::unique_ptr<Server> s(new Server());
@@ -159,11 +151,6 @@ Server::~Server() {
       st.st_dev == socket_dev_ && st.st_ino == socket_ino_) {
     ::unlinkat(dir_fd_.get(), "tandemd.sock", 0);
   }
-}
-
-Server::Client* Server::find_client(std::uint32_t id) {
-  auto it = clients_.find(id);
-  return it == clients_.end() || it->second.doomed ? nullptr : &it->second;
 }
 
 // ---- the loop ----------------------------------------------------------------
@@ -416,11 +403,10 @@ void Server::quietly(Quiet& q, Time now, const std::string& text) {
   q.since = 0;
 }
 
-std::size_t Server::uid_load(uid_t uid, pid_t pid) const {
-  std::size_t n = 0;
-  for (const auto& [id, c] : clients_) n += !c.doomed && c.uid == uid ? 1 : 0;
+std::size_t Server::held_handles(uid_t uid, pid_t pid) const {
   // Held handles count, except the connecting process's own: it may be
   // coming back for them.
+  std::size_t n = 0;
   for (const auto& [id, o] : owners_) n += o.client == 0 && o.key.uid == uid && o.key.pid != pid ? 1 : 0;
   return n;
 }
@@ -428,8 +414,6 @@ std::size_t Server::uid_load(uid_t uid, pid_t pid) const {
 void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
   const Limits& limits = config_->config().limits;
   const Time now = clock_->now();
-  std::size_t live = 0;
-  for (const auto& [id, c] : clients_) live += c.doomed ? 0 : 1;
   // Budgets by credentials, known before the peer says a word: all
   // clients; the slots kept for engines and runners, which a peer without
   // either role cannot take; and each uid's share (root and tandemd's own
@@ -438,18 +422,7 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
   const bool serves = config_->allowed(Role::kEngine, cred.uid, cred.gid, euid) ||
                       config_->allowed(Role::kRunner, cred.uid, cred.gid, euid);
   const bool trusted = cred.uid == 0 || cred.uid == euid;
-  std::string refusal;
-  if (live >= limits.max_clients) {
-    refusal = fmt::format("too many clients: limits.max_clients = {}", limits.max_clients);
-  } else if (!serves && live >= limits.max_clients - limits.reserved()) {
-    refusal = fmt::format(
-        "too many clients: the last {} of limits.max_clients = {} are reserved for engines and "
-        "runners (limits.reserved_clients), and uid {} is neither",
-        limits.reserved(), limits.max_clients, cred.uid);
-  } else if (!trusted && uid_load(cred.uid, cred.pid) >= limits.clients_per_uid) {
-    refusal = fmt::format("uid {} has {} connections already: limits.clients_per_uid = {}", cred.uid,
-                          uid_load(cred.uid, cred.pid), limits.clients_per_uid);
-  }
+  const std::string refusal = clients_.refusal(limits, cred, serves, trusted, held_handles(cred.uid, cred.pid));
   if (!refusal.empty()) {
     ++stats_.clients_refused;
     ++stats_.clients_refused_limits;
@@ -457,16 +430,8 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
     quietly(quiet_refused_, now, fmt::format("refused a connection (pid {}, uid {}): {}", cred.pid, cred.uid, refusal));
     return;
   }
-  const std::uint32_t id = next_client_++;
-  Client& c = clients_[id];
-  c.id = id;
-  c.sock = std::move(sock);
-  c.pid = cred.pid;
-  c.uid = cred.uid;
-  c.gid = cred.gid;
-  c.connected_at = now;
-  c.last_request = now;
-  c.message_budget = TokenBucket(limits.messages_per_s, now);
+  Client& c = clients_.add(std::move(sock), cred, now, limits);
+  const std::uint32_t id = c.id;
   ++stats_.clients_accepted;
   // A peer in another pid namespace shows pid 0: its socket's EOF is then
   // the only death notice.

@@ -3,8 +3,9 @@
 // model", "Processes"). One object, written in parts, a file each
 // (docs/architecture.md "The daemon's parts"): server.cc (start-up, the
 // loop), handshake.cc, sessions.cc, intake.cc, tick.cc and server_ctl.cc.
-// Three parts are classes with their own state: Loop (daemon/loop.h: the
-// ring, the signalfd, the tick's timer); Control (daemon/control.h: the
+// Four parts are classes with their own state: Loop (daemon/loop.h: the
+// ring, the signalfd, the tick's timer); Clients (daemon/clients.h: the
+// client registry and the limits it judges); Control (daemon/control.h: the
 // model, the policy, the GPU plane, actions into directives and effects),
 // which reaches the rest through ControlOutlet; and CtlService
 // (daemon/ctl_service.h: tandemctl's answers and the metrics text), which
@@ -55,6 +56,7 @@
 #include "base/clock.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
+#include "daemon/clients.h"
 #include "daemon/config.h"
 #include "daemon/control.h"
 #include "daemon/ctl_service.h"
@@ -95,22 +97,6 @@ class Notifier {
 // Loads and compiles the config again (SIGHUP). main() binds it to the file.
 using ConfigLoader = std::function<base::Result<Compiled>()>;
 
-// Allows `rate` events per second with bursts of one second's worth.
-// Thread-safety: a value type.
-class TokenBucket {
- public:
-  TokenBucket() = default;
-  TokenBucket(double rate, base::Time now) : rate_(rate), tokens_(rate), last_(now) {}
-  // Tokens available now (whole ones), after refilling.
-  std::uint64_t available(base::Time now);
-  void take(std::uint64_t n) { tokens_ -= static_cast<double>(n); }
-
- private:
-  double rate_ = 0.0;
-  double tokens_ = 0.0;
-  base::Time last_{};
-};
-
 // Thread-safety: one thread.
 class Server : private ControlOutlet, private CtlView, private CtlCommands {
  public:
@@ -150,75 +136,6 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   const std::string& socket_path() const { return socket_path_; }
 
  private:
-  enum class Phase : std::uint8_t { kHello, kActive };
-
-  struct Client {
-    std::uint32_t id = 0;
-    Phase phase = Phase::kHello;
-    Role role = Role::kCtlRead;
-    std::string name;
-    pid_t pid = 0;
-    uid_t uid = 0;
-    gid_t gid = 0;
-    base::UniqueFd sock;
-    base::UniqueFd pidfd;
-    base::Time connected_at{};
-    bool has_channel = false;
-    ipc::Channel channel;
-    ipc::RingConsumer events;
-    ipc::RingProducer directives;
-    ipc::StatusWriter<ipc::EngineStatus> status;
-    ipc::Doorbell event_bell;
-    ipc::Doorbell directive_bell;
-    ipc::RecordDecoder decoder{ipc::Direction::kToDaemon};
-    std::deque<ipc::Slot> backlog;  // directives that did not fit in the ring
-    std::uint64_t bell_buf = 0;     // target of the doorbell read
-    bool bell_armed = false;        // a doorbell read is outstanding
-    bool sock_armed = false;        // a POLLIN on the socket is outstanding
-    bool pidfd_armed = false;       // a POLLIN on the pidfd is outstanding
-    bool pending = false;           // the pump should look at its ring
-    bool bell_due = false;          // directives pushed since its doorbell was last rung
-    bool doomed = false;            // to be removed by sweep()
-    bool misbehaved = false;        // removed for breaking the protocol or the limits
-    bool process_gone = false;      // its pidfd fired: the process exited
-    std::string doom_reason;
-    std::unordered_map<sched::SessionId, std::string> pending_names;  // names before their session
-    TokenBucket record_budget;
-    TokenBucket message_budget;
-    sched::EngineParams engine;  // engines
-    std::int32_t gpu_index = -1;
-    std::uint32_t saturating_tokens = 0;
-    std::uint32_t sessions = 0;       // engines: sessions opened by submitting, no runner took (sessions_per_client)
-    std::uint64_t instance = 0;       // Hello.instance
-    std::uint32_t owner = 0;          // runners: its Owner (owners_), which holds its sessions
-    base::Time last_request{};        // ctl: when it last sent something (ctl_idle_timeout_s)
-    std::uint64_t records_taken = 0;  // event-ring slots taken (Resync.ring_position's counterpart)
-    // A Resync sequence being received (messages with `more`, then the last).
-    struct Resync {
-      bool open = false;
-      std::uint64_t position = 0;
-      std::unordered_set<sched::SessionId> listed;
-      std::uint32_t refused = 0;
-      std::string problem;  // the first refusal's reason
-    } resync;
-    // Per-request Errors in this second (at most kErrorsPerSecond).
-    struct ErrorBudget {
-      std::uint32_t sent = 0;
-      base::Time since{};
-    } errors;
-    std::uint64_t accepted = 0;
-    std::uint64_t rejected = 0;
-    std::uint64_t rejected_this_round = 0;
-    // Warnings logged once per client.
-    struct Warned {
-      bool record = false;    // its first bad record
-      bool limit = false;     // hitting its session limit
-      bool throttle = false;  // hitting its message rate
-      bool backlog = false;   // dropping directives
-    } warned;
-    GpuChoice gpu;  // engines: what the GPU plane chose for it, published on its status page
-  };
-
   struct SessionMeta {
     std::string name;
     std::uint32_t owner = 0;    // the runner handle (Owner id) it belongs to (0: none, an engine opened it)
@@ -272,9 +189,9 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   // Closes a live session: its tools killed with `reason`, the close fed
   // to the model, the journal told why (nullopt: not a tombstone).
   void close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, base::Time now);
-  // Connections of uid `uid` now, counting detached runner handles but
-  // those of process `pid` (the one connecting).
-  std::size_t uid_load(uid_t uid, pid_t pid) const;
+  // Detached runner handles of uid `uid`, but those of process `pid` (the
+  // one connecting): they count against its clients_per_uid.
+  std::size_t held_handles(uid_t uid, pid_t pid) const;
   // A per-request Error, at most kErrorsPerSecond a second per client.
   void tell(Client& c, int code, std::string_view message, sched::SessionId session = 0);
   // Sessions the ownership journal says were owned when tandemd last ran:
@@ -372,7 +289,7 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   std::vector<std::int32_t> kill_session(sched::SessionId id, base::Time now) override;
   void count_record(const ipc::Record& r);
 
-  Client* find_client(std::uint32_t id);
+  Client* find_client(std::uint32_t id) { return clients_.find(id); }
 
   std::shared_ptr<const CompiledConfig> config_;
   HostEffects* effects_ = nullptr;
@@ -401,8 +318,7 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   std::uint64_t watchdog_usec_ = 0;
   base::Time last_watchdog_{};
 
-  std::map<std::uint32_t, Client> clients_;  // ordered by id: the pump's round-robin order
-  std::uint32_t next_client_ = 1;
+  Clients clients_;               // the registry, in id order: the pump's round-robin order
   std::uint32_t pump_start_ = 0;  // client id the next pump round starts at
 
   // The model, the policy, the GPU plane and the drain switch; made in

@@ -53,9 +53,9 @@ void Server::for_each_client(const std::function<void(const ClientCard&)>& f) co
 }
 
 std::optional<ClientCard> Server::client(std::uint32_t id) const {
-  const auto it = clients_.find(id);
-  if (it == clients_.end()) return std::nullopt;
-  return card(it->second);
+  const Client* c = clients_.entry(id);
+  if (c == nullptr) return std::nullopt;
+  return card(*c);
 }
 
 std::optional<SessionCard> Server::session(sched::SessionId id) const {

@@ -1,8 +1,8 @@
 // Pieces the parts of tandemd's Server share (daemon/server.cc, the loop;
 // daemon/handshake.cc; daemon/sessions.cc; daemon/intake.cc; daemon/tick.cc;
-// daemon/server_ctl.cc; Control in daemon/control.cc; CtlService in
-// daemon/ctl.cc): its constants and small helpers. Included only by those
-// files.
+// daemon/server_ctl.cc; Clients in daemon/clients.cc; Control in
+// daemon/control.cc; CtlService in daemon/ctl.cc): its constants and small
+// helpers. Included only by those files.
 #pragma once
 
 #include <cctype>

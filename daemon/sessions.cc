@@ -177,13 +177,8 @@ void Server::tell(Client& c, int code, std::string_view message, sched::SessionI
   // older libtandem drops its connection on any Error, then resyncs into the
   // same refusal): it is not told, only counted where it was refused.
   if (c.instance == 0) return;
-  const Time now = clock_->now();
-  if (now - c.errors.since >= std::chrono::seconds(1)) {
-    c.errors.since = now;
-    c.errors.sent = 0;
-  }
-  if (c.errors.sent >= kErrorsPerSecond) return;  // counted where it was refused; the rest are not sent
-  ++c.errors.sent;
+  // Over kErrorsPerSecond: counted where it was refused, not sent.
+  if (!Clients::take_error(c, clock_->now())) return;
   send_message(c, ipc::build_error(code, message, session));
 }
 
