@@ -84,11 +84,11 @@ std::string CtlService::metrics_text(base::Time now) const {
   };
   std::vector<EngineGpuSample> gpu_samples;
   for (const auto& [id, v] : model.engines()) {
-    auto c = view_.client(id);
+    const auto c = view_.client(id);
     const auto demand = projected.find(id);
     gpu_samples.push_back({c ? std::string(c->name) : std::to_string(id),
                            static_cast<double>(v.has_stats ? v.kv.blocks_total : v.params.total_blocks),
-                           demand == projected.end() ? 0.0 : static_cast<double>(demand->second), std::move(c),
+                           demand == projected.end() ? 0.0 : static_cast<double>(demand->second), c,
                            view_.gpu_plane().engine(id)});
   }
   for (const auto& e : gpu_samples) {
