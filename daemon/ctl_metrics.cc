@@ -1,13 +1,15 @@
 // tandemd's metrics: everything the daemon counts and holds, as Prometheus
 // text (docs/metrics.md), for the endpoint and `tandemctl metrics`.
 #include <array>
+#include <bit>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/ctl_service.h"
 #include "daemon/metrics.h"
-#include "daemon/server.h"
 #include "daemon/server_parts.h"
 
 namespace tandem::daemon {
@@ -24,29 +26,31 @@ double number_at(const json& obj, const char* key) {
 
 }  // namespace
 
-std::string Server::metrics_text(base::Time now) const {
+std::string CtlService::metrics_text(base::Time now) const {
   PromText p;
-  const Config& cfg = config_->config();
+  const Config& cfg = view_.config().config();
+  const ServerStats& stats = view_.stats();
   p.gauge("tandem_build_info", "tandemd's version and running policy (always 1)", 1,
           {{"version", kVersion}, {"policy", cfg.policy}});
-  p.gauge("tandem_uptime_seconds", "seconds since tandemd started", base::to_seconds(now - started_));
+  p.gauge("tandem_uptime_seconds", "seconds since tandemd started", base::to_seconds(now - view_.started()));
 
   // Clients and sessions.
   std::array<std::uint64_t, kRoleCount> roles{};
-  for (const auto& [id, c] : clients_) {
-    if (!c.doomed && c.phase == Phase::kActive) ++roles[static_cast<std::size_t>(c.role)];
-  }
+  view_.for_each_client([&](const ClientCard& c) {
+    if (c.active) ++roles[static_cast<std::size_t>(c.role)];
+  });
   for (std::size_t r = 0; r < kRoleCount; ++r) {
     p.gauge("tandem_clients", "connected clients by role", static_cast<double>(roles[r]),
             {{"role", to_string(static_cast<Role>(r))}});
   }
-  const auto& table = model_.sessions();
+  const sched::NodeModel& model = view_.model();
+  const auto& table = model.sessions();
   using sched::SessionState;
   for (auto state : {SessionState::kWaiting, SessionState::kReasoning, SessionState::kActing, SessionState::kPaused}) {
     p.gauge("tandem_sessions", "live sessions by state", static_cast<double>(table.count(state)),
             {{"state", lower(state)}});
   }
-  if (auto w = policy_.control->admission_window()) {
+  if (auto w = view_.policy().admission_window()) {
     p.gauge("tandem_admission_window", "sessions the policy lets reason at once (MARS's AIMD window)", *w);
   }
   std::uint64_t pinned_sessions = 0;
@@ -55,10 +59,10 @@ std::string Server::metrics_text(base::Time now) const {
           static_cast<double>(pinned_sessions));
 
   // KV by engine, and the GPU plane's view of it.
-  const auto projected = GpuPlane::projected_blocks(model_.sessions());
-  for (const auto& [id, v] : model_.engines()) {
-    const auto it = clients_.find(id);
-    const std::string name = it != clients_.end() ? it->second.name : std::to_string(id);
+  const auto projected = GpuPlane::projected_blocks(table);
+  for (const auto& [id, v] : model.engines()) {
+    const auto c = view_.client(id);
+    const std::string name = c ? std::string(c->name) : std::to_string(id);
     const double total = v.has_stats ? v.kv.blocks_total : v.params.total_blocks;
     const char* help = "KV blocks of each engine's pool by state (offloaded: host copies, outside the pool)";
     p.gauge("tandem_kv_blocks", help, total, {{"engine", name}, {"state", "total"}});
@@ -75,17 +79,17 @@ std::string Server::metrics_text(base::Time now) const {
     std::string name;
     double total = 0;
     double projected = 0;
-    const Client* client = nullptr;
+    std::optional<ClientCard> client;
     const EngineGpu* gpu = nullptr;
   };
   std::vector<EngineGpuSample> gpu_samples;
-  for (const auto& [id, v] : model_.engines()) {
-    const auto it = clients_.find(id);
+  for (const auto& [id, v] : model.engines()) {
+    const auto c = view_.client(id);
     const auto demand = projected.find(id);
-    gpu_samples.push_back({it != clients_.end() ? it->second.name : std::to_string(id),
+    gpu_samples.push_back({c ? std::string(c->name) : std::to_string(id),
                            static_cast<double>(v.has_stats ? v.kv.blocks_total : v.params.total_blocks),
-                           demand == projected.end() ? 0.0 : static_cast<double>(demand->second),
-                           it != clients_.end() ? &it->second : nullptr, gpu_.engine(id)});
+                           demand == projected.end() ? 0.0 : static_cast<double>(demand->second), c,
+                           view_.gpu_plane().engine(id)});
   }
   for (const auto& e : gpu_samples) {
     if (e.total > 0) {
@@ -94,49 +98,48 @@ std::string Server::metrics_text(base::Time now) const {
     }
   }
   for (const auto& e : gpu_samples) {
-    if (e.client != nullptr && e.client->gpu.sm_partition_set) {
+    if (e.client.has_value() && e.client->gpu.sm_partition_set) {
       p.gauge("tandem_sm_partition", "the green-context partition index published to each engine",
               e.client->gpu.sm_partition, {{"engine", e.name}});
     }
   }
   for (const auto& e : gpu_samples) {
-    if (e.client != nullptr && e.client->gpu.sm_partition_set && e.gpu != nullptr &&
+    if (e.client.has_value() && e.client->gpu.sm_partition_set && e.gpu != nullptr &&
         e.client->gpu.sm_partition < e.gpu->decode_sms.size()) {
       p.gauge("tandem_sm_partition_decode_sms", "decode SMs of the partition published to each engine",
               e.gpu->decode_sms[e.client->gpu.sm_partition], {{"engine", e.name}});
     }
   }
   for (const auto& e : gpu_samples) {
-    if (e.client == nullptr) continue;
+    if (!e.client.has_value()) continue;
     p.gauge("tandem_offloaded_weight_modules", "weight modules each engine is asked to stream from host memory",
             static_cast<double>(std::popcount(e.client->gpu.offload_plan)), {{"engine", e.name}});
   }
   for (const auto& e : gpu_samples) {
-    if (e.client == nullptr) continue;
+    if (!e.client.has_value()) continue;
     p.gauge("tandem_offload_freed_bytes", "device bytes the offload plan frees for each engine's KV pool",
             static_cast<double>(e.client->gpu.offload_freed_bytes), {{"engine", e.name}});
   }
   static constexpr const char* kKvKinds[] = {"evicted", "restored", "offloaded", "dropped"};
   for (std::size_t k = 0; k < std::size(kKvKinds); ++k) {
-    p.counter("tandem_kv_events_total", "KV moves engines reported, by kind", static_cast<double>(stats_.kv_events[k]),
+    p.counter("tandem_kv_events_total", "KV moves engines reported, by kind", static_cast<double>(stats.kv_events[k]),
               {{"kind", kKvKinds[k]}});
   }
   for (std::size_t k = 0; k < std::size(kKvKinds); ++k) {
     p.counter("tandem_kv_event_blocks_total", "KV blocks those moves concerned, by kind",
-              static_cast<double>(stats_.kv_event_blocks[k]), {{"kind", kKvKinds[k]}});
+              static_cast<double>(stats.kv_event_blocks[k]), {{"kind", kKvKinds[k]}});
   }
   p.counter("tandem_offload_plan_changes_total", "changes of an engine's weight-offload plan",
-            static_cast<double>(stats_.offload_plan_changes));
+            static_cast<double>(stats.offload_plan_changes));
   p.counter("tandem_recomputed_tokens_total",
             "prompt tokens a session had computed before that its engine did not serve from cache",
-            static_cast<double>(stats_.recomputed_tokens));
+            static_cast<double>(stats.recomputed_tokens));
 
   // Tools and the host.
-  p.counter("tandem_tool_calls_total", "tool calls given a cgroup", static_cast<double>(stats_.tools_prepared));
-  p.counter("tandem_tool_calls_refused_total", "tool calls refused a cgroup",
-            static_cast<double>(stats_.tools_refused));
+  p.counter("tandem_tool_calls_total", "tool calls given a cgroup", static_cast<double>(stats.tools_prepared));
+  p.counter("tandem_tool_calls_refused_total", "tool calls refused a cgroup", static_cast<double>(stats.tools_refused));
   json host;
-  effects_->status(host);
+  view_.host().status(host);
   const auto num = [&](const char* key) { return number_at(host, key); };
   p.gauge("tandem_tool_cgroups", "tool calls with a live cgroup", num("tool_cgroups"));
   p.gauge("tandem_tool_memory_bytes", "memory of every tool call's cgroup, at the last host tick",
@@ -169,32 +172,32 @@ std::string Server::metrics_text(base::Time now) const {
   }
 
   // GPUs, from NVML.
-  gpu_metrics(p, gpu_telemetry_->snapshot(), gpu_attribution());
+  gpu_metrics(p, view_.gpu_telemetry().snapshot(), gpu_attribution());
 
   // The daemon itself.
-  p.counter("tandem_control_ticks_total", "control ticks run", static_cast<double>(stats_.ticks));
-  p.counter("tandem_control_tick_seconds_total", "time spent in control ticks", stats_.tick_seconds);
-  p.gauge("tandem_control_tick_seconds_max", "the longest control tick since start", stats_.tick_seconds_max);
+  p.counter("tandem_control_ticks_total", "control ticks run", static_cast<double>(stats.ticks));
+  p.counter("tandem_control_tick_seconds_total", "time spent in control ticks", stats.tick_seconds);
+  p.gauge("tandem_control_tick_seconds_max", "the longest control tick since start", stats.tick_seconds_max);
   p.counter("tandem_records_total", "ring records taken from clients, by result",
-            static_cast<double>(stats_.records_accepted), {{"result", "accepted"}});
+            static_cast<double>(stats.records_accepted), {{"result", "accepted"}});
   p.counter("tandem_records_total", "ring records taken from clients, by result",
-            static_cast<double>(stats_.records_rejected), {{"result", "rejected"}});
-  p.counter("tandem_directives_total", "directives sent to engines", static_cast<double>(stats_.directives));
+            static_cast<double>(stats.records_rejected), {{"result", "rejected"}});
+  p.counter("tandem_directives_total", "directives sent to engines", static_cast<double>(stats.directives));
   p.counter("tandem_directive_ring_overflows_total",
             "directives dropped because an engine's directive ring and backlog were full",
-            static_cast<double>(stats_.directives_dropped));
+            static_cast<double>(stats.directives_dropped));
   p.counter("tandem_clients_refused_total", "connections refused at the handshake",
-            static_cast<double>(stats_.clients_refused));
+            static_cast<double>(stats.clients_refused));
   p.counter("tandem_clients_dropped_total", "clients dropped for misbehaving",
-            static_cast<double>(stats_.clients_dropped));
+            static_cast<double>(stats.clients_dropped));
   p.counter("tandem_internal_errors_total", "exceptions caught in a handler (bugs), answered as errors",
-            static_cast<double>(stats_.internal_errors));
+            static_cast<double>(stats.internal_errors));
   p.counter("tandem_clients_refused_limits_total",
             "connections refused by clients_per_uid, reserved_clients or the ctl cap",
-            static_cast<double>(stats_.clients_refused_limits));
-  p.counter("tandem_resync_refused_total", "resync entries refused", static_cast<double>(stats_.resync_refused));
+            static_cast<double>(stats.clients_refused_limits));
+  p.counter("tandem_resync_refused_total", "resync entries refused", static_cast<double>(stats.resync_refused));
   p.counter("tandem_accept_errors_total", "accept() failures (out of fds or memory)",
-            static_cast<double>(stats_.accept_errors));
+            static_cast<double>(stats.accept_errors));
   return p.text();
 }
 

@@ -46,6 +46,15 @@
 
 namespace tandem::daemon {
 
+// What the GPU plane chose for one engine, as the server last published it
+// on the engine's status page (and tandemctl shows it).
+struct GpuChoice {
+  std::uint32_t sm_partition = 0;
+  bool sm_partition_set = false;
+  std::uint64_t offload_plan = 0;         // the weight-offload plan (bit i: module i)
+  std::uint64_t offload_freed_bytes = 0;  // device bytes that plan frees
+};
+
 // What one tick changed for one engine.
 struct GpuChange {
   sched::EngineId engine = sched::kNoEngine;

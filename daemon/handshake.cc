@@ -56,20 +56,9 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
   if (*role == Role::kCtlRead || *role == Role::kCtlAdmin) {
     // Readers never take the slots kept for engines and runners, whoever
     // they are.
-    std::size_t ctl = 0;
-    for (const auto& [id, other] : clients_) {
-      ctl += !other.doomed && other.phase == Phase::kActive &&
-                     (other.role == Role::kCtlRead || other.role == Role::kCtlAdmin)
-                 ? 1
-                 : 0;
-    }
-    const Limits& limits = cfg.limits;
-    if (ctl >= limits.max_clients - limits.reserved()) {
+    if (const std::string refusal = clients_.ctl_refusal(cfg.limits); !refusal.empty()) {
       ++stats_.clients_refused_limits;
-      refuse(c, EAGAIN,
-             fmt::format("too many ctl clients: {} of limits.max_clients = {} ({} are kept for engines and runners: "
-                         "limits.reserved_clients)",
-                         ctl, limits.max_clients, limits.reserved()));
+      refuse(c, EAGAIN, refusal);
       return;
     }
   }
@@ -176,7 +165,7 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
     c.owner = o.id;
   }
   if (c.role == Role::kEngine) {
-    feed(sched::EngineJoined{c.id, c.engine}, now);
+    control_->feed(sched::EngineJoined{c.id, c.engine}, now);
     send_policy_config(c);
     publish_status(c, now);
   }
@@ -185,11 +174,11 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
 void Server::send_policy_config(Client& c) {
   std::vector<std::string> keys;
   std::vector<double> values;
-  for (const auto& [k, v] : policy_.params.values()) {
+  for (const auto& [k, v] : control_->params().values()) {
     keys.push_back(k);
     values.push_back(v);
   }
-  send_message(c, ipc::build_policy_config(policy_epoch_, config_->config().policy, keys, values));
+  send_message(c, ipc::build_policy_config(control_->epoch(), config_->config().policy, keys, values));
 }
 
 void Server::on_message(Client& c, const wire::Message& msg) {
@@ -205,7 +194,7 @@ void Server::on_message(Client& c, const wire::Message& msg) {
       on_resync(c, *msg.payload_as_Resync());
       break;
     case wire::Payload::CtlRequest:
-      on_ctl(c, *msg.payload_as_CtlRequest());
+      send_message(c, ctl_->handle(c.role, *msg.payload_as_CtlRequest()));
       break;
     case wire::Payload::ToolPrepare:
       on_tool_prepare(c, *msg.payload_as_ToolPrepare());
@@ -293,7 +282,7 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
   }
   // The runner's own, open session only.
   auto m = meta_.find(tp.session());
-  const sched::Session* s = model_.sessions().find(tp.session());
+  const sched::Session* s = control_->model().sessions().find(tp.session());
   if (m == meta_.end() || s == nullptr || s->state == SessionState::kDone) {
     answer_error(ENOENT, fmt::format("session {:#018x} is not open", tp.session()));
     return;

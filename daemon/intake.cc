@@ -90,7 +90,7 @@ bool Server::pump_client(Client& c, Time now) {
   }
   c.pending = false;
   if (!c.bell_armed) {
-    uring_.read(c.channel.event_bell_fd(), &c.bell_buf, sizeof c.bell_buf, Tag{Op::kClientBell, c.id});
+    loop_.uring().read(c.channel.event_bell_fd(), &c.bell_buf, sizeof c.bell_buf, Tag{Op::kClientBell, c.id});
     c.bell_armed = true;
   }
   return false;
@@ -118,7 +118,7 @@ bool Server::authorize(Client& c, const ipc::Record& r, const RecordRule& rule, 
   }
   if (rule.session == SessionRule::kNone) return true;
   const sched::SessionId id = r.session();
-  const sched::Session* s = model_.sessions().find(id);
+  const sched::Session* s = control_->model().sessions().find(id);
   auto m = meta_.find(id);
   switch (rule.session) {
     case SessionRule::kNone:
@@ -176,7 +176,7 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
   }
   if (rule.gpu_plane) {
     // GPU-plane state, not policy events.
-    auto taken = gpu_.on_record(c.id, r);
+    auto taken = control_->gpu().on_record(c.id, r);
     if (!taken) {
       reject_record(c, taken.error().context());
       return;
@@ -191,14 +191,14 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     ++stats_.records_accepted;
     return;
   }
-  if (r.type() == ipc::RecordType::kKvStats) gpu_.on_kv_stats(c.id, r.as<ipc::KvStats>());
+  if (r.type() == ipc::RecordType::kKvStats) control_->gpu().on_kv_stats(c.id, r.as<ipc::KvStats>());
   auto event = to_event(r, c.id);
   if (!event) {
     reject_record(c, "a directive on the event ring");
     return;
   }
   if (r.type() == ipc::RecordType::kSessionOpen) {
-    const sched::Session* s = model_.sessions().find(r.session());
+    const sched::Session* s = control_->model().sessions().find(r.session());
     if (s != nullptr && s->state != SessionState::kDone) {
       // The engine's first round opened it: a runner's SESSION_OPEN and its
       // engine's ROUND_SUBMIT travel on different rings, so either may come
@@ -229,14 +229,14 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
       if (u->second.empty()) unplaced_.erase(u);
     }
   }
-  if (!feed(*event, now)) {
+  if (!control_->feed(*event, now)) {
     reject_record(c, fmt::format("{}: not legal in the session's state", ipc::record_type_name(r.type())));
     return;
   }
   ++c.accepted;
   ++stats_.records_accepted;
   if (r.type() == ipc::RecordType::kKvStats) return;
-  const sched::Session* s = model_.sessions().find(r.session());
+  const sched::Session* s = control_->model().sessions().find(r.session());
   if (s == nullptr) return;
   SessionMeta& m = meta_for(c, r.session());
   if (c.role == Role::kRunner) {
@@ -244,12 +244,12 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     if (r.type() == ipc::RecordType::kSessionOpen) m.attached_at = c.records_taken;
   }
   if (r.type() == ipc::RecordType::kSessionClose) remember_closed(r.session(), Closed::kByOwner);
-  if (r.type() == ipc::RecordType::kRoundSubmit && s->state == SessionState::kReasoning && m.told != c.id) {
+  if (r.type() == ipc::RecordType::kRoundSubmit && s->state == SessionState::kReasoning && m.steer.told != c.id) {
     // Admitted before this round reached this engine (a runner opened it and
     // the policy admitted it, or it moved engines): the engine has not been
     // told it may run, so tell it now.
     send_directive(c.id, directive_slot(ipc::Admit{}, r.session(), now));
-    m.told = c.id;
+    m.steer.told = c.id;
   }
 }
 
@@ -267,33 +267,11 @@ void Server::count_record(const ipc::Record& r) {
     }
   } else if (r.type() == ipc::RecordType::kRoundSubmit) {
     const auto rs = r.as<ipc::RoundSubmit>();
-    if (const sched::Session* s = model_.sessions().find(r.session())) {
+    if (const sched::Session* s = control_->model().sessions().find(r.session())) {
       const std::uint32_t known = std::min(rs.prompt_tokens, s->context_tokens);
       if (known > rs.cached_tokens) stats_.recomputed_tokens += known - rs.cached_tokens;
     }
   }
-}
-
-bool Server::feed(const sched::Event& e, Time now) {
-  if (!model_.observe(e, now)) return false;
-  policy_.control->on_event(e, model_, now);
-  using L = LogKind;
-  if (const auto* o = std::get_if<sched::SessionOpened>(&e)) {
-    log_event(now, L::kSessionOpen, o->session);
-  } else if (const auto* c = std::get_if<sched::SessionClosed>(&e)) {
-    log_event(now, L::kSessionClose, c->session);
-  } else if (const auto* r = std::get_if<sched::RoundSubmitted>(&e)) {
-    log_event(now, L::kRoundSubmit, r->session, {r->round, r->engine, r->prompt_tokens, r->cached_tokens});
-  } else if (const auto* d = std::get_if<sched::RoundEnded>(&e)) {
-    log_event(now, L::kRoundEnd, d->session, {d->round, d->output_tokens, d->tool_follows});
-  } else if (const auto* t = std::get_if<sched::ToolStarted>(&e)) {
-    log_event(now, L::kToolStart, t->session, {t->tool_call});
-  } else if (const auto* te = std::get_if<sched::ToolEnded>(&e)) {
-    log_event(now, L::kToolEnd, te->session, {te->tool_call, te->exit_code, te->wall.count()});
-  } else if (const auto* k = std::get_if<sched::KvChanged>(&e)) {
-    log_event(now, L::kKv, k->session, {static_cast<std::int64_t>(k->change), k->blocks});
-  }
-  return true;
 }
 
 void Server::log_event(Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v) {

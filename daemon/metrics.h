@@ -3,7 +3,7 @@
 //
 // PromText writes the text format (version 0.0.4): each family's # HELP and
 // # TYPE once, then its samples, label values escaped. The daemon builds the
-// text from its own state at each scrape (Server::metrics_text); the same
+// text from its own state at each scrape (CtlService::metrics_text); the same
 // text answers `tandemctl metrics`.
 //
 // MetricsEndpoint is a deliberately small HTTP/1.x responder: it accepts on

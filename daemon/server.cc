@@ -3,11 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/file.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -31,14 +29,6 @@ namespace tandem::daemon {
 
 using base::Time;
 
-std::uint64_t TokenBucket::available(Time now) {
-  if (now > last_) {
-    tokens_ = std::min(rate_, tokens_ + rate_ * base::to_seconds(now - last_));
-    last_ = now;
-  }
-  return tokens_ >= 1.0 ? static_cast<std::uint64_t>(tokens_) : 0;
-}
-
 base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffects& effects, Notifier& notifier,
                                                      ConfigLoader reload, const base::Clock* clock) {
   std::unique_ptr<Server> s(new Server());
@@ -47,7 +37,9 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   }
   s->config_ = std::move(config.config);
   if (clock != nullptr) s->clock_ = clock;
+  s->ctl_.emplace(static_cast<const CtlView&>(*s), static_cast<CtlCommands&>(*s), *s->clock_);
   s->effects_ = &effects;
+  s->control_.emplace(effects, s->stats_, static_cast<ControlOutlet&>(*s));
   effects.set_notice_sink([srv = s.get()](const ToolNotice& n) { srv->send_tool_notice(n); });
   s->notifier_ = &notifier;
   s->reload_ = std::move(reload);
@@ -123,28 +115,15 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   if (!journal) return base::propagate(std::move(journal.error()), "ownership journal");
   s->journal_ = std::move(*journal);
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  s->signal_fd_ = base::UniqueFd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-  if (!s->signal_fd_) return base::errno_error("signalfd");
+  // The signalfd, the tick's timer and the ring.
+  if (auto loop = s->loop_.open(cfg.tick); !loop) return base::propagate(std::move(loop.error()));
 
-  auto timer = make_timer(cfg.tick);
-  if (!timer) return base::propagate(std::move(timer.error()));
-  s->timer_fd_ = std::move(*timer);
-
-  auto uring = Uring::create(kUringEntries);
-  if (!uring) return base::propagate(std::move(uring.error()));
-  s->uring_ = std::move(*uring);
-
-  s->install_policy(std::move(config.policy));
+  s->control_->install_policy(std::move(config.policy));
   // [nvml] enabled = "on" makes a library that does not load a start-up error.
   auto gpu_telemetry = GpuTelemetry::start(cfg.nvml);
   if (!gpu_telemetry) return base::propagate(std::move(gpu_telemetry.error()));
   s->gpu_telemetry_ = std::move(*gpu_telemetry);
-  s->gpu_.configure(cfg.gpu);
+  s->control_->configure_gpu(cfg.gpu);
   // The metrics endpoint is a convenience: a port in use costs the endpoint,
   // not the daemon (tandemctl metrics still answers, status says why).
   if (!cfg.metrics_listen.empty()) {
@@ -174,16 +153,6 @@ Server::~Server() {
   }
 }
 
-void Server::install_policy(sched::PolicyInstance policy) {
-  policy_ = std::move(policy);
-  ++policy_epoch_;
-}
-
-Server::Client* Server::find_client(std::uint32_t id) {
-  auto it = clients_.find(id);
-  return it == clients_.end() || it->second.doomed ? nullptr : &it->second;
-}
-
 // ---- the loop ----------------------------------------------------------------
 
 template <class F>
@@ -204,22 +173,22 @@ bool Server::guarded(std::string_view what, F&& f) {
 void Server::arm() {
   if (armed_) return;
   armed_ = true;
-  uring_.accept(listen_.get(), Tag{Op::kAccept});
+  loop_.uring().accept(listen_.get(), Tag{Op::kAccept});
   accept_armed_ = true;
   for (auto& [id, o] : owners_) {
     if (o.pidfd && !o.pidfd_armed) {
-      uring_.poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
+      loop_.uring().poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
       o.pidfd_armed = true;
     }
   }
-  uring_.read(signal_fd_.get(), signal_buf_, sizeof(signalfd_siginfo), Tag{Op::kSignal});
-  uring_.read(timer_fd_.get(), &timer_buf_, sizeof timer_buf_, Tag{Op::kTimer});
+  loop_.arm_signal();
+  loop_.arm_timer();
   if (effects_->event_fd() >= 0) {
-    uring_.poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
+    loop_.uring().poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
     host_armed_ = true;
   }
   if (metrics_) {
-    metrics_->arm(uring_);
+    metrics_->arm(loop_.uring());
     spdlog::info("metrics on http://{}/metrics", metrics_->address());
   }
 }
@@ -228,7 +197,7 @@ base::Result<void> Server::run_once(base::Duration timeout) {
   arm();
   const bool busy = std::any_of(clients_.begin(), clients_.end(), [](const auto& kv) { return kv.second.pending; });
   const auto handler = [this](Tag tag, int res) { guarded("a completion", [&] { handle(tag, res); }); };
-  auto n = uring_.wait(busy ? base::Duration::zero() : timeout, handler);
+  auto n = loop_.uring().wait(busy ? base::Duration::zero() : timeout, handler);
   if (!n) return base::propagate(std::move(n.error()));
   guarded("the pump", [&] { pump(); });
   guarded("the sweep", [&] { sweep(); });
@@ -256,22 +225,22 @@ base::Result<void> Server::run() {
   }
 
   notifier_->stopping();
-  spdlog::info("stopping: {} clients, {} sessions", clients_.size(), model_.sessions().size());
+  spdlog::info("stopping: {} clients, {} sessions", clients_.size(), control_->model().sessions().size());
   for (auto& [id, c] : clients_) c.doomed = true;
   sweep();
-  if (metrics_) metrics_->close_all(uring_);
+  if (metrics_) metrics_->close_all(loop_.uring());
   return {};
 }
 
 void Server::handle(Tag tag, int res) {
   switch (tag.op) {
     case Op::kSignal:
-      if (res == static_cast<int>(sizeof(signalfd_siginfo))) on_signal();
-      uring_.read(signal_fd_.get(), signal_buf_, sizeof(signalfd_siginfo), Tag{Op::kSignal});
+      if (const int signo = loop_.signal_read(res); signo != 0) on_signal(signo);
+      loop_.arm_signal();
       break;
     case Op::kTimer:
       guarded("the control tick", [&] { on_timer(); });
-      uring_.read(timer_fd_.get(), &timer_buf_, sizeof timer_buf_, Tag{Op::kTimer});
+      loop_.arm_timer();
       break;
     case Op::kAccept:
       accept_armed_ = false;
@@ -292,7 +261,7 @@ void Server::handle(Tag tag, int res) {
         break;  // re-armed by the tick once accept_resume_ has passed
       }
       if (!stopping_) {
-        uring_.accept(listen_.get(), Tag{Op::kAccept});
+        loop_.uring().accept(listen_.get(), Tag{Op::kAccept});
         accept_armed_ = true;
       }
       break;
@@ -328,7 +297,7 @@ void Server::handle(Tag tag, int res) {
       host_armed_ = false;
       effects_->on_events();
       if (!stopping_ && effects_->event_fd() >= 0) {
-        uring_.poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
+        loop_.uring().poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
         host_armed_ = true;
       }
       break;
@@ -336,7 +305,7 @@ void Server::handle(Tag tag, int res) {
     case Op::kMetricsConn:
       if (metrics_ && !stopping_) {
         const Time now = clock_->now();
-        metrics_->on(tag, res, uring_, now, [&] { return metrics_text(now); });
+        metrics_->on(tag, res, loop_.uring(), now, [&] { return ctl_->metrics_text(now); });
       }
       break;
     case Op::kCancel:
@@ -344,16 +313,14 @@ void Server::handle(Tag tag, int res) {
   }
 }
 
-void Server::on_signal() {
-  signalfd_siginfo info;
-  std::memcpy(&info, signal_buf_, sizeof info);
-  switch (info.ssi_signo) {
+void Server::on_signal(int signo) {
+  switch (signo) {
     case SIGHUP:
       (void)reload();  // logged either way
       break;
     case SIGTERM:
     case SIGINT:
-      spdlog::info("{} received", info.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+      spdlog::info("{} received", signo == SIGTERM ? "SIGTERM" : "SIGINT");
       stopping_ = true;
       break;
     default:
@@ -363,7 +330,7 @@ void Server::on_signal() {
 
 void Server::on_timer() {
   const Time now = clock_->now();
-  if (metrics_) metrics_->expire(uring_, now);
+  if (metrics_) metrics_->expire(loop_.uring(), now);
   // Pings come only at ticks: ping when the next tick would be past half the
   // watchdog period, so two pings are never more than usec/2 apart.
   const auto due = std::max<base::Duration>(std::chrono::microseconds(watchdog_usec_ / 2) - config_->config().tick,
@@ -373,7 +340,7 @@ void Server::on_timer() {
     last_watchdog_ = now;
   }
   if (!accept_armed_ && !stopping_ && now >= accept_resume_) {
-    uring_.accept(listen_.get(), Tag{Op::kAccept});
+    loop_.uring().accept(listen_.get(), Tag{Op::kAccept});
     accept_armed_ = true;
   }
   const auto idle = std::chrono::seconds(config_->config().limits.ctl_idle_timeout_s);
@@ -406,7 +373,7 @@ void Server::tick_now() {
 }
 
 void Server::arm_socket(Client& c) {
-  uring_.poll_in(c.sock.get(), Tag{Op::kClientSock, c.id});
+  loop_.uring().poll_in(c.sock.get(), Tag{Op::kClientSock, c.id});
   c.sock_armed = true;
 }
 
@@ -436,11 +403,10 @@ void Server::quietly(Quiet& q, Time now, const std::string& text) {
   q.since = 0;
 }
 
-std::size_t Server::uid_load(uid_t uid, pid_t pid) const {
-  std::size_t n = 0;
-  for (const auto& [id, c] : clients_) n += !c.doomed && c.uid == uid ? 1 : 0;
+std::size_t Server::held_handles(uid_t uid, pid_t pid) const {
   // Held handles count, except the connecting process's own: it may be
   // coming back for them.
+  std::size_t n = 0;
   for (const auto& [id, o] : owners_) n += o.client == 0 && o.key.uid == uid && o.key.pid != pid ? 1 : 0;
   return n;
 }
@@ -448,8 +414,6 @@ std::size_t Server::uid_load(uid_t uid, pid_t pid) const {
 void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
   const Limits& limits = config_->config().limits;
   const Time now = clock_->now();
-  std::size_t live = 0;
-  for (const auto& [id, c] : clients_) live += c.doomed ? 0 : 1;
   // Budgets by credentials, known before the peer says a word: all
   // clients; the slots kept for engines and runners, which a peer without
   // either role cannot take; and each uid's share (root and tandemd's own
@@ -458,18 +422,7 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
   const bool serves = config_->allowed(Role::kEngine, cred.uid, cred.gid, euid) ||
                       config_->allowed(Role::kRunner, cred.uid, cred.gid, euid);
   const bool trusted = cred.uid == 0 || cred.uid == euid;
-  std::string refusal;
-  if (live >= limits.max_clients) {
-    refusal = fmt::format("too many clients: limits.max_clients = {}", limits.max_clients);
-  } else if (!serves && live >= limits.max_clients - limits.reserved()) {
-    refusal = fmt::format(
-        "too many clients: the last {} of limits.max_clients = {} are reserved for engines and "
-        "runners (limits.reserved_clients), and uid {} is neither",
-        limits.reserved(), limits.max_clients, cred.uid);
-  } else if (!trusted && uid_load(cred.uid, cred.pid) >= limits.clients_per_uid) {
-    refusal = fmt::format("uid {} has {} connections already: limits.clients_per_uid = {}", cred.uid,
-                          uid_load(cred.uid, cred.pid), limits.clients_per_uid);
-  }
+  const std::string refusal = clients_.refusal(limits, cred, serves, trusted, held_handles(cred.uid, cred.pid));
   if (!refusal.empty()) {
     ++stats_.clients_refused;
     ++stats_.clients_refused_limits;
@@ -477,16 +430,8 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
     quietly(quiet_refused_, now, fmt::format("refused a connection (pid {}, uid {}): {}", cred.pid, cred.uid, refusal));
     return;
   }
-  const std::uint32_t id = next_client_++;
-  Client& c = clients_[id];
-  c.id = id;
-  c.sock = std::move(sock);
-  c.pid = cred.pid;
-  c.uid = cred.uid;
-  c.gid = cred.gid;
-  c.connected_at = now;
-  c.last_request = now;
-  c.message_budget = TokenBucket(limits.messages_per_s, now);
+  Client& c = clients_.add(std::move(sock), cred, now, limits);
+  const std::uint32_t id = c.id;
   ++stats_.clients_accepted;
   // A peer in another pid namespace shows pid 0: its socket's EOF is then
   // the only death notice.
@@ -494,7 +439,7 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
     const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, cred.pid, 0));
     if (pidfd >= 0) {
       c.pidfd = base::UniqueFd(pidfd);
-      uring_.poll_in(c.pidfd.get(), Tag{Op::kClientPidfd, id});
+      loop_.uring().poll_in(c.pidfd.get(), Tag{Op::kClientPidfd, id});
       c.pidfd_armed = true;
     }
   }
@@ -598,9 +543,9 @@ void Server::sweep() {
       spdlog::info("{} left: {}", who, c.doom_reason);
     }
     // An armed operation holds its file: cancel before the fds close.
-    if (c.sock_armed) uring_.cancel(Tag{Op::kClientSock, c.id});
-    if (c.pidfd_armed) uring_.cancel(Tag{Op::kClientPidfd, c.id});
-    if (c.bell_armed) uring_.cancel(Tag{Op::kClientBell, c.id});
+    if (c.sock_armed) loop_.uring().cancel(Tag{Op::kClientSock, c.id});
+    if (c.pidfd_armed) loop_.uring().cancel(Tag{Op::kClientPidfd, c.id});
+    if (c.bell_armed) loop_.uring().cancel(Tag{Op::kClientBell, c.id});
     if (c.phase == Phase::kActive) release_sessions(c, now);
     it = clients_.erase(it);
   }

@@ -1,8 +1,17 @@
 // Server: tandemd's core — the io_uring loop, the client registry, the ring
-// pump, the control tick and the ctl server (docs/architecture.md "Wire records", "Trust model", "Processes").
-// One object, written in parts, a file each (docs/architecture.md "The
-// daemon's parts"): server.cc (start-up, the loop), handshake.cc,
-// sessions.cc, intake.cc, control.cc, ctl.cc and ctl_metrics.cc.
+// pump and the control tick (docs/architecture.md "Wire records", "Trust
+// model", "Processes"). One object, written in parts, a file each
+// (docs/architecture.md "The daemon's parts"): server.cc (start-up, the
+// loop), handshake.cc, sessions.cc, intake.cc, tick.cc and server_ctl.cc.
+// Four parts are classes with their own state: Loop (daemon/loop.h: the
+// ring, the signalfd, the tick's timer); Clients (daemon/clients.h: the
+// client registry and the limits it judges); Control (daemon/control.h: the
+// model, the policy, the GPU plane, actions into directives and effects),
+// which reaches the rest through ControlOutlet; and CtlService
+// (daemon/ctl_service.h: tandemctl's answers and the metrics text), which
+// reads the Server only through CtlView and steers it only through
+// CtlCommands. The Server implements those three interfaces (tick.cc,
+// server_ctl.cc).
 //
 // One thread owns everything here. Inputs arrive as io_uring completions
 // (daemon/uring.h): the signalfd (SIGTERM/SIGINT stop, SIGHUP reloads), a
@@ -47,14 +56,19 @@
 #include "base/clock.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
+#include "daemon/clients.h"
 #include "daemon/config.h"
+#include "daemon/control.h"
+#include "daemon/ctl_service.h"
 #include "daemon/effects.h"
 #include "daemon/event_log.h"
 #include "daemon/events.h"
 #include "daemon/gpu_plane.h"
 #include "daemon/gpu_telemetry.h"
+#include "daemon/loop.h"
 #include "daemon/metrics.h"
 #include "daemon/owners.h"
+#include "daemon/stats.h"
 #include "daemon/uring.h"
 #include "ipc/channel.h"
 #include "ipc/messages.h"
@@ -83,68 +97,8 @@ class Notifier {
 // Loads and compiles the config again (SIGHUP). main() binds it to the file.
 using ConfigLoader = std::function<base::Result<Compiled>()>;
 
-// Allows `rate` events per second with bursts of one second's worth.
-// Thread-safety: a value type.
-class TokenBucket {
- public:
-  TokenBucket() = default;
-  TokenBucket(double rate, base::Time now) : rate_(rate), tokens_(rate), last_(now) {}
-  // Tokens available now (whole ones), after refilling.
-  std::uint64_t available(base::Time now);
-  void take(std::uint64_t n) { tokens_ -= static_cast<double>(n); }
-
- private:
-  double rate_ = 0.0;
-  double tokens_ = 0.0;
-  base::Time last_{};
-};
-
-struct ServerStats {
-  std::uint64_t records_accepted = 0;
-  std::uint64_t records_rejected = 0;  // failed validation, authorization or the session table
-  std::uint64_t messages = 0;
-  std::uint64_t ticks = 0;
-  std::uint64_t actions = 0;
-  std::uint64_t directives = 0;
-  std::uint64_t directives_dropped = 0;  // a client's directive backlog was full
-  std::uint64_t clients_accepted = 0;
-  std::uint64_t clients_refused = 0;  // handshake failed
-  std::uint64_t clients_dropped = 0;  // removed for misbehaving
-  std::uint64_t effects_cpu_weight = 0;
-  std::uint64_t effects_cpu_quota = 0;
-  std::uint64_t effects_kill_tools = 0;
-  std::uint64_t effects_sm_partition = 0;
-  std::uint64_t offload_plan_changes = 0;  // the GPU plane changed an engine's weight-offload plan
-  std::uint64_t resyncs = 0;               // Resync messages taken
-  std::uint64_t tools_prepared = 0;        // ToolPrepare answered with a cgroup
-  std::uint64_t tools_refused = 0;         // ToolPrepare answered with an error
-  // An exception escaped a handler (a bug): answered as an error, counted,
-  // logged, and the loop went on.
-  std::uint64_t internal_errors = 0;
-  std::uint64_t names_refused = 0;  // client or session names that failed base::name_problem()
-  // Refused at accept or Hello by the per-uid cap, the reserved slots, or the ctl cap.
-  std::uint64_t clients_refused_limits = 0;
-  std::uint64_t ctl_idle_closed = 0;  // ctl connections closed for idling
-  std::uint64_t accept_errors = 0;    // accept() failures (EMFILE, ENFILE, ...): backed off
-  // Resync entries refused: another runner's session, a closed one, a bad
-  // state, over the client's limit.
-  std::uint64_t resync_refused = 0;
-  std::uint64_t sessions_detached = 0;    // held for a runner handle whose connection ended
-  std::uint64_t sessions_reattached = 0;  // given back to it by its resync
-  std::uint64_t sessions_restored = 0;    // recreated at start from the ownership journal
-  std::uint64_t unplaced_tools = 0;       // unplaced tools tracked by pid
-  std::uint64_t unplaced_unverified = 0;  // ... not, their pid not a child of the runner
-  // KV_EVENT records by ipc::KvEventKind − 1 (evicted, restored, offloaded,
-  // dropped) and the blocks they moved.
-  std::array<std::uint64_t, 4> kv_events{};
-  std::array<std::uint64_t, 4> kv_event_blocks{};
-  std::uint64_t recomputed_tokens = 0;  // prompt tokens a session had computed before and the engine did not hit
-  double tick_seconds = 0;              // Σ control tick durations
-  double tick_seconds_max = 0;
-};
-
 // Thread-safety: one thread.
-class Server : private sched::ActionSink {
+class Server : private ControlOutlet, private CtlView, private CtlCommands {
  public:
   // Binds <runtime_dir>/tandemd.sock (creating the directory; refusing if
   // another tandemd holds <runtime_dir>/tandemd.lock), sets up the signalfd
@@ -176,97 +130,12 @@ class Server : private sched::ActionSink {
   // rather than wait for the timer.
   void tick_now();
 
-  const ServerStats& stats() const { return stats_; }
-  // How much the daemon holds on clients' behalf (bounded by the limits;
-  // tandemctl status shows it as "tables").
-  struct Footprint {
-    std::size_t clients = 0;
-    std::size_t sessions = 0;       // in the session table
-    std::size_t session_meta = 0;   // names and owners of sessions
-    std::size_t pending_names = 0;  // names waiting for their session, all clients
-    std::size_t owners = 0;         // runner handles holding sessions
-    std::size_t detached = 0;       // ... of which no connection is attached
-    std::size_t tombstones = 0;
-  };
-  Footprint footprint() const;
+  const ServerStats& stats() const override { return stats_; }
+  using Footprint = daemon::Footprint;
+  Footprint footprint() const override;
   const std::string& socket_path() const { return socket_path_; }
 
  private:
-  enum class Phase : std::uint8_t { kHello, kActive };
-
-  struct Client {
-    std::uint32_t id = 0;
-    Phase phase = Phase::kHello;
-    Role role = Role::kCtlRead;
-    std::string name;
-    pid_t pid = 0;
-    uid_t uid = 0;
-    gid_t gid = 0;
-    base::UniqueFd sock;
-    base::UniqueFd pidfd;
-    base::Time connected_at{};
-    bool has_channel = false;
-    ipc::Channel channel;
-    ipc::RingConsumer events;
-    ipc::RingProducer directives;
-    ipc::StatusWriter<ipc::EngineStatus> status;
-    ipc::Doorbell event_bell;
-    ipc::Doorbell directive_bell;
-    ipc::RecordDecoder decoder{ipc::Direction::kToDaemon};
-    std::deque<ipc::Slot> backlog;  // directives that did not fit in the ring
-    std::uint64_t bell_buf = 0;     // target of the doorbell read
-    bool bell_armed = false;        // a doorbell read is outstanding
-    bool sock_armed = false;        // a POLLIN on the socket is outstanding
-    bool pidfd_armed = false;       // a POLLIN on the pidfd is outstanding
-    bool pending = false;           // the pump should look at its ring
-    bool bell_due = false;          // directives pushed since its doorbell was last rung
-    bool doomed = false;            // to be removed by sweep()
-    bool misbehaved = false;        // removed for breaking the protocol or the limits
-    bool process_gone = false;      // its pidfd fired: the process exited
-    std::string doom_reason;
-    std::unordered_map<sched::SessionId, std::string> pending_names;  // names before their session
-    TokenBucket record_budget;
-    TokenBucket message_budget;
-    sched::EngineParams engine;  // engines
-    std::int32_t gpu_index = -1;
-    std::uint32_t saturating_tokens = 0;
-    std::uint32_t sessions = 0;       // engines: sessions opened by submitting, no runner took (sessions_per_client)
-    std::uint64_t instance = 0;       // Hello.instance
-    std::uint32_t owner = 0;          // runners: its Owner (owners_), which holds its sessions
-    base::Time last_request{};        // ctl: when it last sent something (ctl_idle_timeout_s)
-    std::uint64_t records_taken = 0;  // event-ring slots taken (Resync.ring_position's counterpart)
-    // A Resync sequence being received (messages with `more`, then the last).
-    struct Resync {
-      bool open = false;
-      std::uint64_t position = 0;
-      std::unordered_set<sched::SessionId> listed;
-      std::uint32_t refused = 0;
-      std::string problem;  // the first refusal's reason
-    } resync;
-    // Per-request Errors in this second (at most kErrorsPerSecond).
-    struct ErrorBudget {
-      std::uint32_t sent = 0;
-      base::Time since{};
-    } errors;
-    std::uint64_t accepted = 0;
-    std::uint64_t rejected = 0;
-    std::uint64_t rejected_this_round = 0;
-    // Warnings logged once per client.
-    struct Warned {
-      bool record = false;    // its first bad record
-      bool limit = false;     // hitting its session limit
-      bool throttle = false;  // hitting its message rate
-      bool backlog = false;   // dropping directives
-    } warned;
-    // Engines: what the GPU plane chose for it, published on its status page.
-    struct GpuChoice {
-      std::uint32_t sm_partition = 0;
-      bool sm_partition_set = false;
-      std::uint64_t offload_plan = 0;         // the weight-offload plan (bit i: module i)
-      std::uint64_t offload_freed_bytes = 0;  // device bytes that plan frees
-    } gpu;
-  };
-
   struct SessionMeta {
     std::string name;
     std::uint32_t owner = 0;    // the runner handle (Owner id) it belongs to (0: none, an engine opened it)
@@ -277,10 +146,7 @@ class Server : private sched::ActionSink {
     std::uint32_t attached_conn = 0;
     std::uint64_t attached_at = 0;
     bool named_by_owner = false;  // its name came from its runner (or no runner owns it)
-    std::int64_t cpu_weight = -1;
-    std::int64_t cpu_quota = -1;
-    std::uint8_t priority = 0;
-    sched::EngineId told = sched::kNoEngine;  // engine last sent ADMIT or RESTORE for it
+    SessionSteer steer;           // what Control last told about it
   };
 
   // A runner handle that owns sessions (daemon/owners.h): its key, the
@@ -306,7 +172,7 @@ class Server : private sched::ActionSink {
   void arm_socket(Client& c);
   void handle(Tag tag, int res);
   void on_accept(int fd);
-  void on_signal();
+  void on_signal(int signo);
   void on_timer();
   void on_client_socket(Client& c);
   void on_client_bell(Client& c);
@@ -323,9 +189,9 @@ class Server : private sched::ActionSink {
   // Closes a live session: its tools killed with `reason`, the close fed
   // to the model, the journal told why (nullopt: not a tombstone).
   void close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, base::Time now);
-  // Connections of uid `uid` now, counting detached runner handles but
-  // those of process `pid` (the one connecting).
-  std::size_t uid_load(uid_t uid, pid_t pid) const;
+  // Detached runner handles of uid `uid`, but those of process `pid` (the
+  // one connecting): they count against its clients_per_uid.
+  std::size_t held_handles(uid_t uid, pid_t pid) const;
   // A per-request Error, at most kErrorsPerSecond a second per client.
   void tell(Client& c, int code, std::string_view message, sched::SessionId session = 0);
   // Sessions the ownership journal says were owned when tandemd last ran:
@@ -349,7 +215,6 @@ class Server : private sched::ActionSink {
   void on_session_name(Client& c, const wire::SessionName& sn);
   void on_tool_prepare(Client& c, const wire::ToolPrepare& tp);
   void send_tool_notice(const ToolNotice& n);
-  void on_ctl(Client& c, const wire::CtlRequest& req);
   // Whether `c` may open one more session (sessions_per_client: its
   // handle's for a runner); tells it if not.
   bool admit_session(Client& c, sched::SessionId id);
@@ -369,80 +234,62 @@ class Server : private sched::ActionSink {
   // Whether client `c` may send record `r` under its type's rule
   // (daemon/events.h record_rule); `why` names the reason if not.
   bool authorize(Client& c, const ipc::Record& r, const RecordRule& rule, const char** why);
-  // Applies an event to the model and shows it to the policy; false if the
-  // session table rejected it.
-  bool feed(const sched::Event& e, base::Time now);
   void reject_record(Client& c, std::string_view why);
 
-  // Control.
+  // The control tick (daemon/tick.cc): Control decides; directives go out,
+  // finished sessions end, status pages are published, bells rung.
   void tick(base::Time now);
-  // What the policy's actions do here (sched::apply calls these; GPU-plane
-  // decisions call sm_partition directly): directives, effects, the event log.
-  bool may_admit() const override;
-  void admitted(const sched::Session& s, base::Time now) override;
-  void paused(const sched::Session& s, base::Time now) override;
-  void restored(const sched::Session& s, sched::EngineId from, base::Time now) override;
-  void priority(const sched::Session& s, std::int64_t level, base::Time now) override;
-  void pinned(const sched::Session& s, base::Time until, base::Time now) override;
-  void unpinned(const sched::Session& s, base::Time now) override;
-  void dropped(const sched::Session& s, base::Time now) override;
-  void offloaded(const sched::Session& s, base::Time now) override;
-  void cpu_weight(const sched::Session& s, std::int64_t weight, base::Time now) override;
-  void cpu_quota(const sched::Session& s, std::int64_t us_per_100ms, base::Time now) override;
-  void kill_tools(const sched::Session& s, base::Time now) override;
-  void sm_partition(sched::EngineId engine, std::int64_t index, base::Time now) override;
-  void send_directive(sched::EngineId engine, const ipc::Slot& record);
+  // Where Control's decisions go (ControlOutlet, daemon/control.h).
+  void send_directive(sched::EngineId engine, const ipc::Slot& record) override;
+  SessionSteer* steer(sched::SessionId id) override;
+  GpuChoice* gpu_choice(sched::EngineId engine) override;
+  void note(base::Time now, EventLog::Kind kind, sched::SessionId session, std::array<std::int64_t, 4> v) override;
   // Pushes a directive to any client with a directive ring (CLOSE to a runner).
   void push_directive(Client& c, const ipc::Slot& record);
   void flush_backlog(Client& c);
   // Rings each engine's directive doorbell once for the directives pushed
   // since the last call (after a pump and after a tick).
   void ring_directive_bells();
-  // The GPU plane's decisions of this tick: partitions and offload plans.
-  void gpu_tick(base::Time now);
   // Records that must wait in a client's ring before it wakes the loop.
   static std::uint32_t wake_watermark(const Client& c);
   void publish_status(Client& c, base::Time now);
   void session_done(sched::SessionId id);
-  void install_policy(sched::PolicyInstance policy);
   // Re-reads the configuration and applies it (SIGHUP, `tandemctl reload`);
   // a failure is logged and returned, and changes nothing.
-  base::Result<void> reload();
+  base::Result<void> reload() override;
   // Makes `fresh` the running configuration (reload, `tandemctl policy set`):
   // the policy rebuilt when it changed, engines sent the new PolicyConfig,
   // the tick re-timed. Refused (nothing changes) when a restart-only key
   // differs or the policy cannot be built; `why` names the caller in logs.
-  base::Result<void> apply_config(Compiled fresh, std::string_view why);
+  base::Result<void> apply_config(Compiled fresh, std::string_view why) override;
 
-  // ctl (daemon/ctl.cc).
-  std::string ctl_status(base::Time now) const;
-  // A page of a list answer: the body (JSON) and the cursor of the next
-  // page ("" when this was the last). Every page fits one datagram.
-  struct Page {
-    std::string body;
-    std::string next;
-  };
-  Page ctl_engines(std::string_view cursor) const;
-  Page ctl_sessions(base::Time now, std::string_view cursor) const;
-  Page ctl_tools(std::string_view cursor) const;
-  Page ctl_metrics(base::Time now, std::string_view cursor) const;
-  // tandemctl gpu: NVML's latest sample, processes attributed to clients (daemon/gpu_telemetry.h).
-  std::string ctl_gpu(base::Time now) const;
-  PidAttribution gpu_attribution() const;
-  // tandemctl session-kill: closes a session, killing its tools. 0 or an errno value; `out` says what happened.
-  int ctl_session_kill(std::string_view who, base::Time now, std::string& out);
-  int ctl_session_evict(std::string_view who, base::Time now, std::string& out);
-  // The live session `who` names (an id or a name), or 0 with `out` saying so.
-  sched::SessionId find_live_session(std::string_view who, std::string& out) const;
-  std::string ctl_policy() const;
-  // Keys `tandemctl policy set` changed since the file was last read.
-  std::set<std::string> policy_set_keys_;
-  int ctl_policy_set(std::string_view key, std::string_view value, std::string& out);
-  // Prometheus text of everything below (docs/metrics.md).
-  std::string metrics_text(base::Time now) const;
+  // What tandemctl reads and does (CtlService, daemon/ctl_service.h), in
+  // daemon/server_ctl.cc.
+  const CompiledConfig& config() const override { return *config_; }
+  const sched::ControlPolicy& policy() const override { return control_->policy(); }
+  std::uint64_t policy_epoch() const override { return control_->epoch(); }
+  const sched::NodeModel& model() const override { return control_->model(); }
+  const GpuPlane& gpu_plane() const override { return control_->gpu(); }
+  base::Time started() const override { return started_; }
+  bool draining() const override { return control_->draining(); }
+  void for_each_client(const std::function<void(const ClientCard&)>& f) const override;
+  std::optional<ClientCard> client(std::uint32_t id) const override;
+  std::optional<SessionCard> session(sched::SessionId id) const override;
+  void for_each_session(const std::function<void(sched::SessionId, const SessionCard&)>& f) const override;
+  const EventLog& events() const override { return log_; }
+  const HostEffects& host() const override { return *effects_; }
+  const GpuTelemetry& gpu_telemetry() const override { return *gpu_telemetry_; }
+  const MetricsEndpoint* metrics_endpoint() const override { return metrics_ ? &*metrics_ : nullptr; }
+  const std::string& metrics_error() const override { return metrics_error_; }
+  static ClientCard card(const Client& c);
+  SessionCard card(const SessionMeta& m) const;
+  void refresh() override;
+  void set_draining(bool on, base::Time now) override;
+  void evict_session(sched::SessionId id, base::Time now) override;
+  std::vector<std::int32_t> kill_session(sched::SessionId id, base::Time now) override;
   void count_record(const ipc::Record& r);
 
-  Client* find_client(std::uint32_t id);
+  Client* find_client(std::uint32_t id) { return clients_.find(id); }
 
   std::shared_ptr<const CompiledConfig> config_;
   HostEffects* effects_ = nullptr;
@@ -452,14 +299,10 @@ class Server : private sched::ActionSink {
   const base::Clock* clock_ = &monotonic_;  // what decisions read (create()'s `clock`)
   base::Time started_{};
 
-  Uring uring_;
+  Loop loop_;  // the ring, the signalfd and the tick's timer
   base::UniqueFd listen_;
   base::UniqueFd lock_;
-  base::UniqueFd signal_fd_;
-  base::UniqueFd timer_fd_;
   std::string socket_path_;
-  unsigned char signal_buf_[128] = {};  // one signalfd_siginfo
-  std::uint64_t timer_buf_ = 0;
   bool stopping_ = false;
   bool armed_ = false;       // arm() ran
   bool host_armed_ = false;  // a POLLIN on the host plane's event fd is outstanding
@@ -468,8 +311,6 @@ class Server : private sched::ActionSink {
   EventLog log_;
   // Logs an event, keeping the session's name where it is about to go.
   void log_event(base::Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {});
-  std::string ctl_events(std::string_view since) const;
-  bool draining_ = false;  // tandemctl drain: no new session is admitted; live ones go on
   std::optional<MetricsEndpoint> metrics_;
   std::string metrics_error_;  // why there is no endpoint ("" when there is, or none was asked)
   // NVML sampling on a thread of its own ([nvml]); never null after create().
@@ -477,16 +318,13 @@ class Server : private sched::ActionSink {
   std::uint64_t watchdog_usec_ = 0;
   base::Time last_watchdog_{};
 
-  std::map<std::uint32_t, Client> clients_;  // ordered by id: the pump's round-robin order
-  std::uint32_t next_client_ = 1;
+  Clients clients_;               // the registry, in id order: the pump's round-robin order
   std::uint32_t pump_start_ = 0;  // client id the next pump round starts at
 
-  sched::PolicyInstance policy_;
-  std::uint64_t policy_epoch_ = 0;
-  sched::NodeModel model_;
-  GpuPlane gpu_{GpuConfig{}};           // configured from config_ in create() and apply_config()
-  std::vector<GpuChange> gpu_changes_;  // tick scratch
-  sched::Actions actions_;
+  // The model, the policy, the GPU plane and the drain switch; made in
+  // create(), the GPU plane configured from config_ there and in
+  // apply_config().
+  std::optional<Control> control_;
   std::unordered_map<sched::SessionId, SessionMeta> meta_;
   // Tools a runner started without a cgroup (TANDEM_TOOL_ALLOW_UNPLACED):
   // known by a pidfd taken when their TOOL_START (or the resync listing
@@ -531,7 +369,8 @@ class Server : private sched::ActionSink {
   // Logs `text` through `q` at most once every 10 s, saying how many were held back.
   void quietly(Quiet& q, base::Time now, const std::string& text);
   ServerStats stats_;
-  std::vector<ipc::Slot> batch_;  // pump scratch
+  std::optional<CtlService> ctl_;  // tandemctl's answers and the metrics text; made in create()
+  std::vector<ipc::Slot> batch_;   // pump scratch
 };
 
 }  // namespace tandem::daemon

@@ -1,10 +1,9 @@
 // Pieces the parts of tandemd's Server share (daemon/server.cc, the loop;
-// daemon/handshake.cc; daemon/sessions.cc; daemon/intake.cc;
-// daemon/control.cc; daemon/ctl.cc): its constants and small helpers.
-// Included only by those files.
+// daemon/handshake.cc; daemon/sessions.cc; daemon/intake.cc; daemon/tick.cc;
+// daemon/server_ctl.cc; Clients in daemon/clients.cc; Control in
+// daemon/control.cc; CtlService in daemon/ctl.cc): its constants and small
+// helpers. Included only by those files.
 #pragma once
-
-#include <sys/timerfd.h>
 
 #include <cctype>
 #include <chrono>
@@ -34,7 +33,6 @@ std::string lower(E value) {
   return s;
 }
 
-constexpr unsigned kUringEntries = 1024;
 // A client must say Hello this soon after connecting.
 constexpr base::Duration kHelloTimeout = std::chrono::seconds(5);
 // Socket messages handled per client per wake-up before others get a turn.
@@ -56,18 +54,6 @@ constexpr base::Duration kAcceptBackoffMax = std::chrono::seconds(1);
 constexpr std::uint32_t kErrorsPerSecond = 64;
 // Sessions that ended remembered as tombstones.
 constexpr std::size_t kTombstones = 16384;
-
-inline base::Result<base::UniqueFd> make_timer(base::Duration tick) {
-  base::UniqueFd fd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-  if (!fd) return base::errno_error("timerfd_create");
-  itimerspec spec{};
-  const auto ns = tick.count();
-  spec.it_interval.tv_sec = ns / 1'000'000'000;
-  spec.it_interval.tv_nsec = ns % 1'000'000'000;
-  spec.it_value = spec.it_interval;
-  if (::timerfd_settime(fd.get(), 0, &spec, nullptr) != 0) return base::errno_error("timerfd_settime");
-  return fd;
-}
 
 inline std::optional<Role> role_from_wire(wire::Role r) {
   switch (r) {

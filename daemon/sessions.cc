@@ -54,9 +54,7 @@ void Server::release_sessions(Client& c, Time now) {
   if (stopping_) return;  // the journal keeps who owns what for the next tandemd
   if (c.role == Role::kEngine) {
     // Its rounds in flight are lost; their runners may submit them elsewhere.
-    (void)model_.engine_gone(c.id, now);
-    policy_.control->on_event(sched::EngineLeft{c.id}, model_, now);
-    gpu_.engine_gone(c.id);
+    control_->engine_gone(c.id, now);
     // The sessions it opened by submitting that no runner took die with it
     // (its resync brings them back if it returns).
     std::vector<sched::SessionId> closing;
@@ -81,7 +79,7 @@ void Server::release_sessions(Client& c, Time now) {
     return;
   }
   if (o.sessions.empty()) {
-    if (o.pidfd_armed) uring_.cancel(Tag{Op::kOwnerPidfd, o.id});
+    if (o.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, o.id});
     owner_ids_.erase(o.key);
     owners_.erase(it);
     return;
@@ -111,7 +109,7 @@ Server::Owner& Server::owner_for(const OwnerKey& key) {
     if (fd && (key.start == 0 || process_start_time(kProcRoot, key.pid).value_or(0) == key.start)) {
       o.pidfd = std::move(fd);
       if (armed_) {
-        uring_.poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
+        loop_.uring().poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
         o.pidfd_armed = true;
       }
     }
@@ -126,20 +124,20 @@ void Server::end_owner(std::uint32_t owner, Closed why, Time now) {
   for (sched::SessionId id : sessions) close_session(id, ipc::ToolExitReason::kKilledSession, why, now);
   it = owners_.find(owner);  // close_session may have touched the table
   if (it == owners_.end()) return;
-  if (it->second.pidfd_armed) uring_.cancel(Tag{Op::kOwnerPidfd, owner});
+  if (it->second.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, owner});
   if (Client* c = find_client(it->second.client)) c->owner = 0;
   owner_ids_.erase(it->second.key);
   owners_.erase(it);
 }
 
 void Server::close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, Time now) {
-  const sched::Session* s = model_.sessions().find(id);
+  const sched::Session* s = control_->model().sessions().find(id);
   if (s == nullptr || s->state == SessionState::kDone) return;
   effects_->kill_tools(id, reason);
   ++stats_.effects_kill_tools;
   (void)kill_unplaced(id);
   if (why) remember_closed(id, *why);
-  (void)feed(sched::SessionClosed{id}, now);
+  (void)control_->feed(sched::SessionClosed{id}, now);
 }
 
 void Server::remember_closed(sched::SessionId id, Closed why) {
@@ -202,13 +200,8 @@ void Server::tell(Client& c, int code, std::string_view message, sched::SessionI
   // older libtandem drops its connection on any Error, then resyncs into the
   // same refusal): it is not told, only counted where it was refused.
   if (c.instance == 0) return;
-  const Time now = clock_->now();
-  if (now - c.errors.since >= std::chrono::seconds(1)) {
-    c.errors.since = now;
-    c.errors.sent = 0;
-  }
-  if (c.errors.sent >= kErrorsPerSecond) return;  // counted where it was refused; the rest are not sent
-  ++c.errors.sent;
+  // Over kErrorsPerSecond: counted where it was refused, not sent.
+  if (!Clients::take_error(c, clock_->now())) return;
   send_message(c, ipc::build_error(code, message, session));
 }
 
@@ -228,7 +221,7 @@ void Server::restore_owners(const JournalState& loaded, Time now) {
       ++gone;
       continue;
     }
-    if (!feed(sched::SessionOpened{id}, now)) continue;
+    if (!control_->feed(sched::SessionOpened{id}, now)) continue;
     SessionMeta& m = meta_[id];
     m.owner = o.id;
     o.sessions.insert(id);
@@ -243,7 +236,7 @@ void Server::restore_owners(const JournalState& loaded, Time now) {
 Server::Footprint Server::footprint() const {
   Footprint f;
   f.clients = clients_.size();
-  f.sessions = model_.sessions().size();
+  f.sessions = control_->model().sessions().size();
   f.session_meta = meta_.size();
   for (const auto& [id, c] : clients_) f.pending_names += c.pending_names.size();
   f.owners = owners_.size();
@@ -315,7 +308,7 @@ void Server::take_name(Client& c, sched::SessionId id, const flatbuffers::String
 bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const char** why, int* code) {
   const sched::SessionId id = snap.session();
   const Time now = clock_->now();
-  auto& table = model_.sessions();
+  auto& table = control_->model().sessions();
   const sched::Session* s = table.find(id);
   const bool live = s != nullptr && s->state != SessionState::kDone;
   auto m = meta_.find(id);
@@ -335,7 +328,7 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
     return false;
   }
   if (!run_steps(
-          resync_steps(snap, Sender::kRunner, c.id, s, false), [&](const sched::Event& e) { return feed(e, now); },
+          resync_steps(snap, Sender::kRunner, c.id, s, false), [&](const sched::Event& e) { return control_->feed(e, now); },
           table, now)) {
     *why = "the session table refused it";
     return false;
@@ -362,7 +355,7 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
 bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const char** why, int* code) {
   const sched::SessionId id = snap.session();
   const Time now = clock_->now();
-  auto& table = model_.sessions();
+  auto& table = control_->model().sessions();
   const auto state = static_cast<SessionState>(snap.state());
   const sched::Session* s = table.find(id);
   const bool live = s != nullptr && s->state != SessionState::kDone;
@@ -394,7 +387,7 @@ bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const c
   // What the entry says, as events (a runner's session between rounds is
   // the runner's to describe).
   (void)run_steps(
-      resync_steps(snap, Sender::kEngine, c.id, s, runners), [&](const sched::Event& e) { return feed(e, now); }, table,
+      resync_steps(snap, Sender::kEngine, c.id, s, runners), [&](const sched::Event& e) { return control_->feed(e, now); }, table,
       now);
   if (table.find(id) != nullptr) meta_for(c, id);
   return true;

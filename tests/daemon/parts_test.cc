@@ -1,0 +1,336 @@
+// The daemon's parts on their own, without a Server (docs/architecture.md
+// "The daemon's parts"): Control behind a fake ControlOutlet, CtlService
+// over a fake CtlView and CtlCommands, Clients and its limits.
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "daemon/clients.h"
+#include "daemon/control.h"
+#include "daemon/ctl_service.h"
+#include "ipc/messages.h"
+#include "sched/registry.h"
+
+namespace tandem::daemon {
+namespace {
+
+using base::Time;
+using nlohmann::json;
+constexpr sched::SessionId kA = 0xA;
+constexpr sched::SessionId kB = 0xB;
+constexpr sched::EngineId kE = 1;
+
+Time at(int ms) { return base::from_ns(std::int64_t{ms} * 1'000'000); }
+
+sched::EngineParams engine_params() {
+  sched::EngineParams p;
+  p.total_blocks = 1000;
+  return p;
+}
+
+// Writes down where Control's decisions went.
+class FakeOutlet final : public ControlOutlet {
+ public:
+  std::vector<std::string> directives;              // "ADMIT a to 1"
+  std::map<sched::SessionId, SessionSteer> steers;  // the sessions the daemon keeps a record of
+  std::map<sched::EngineId, GpuChoice> engines;     // the engines connected
+  std::vector<EventLog::Kind> notes;
+
+  void send_directive(sched::EngineId engine, const ipc::Slot& record) override {
+    ipc::RecordDecoder decoder{ipc::Direction::kToClient};
+    ipc::Record r;
+    ASSERT_EQ(decoder.decode(record, r), ipc::DecodeStatus::kOk);
+    directives.push_back(fmt::format("{} {:x} to {}", ipc::record_type_name(r.type()), r.session(), engine));
+  }
+  SessionSteer* steer(sched::SessionId id) override {
+    auto it = steers.find(id);
+    return it == steers.end() ? nullptr : &it->second;
+  }
+  GpuChoice* gpu_choice(sched::EngineId engine) override {
+    auto it = engines.find(engine);
+    return it == engines.end() ? nullptr : &it->second;
+  }
+  void note(Time /*now*/, EventLog::Kind kind, sched::SessionId /*session*/,
+            std::array<std::int64_t, 4> /*v*/) override {
+    notes.push_back(kind);
+  }
+};
+
+class ControlPart : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto policy = sched::make_policy("fcfs");
+    ASSERT_TRUE(policy) << policy.error().message();
+    control_.install_policy(std::move(*policy));
+    outlet_.engines[kE];
+    ASSERT_TRUE(control_.feed(sched::EngineJoined{kE, engine_params()}, at(0)));
+  }
+  // Session `id` waiting with a round submitted to kE.
+  void open(sched::SessionId id) {
+    ASSERT_TRUE(control_.feed(sched::SessionOpened{id, 0, 3}, at(1)));
+    ASSERT_TRUE(control_.feed(sched::RoundSubmitted{id, kE, 0, 100, 0, 7}, at(2)));
+  }
+
+  RecordingEffects effects_;
+  ServerStats stats_;
+  FakeOutlet outlet_;
+  Control control_{effects_, stats_, outlet_};
+};
+
+TEST_F(ControlPart, ActionsBecomeDirectivesEffectsAndTheSessionsSteering) {
+  EXPECT_EQ(control_.epoch(), 1u);
+  outlet_.steers[kA];
+  open(kA);
+  control_.apply({sched::ActionKind::kAdmit, kA}, at(3));
+  control_.apply({sched::ActionKind::kSetPriority, kA, sched::kNoEngine, 2}, at(4));
+  control_.apply({sched::ActionKind::kSetCpuWeight, kA, sched::kNoEngine, 250}, at(5));
+  control_.apply({sched::ActionKind::kSetCpuQuota, kA, sched::kNoEngine, 50'000}, at(6));
+  control_.apply({sched::ActionKind::kKillTools, kA}, at(7));
+  control_.apply({sched::ActionKind::kSetSmPartition, 0, kE, 3}, at(8));
+
+  EXPECT_EQ(outlet_.directives, (std::vector<std::string>{"ADMIT a to 1", "PRIORITY a to 1"}));
+  const SessionSteer& steer = outlet_.steers[kA];
+  EXPECT_EQ(steer.told, kE);
+  EXPECT_EQ(steer.priority, 2);
+  EXPECT_EQ(steer.cpu_weight, 250);
+  EXPECT_EQ(steer.cpu_quota, 50'000);
+  ASSERT_NE(effects_.session(kA), nullptr);
+  EXPECT_EQ(effects_.session(kA)->cpu_weight, 250);
+  EXPECT_EQ(effects_.session(kA)->cpu_quota, 50'000);
+  EXPECT_EQ(effects_.session(kA)->kills, 1u);
+  EXPECT_EQ(effects_.partitions().at(kE), 3u);
+  EXPECT_TRUE(outlet_.engines[kE].sm_partition_set);
+  EXPECT_EQ(outlet_.engines[kE].sm_partition, 3u);
+  EXPECT_EQ(stats_.effects_cpu_weight, 1u);
+  EXPECT_EQ(stats_.effects_cpu_quota, 1u);
+  EXPECT_EQ(stats_.effects_kill_tools, 1u);
+  EXPECT_EQ(stats_.effects_sm_partition, 1u);
+  EXPECT_EQ(outlet_.notes, (std::vector<EventLog::Kind>{EventLog::Kind::kSessionOpen, EventLog::Kind::kRoundSubmit,
+                                                        EventLog::Kind::kAdmit, EventLog::Kind::kKillTools}));
+}
+
+TEST_F(ControlPart, ASessionWithoutARecordStillGetsItsDirective) {
+  open(kB);  // no steers[kB]: the daemon keeps nothing for it
+  control_.apply({sched::ActionKind::kAdmit, kB}, at(3));
+  EXPECT_EQ(outlet_.directives, (std::vector<std::string>{"ADMIT b to 1"}));
+  EXPECT_EQ(outlet_.steers.count(kB), 0u);
+}
+
+TEST_F(ControlPart, DrainingAdmitsNothingAndAnEngineGoneTakesNoPartition) {
+  open(kA);
+  control_.set_draining(true);
+  control_.apply({sched::ActionKind::kAdmit, kA}, at(3));
+  EXPECT_TRUE(outlet_.directives.empty());
+  EXPECT_EQ(control_.model().sessions().find(kA)->state, sched::SessionState::kWaiting);
+
+  outlet_.engines.clear();  // no engine of that id is connected any more
+  control_.apply({sched::ActionKind::kSetSmPartition, 0, kE, 3}, at(4));
+  EXPECT_TRUE(effects_.partitions().empty());
+  EXPECT_EQ(stats_.effects_sm_partition, 0u);
+}
+
+// ---- CtlService ------------------------------------------------------------------
+
+// A daemon as tandemctl sees it: what the view shows is set by the test.
+class FakeDaemon final : public CtlView, public CtlCommands {
+ public:
+  FakeDaemon() {
+    Config cfg;
+    cfg.nvml.enabled = "off";
+    auto compiled = CompiledConfig::compile(std::move(cfg));
+    EXPECT_TRUE(compiled) << compiled.error().message();
+    config_ = std::move(compiled->config);
+    policy_ = std::move(compiled->policy);
+    auto telemetry = GpuTelemetry::start(config_->config().nvml);
+    EXPECT_TRUE(telemetry) << telemetry.error().message();
+    telemetry_ = std::move(*telemetry);
+  }
+
+  // The view.
+  const CompiledConfig& config() const override { return *config_; }
+  const sched::ControlPolicy& policy() const override { return *policy_.control; }
+  std::uint64_t policy_epoch() const override { return 7; }
+  const sched::NodeModel& model() const override { return node; }
+  const GpuPlane& gpu_plane() const override { return gpu_; }
+  const ServerStats& stats() const override { return stats_; }
+  Footprint footprint() const override { return {}; }
+  Time started() const override { return at(0); }
+  bool draining() const override { return draining_; }
+  void for_each_client(const std::function<void(const ClientCard&)>& f) const override {
+    for (const ClientCard& c : cards) f(c);
+  }
+  std::optional<ClientCard> client(std::uint32_t id) const override {
+    for (const ClientCard& c : cards) {
+      if (c.id == id) return c;
+    }
+    return std::nullopt;
+  }
+  std::optional<SessionCard> session(sched::SessionId /*id*/) const override { return std::nullopt; }
+  void for_each_session(const std::function<void(sched::SessionId, const SessionCard&)>& /*f*/) const override {}
+  const EventLog& events() const override { return log_; }
+  const HostEffects& host() const override { return effects_; }
+  const GpuTelemetry& gpu_telemetry() const override { return *telemetry_; }
+  const MetricsEndpoint* metrics_endpoint() const override { return nullptr; }
+  const std::string& metrics_error() const override { return metrics_error_; }
+
+  // The commands.
+  void refresh() override { ++refreshed; }
+  base::Result<void> reload() override { return base::make_error(ENOTSUP, "no file"); }
+  base::Result<void> apply_config(Compiled /*fresh*/, std::string_view /*why*/) override { return {}; }
+  void set_draining(bool on, Time /*now*/) override {
+    draining_ = on;
+    ++drains;
+  }
+  void evict_session(sched::SessionId id, Time /*now*/) override { evicted.push_back(id); }
+  std::vector<std::int32_t> kill_session(sched::SessionId id, Time /*now*/) override {
+    killed.push_back(id);
+    return survivors;
+  }
+
+  sched::NodeModel node;
+  std::vector<ClientCard> cards;
+  int refreshed = 0;
+  int drains = 0;
+  std::vector<sched::SessionId> evicted;
+  std::vector<sched::SessionId> killed;
+  std::vector<std::int32_t> survivors;
+
+ private:
+  std::shared_ptr<const CompiledConfig> config_;
+  sched::PolicyInstance policy_;
+  GpuPlane gpu_{GpuConfig{}};
+  ServerStats stats_;
+  bool draining_ = false;
+  EventLog log_{at(0)};
+  RecordingEffects effects_;
+  std::unique_ptr<GpuTelemetry> telemetry_;
+  std::string metrics_error_;
+};
+
+class CtlPart : public ::testing::Test {
+ protected:
+  // The status and body of the answer to `command` from a client of `role`.
+  std::pair<int, std::string> ask(Role role, const std::string& command, const std::vector<std::string>& args = {}) {
+    const std::vector<std::uint8_t> request = ipc::build_ctl_request(command, args, true);
+    auto req = ipc::verify_message(request);
+    EXPECT_TRUE(req);
+    const std::vector<std::uint8_t> answer = ctl_.handle(role, *(*req)->payload_as_CtlRequest());
+    auto msg = ipc::verify_message(answer);
+    EXPECT_TRUE(msg);
+    EXPECT_EQ((*msg)->payload_type(), wire::Payload::CtlResponse);
+    const auto* r = (*msg)->payload_as_CtlResponse();
+    return {r->status(), r->body() != nullptr ? r->body()->str() : ""};
+  }
+
+  base::VirtualClock clock_;
+  FakeDaemon daemon_;
+  CtlService ctl_{daemon_, daemon_, clock_};
+};
+
+TEST_F(CtlPart, StatusReadsOnlyTheView) {
+  ClientCard engine;
+  engine.id = 1;
+  engine.active = true;
+  engine.role = Role::kEngine;
+  ClientCard leaving = engine;
+  leaving.id = 2;
+  leaving.active = false;  // being removed: not counted
+  daemon_.cards = {engine, leaving};
+  const auto [code, body] = ask(Role::kCtlRead, "status");
+  ASSERT_EQ(code, 0) << body;
+  const json j = json::parse(body);
+  EXPECT_EQ(j["clients"]["engine"], 1);
+  EXPECT_EQ(j["policy"]["epoch"], 7);
+  EXPECT_EQ(j["draining"], false);
+  EXPECT_EQ(j["metrics"]["listen"], "off");
+  EXPECT_EQ(daemon_.refreshed, 1);  // the rings are taken before any answer
+}
+
+TEST_F(CtlPart, SteeringGoesThroughTheCommandsAndOnlyForAdmins) {
+  EXPECT_EQ(ask(Role::kCtlRead, "drain").first, EPERM);
+  EXPECT_EQ(ask(Role::kRunner, "status").first, EPERM);
+  EXPECT_EQ(daemon_.drains, 0);
+
+  const auto [code, body] = ask(Role::kCtlAdmin, "drain");
+  ASSERT_EQ(code, 0) << body;
+  EXPECT_EQ(daemon_.drains, 1);
+  EXPECT_EQ(json::parse(body)["draining"], true);
+
+  const auto [reload_code, reload_body] = ask(Role::kCtlAdmin, "reload");
+  EXPECT_EQ(reload_code, ENOTSUP);
+  EXPECT_EQ(reload_body, "no file");
+}
+
+TEST_F(CtlPart, SessionKillNamesTheLiveSessionAndReportsSurvivors) {
+  EXPECT_EQ(ask(Role::kCtlAdmin, "session-kill", {"0xa"}).first, ENOENT);
+  EXPECT_TRUE(daemon_.killed.empty());
+
+  ASSERT_TRUE(daemon_.node.observe(sched::SessionOpened{kA, 0, 3}, at(1)));
+  daemon_.survivors = {4242};
+  const auto [code, body] = ask(Role::kCtlAdmin, "session-kill", {"0xa"});
+  EXPECT_EQ(code, EBUSY);
+  EXPECT_NE(body.find("4242"), std::string::npos) << body;
+  EXPECT_EQ(daemon_.killed, (std::vector<sched::SessionId>{kA}));
+
+  daemon_.survivors.clear();
+  const auto [ok, ok_body] = ask(Role::kCtlAdmin, "session-kill", {"0xa"});
+  EXPECT_EQ(ok, 0) << ok_body;
+  EXPECT_EQ(json::parse(ok_body)["killed"], true);
+
+  // Evicting needs the session's KV on an engine; this one has none yet.
+  EXPECT_EQ(ask(Role::kCtlAdmin, "session-evict", {"0xa"}).first, EAGAIN);
+  EXPECT_TRUE(daemon_.evicted.empty());
+}
+
+// ---- Clients ---------------------------------------------------------------------
+
+TEST(ClientsPart, LimitsAreJudgedFromTheRegistry) {
+  Limits limits;
+  limits.max_clients = 4;
+  limits.reserved_clients = 1;
+  limits.clients_per_uid = 2;
+  Clients clients;
+  const ucred alice{.pid = 100, .uid = 1000, .gid = 1000};
+  EXPECT_EQ(clients.refusal(limits, alice, true, false, 0), "");
+  Client& first = clients.add(base::UniqueFd(), alice, at(0), limits);
+  Client& second = clients.add(base::UniqueFd(), alice, at(0), limits);
+  EXPECT_EQ(first.id, 1u);
+  EXPECT_EQ(second.id, 2u);
+  EXPECT_EQ(clients.of_uid(1000), 2u);
+  EXPECT_NE(clients.refusal(limits, alice, true, false, 0).find("clients_per_uid"), std::string::npos);
+  EXPECT_EQ(clients.refusal(limits, alice, true, true, 0), "");  // trusted: no per-uid share
+  // A handle held for the uid counts too.
+  const ucred bob{.pid = 200, .uid = 1001, .gid = 1001};
+  EXPECT_EQ(clients.refusal(limits, bob, true, false, 1), "");
+  EXPECT_NE(clients.refusal(limits, bob, true, false, 2).find("clients_per_uid"), std::string::npos);
+  // The last slot is kept for engines and runners.
+  clients.add(base::UniqueFd(), bob, at(0), limits);
+  EXPECT_NE(clients.refusal(limits, bob, false, true, 0).find("reserved"), std::string::npos);
+  EXPECT_EQ(clients.refusal(limits, bob, true, true, 0), "");
+
+  // Marked for removal: listed until swept, but not found nor counted.
+  first.doomed = true;
+  EXPECT_EQ(clients.find(1), nullptr);
+  EXPECT_NE(clients.entry(1), nullptr);
+  EXPECT_EQ(clients.of_uid(1000), 1u);
+  EXPECT_EQ(clients.size(), 3u);
+}
+
+TEST(ClientsPart, ErrorsAreBudgetedPerSecond) {
+  Client c;
+  int sent = 0;
+  for (int i = 0; i < 100; ++i) sent += Clients::take_error(c, at(10)) ? 1 : 0;
+  EXPECT_EQ(sent, 64);
+  EXPECT_TRUE(Clients::take_error(c, at(1010)));  // a new second
+}
+
+}  // namespace
+}  // namespace tandem::daemon
