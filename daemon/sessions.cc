@@ -328,8 +328,8 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
     return false;
   }
   if (!run_steps(
-          resync_steps(snap, Sender::kRunner, c.id, s, false), [&](const sched::Event& e) { return control_->feed(e, now); },
-          table, now)) {
+          resync_steps(snap, Sender::kRunner, c.id, s, false),
+          [&](const sched::Event& e) { return control_->feed(e, now); }, table, now)) {
     *why = "the session table refused it";
     return false;
   }
@@ -387,8 +387,8 @@ bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const c
   // What the entry says, as events (a runner's session between rounds is
   // the runner's to describe).
   (void)run_steps(
-      resync_steps(snap, Sender::kEngine, c.id, s, runners), [&](const sched::Event& e) { return control_->feed(e, now); }, table,
-      now);
+      resync_steps(snap, Sender::kEngine, c.id, s, runners),
+      [&](const sched::Event& e) { return control_->feed(e, now); }, table, now);
   if (table.find(id) != nullptr) meta_for(c, id);
   return true;
 }
