@@ -88,7 +88,8 @@ class Control : private sched::ActionSink {
   void decide(base::Time now);
   // Applies one action as if the policy had taken it (an operator's).
   void apply(const sched::Action& action, base::Time now) { sched::apply(action, model_.sessions(), *this, now); }
-  // The host plane's tick (HostEffects::host_tick), its CPU view given to the model.
+  // The host plane's tick (HostEffects::host_tick): its CPU view and its memory view
+  // (HostEffects::host_memory) given to the model.
   void host_tick(base::Time now);
   // Engine `engine` left: its rounds in flight are lost, the policy and the
   // GPU plane forget it.

@@ -422,6 +422,20 @@ TEST(Tandem, PausedSessionsWhoseRoundWaitsAreRestoredFirst) {
 
 // ---- step half ----------------------------------------------------------------
 
+// A request not running: a new round, or one whose `cached` tokens are a
+// prefix hit (`held` of its blocks its own, pinned).
+StepRequest waiting(std::uint64_t id, SessionId session, std::uint32_t prompt, std::uint32_t cached = 0,
+                    std::uint32_t held = 0, Time arrival = {}) {
+  StepRequest r;
+  r.id = id;
+  r.session = session;
+  r.prompt_tokens = prompt;
+  r.cached_tokens = cached;
+  r.blocks_held = held;
+  r.arrival = arrival;
+  return r;
+}
+
 StepRequest running(std::uint64_t id, std::uint32_t computed, std::uint32_t blocks) {
   StepRequest r;
   r.id = id;
@@ -495,13 +509,7 @@ TEST(TandemStep, APinWhoseNextRoundIsQueuedIsNeverReleased) {
   TandemStepScheduler s({}, {});
   // Session 5's next round waits, counting its pinned blocks as its own; the
   // pin has expired and the running request wants more than is free.
-  StepRequest next;
-  next.id = 9;
-  next.session = 5;
-  next.prompt_tokens = 1700;
-  next.cached_tokens = 1600;
-  next.blocks_held = 100;
-  std::vector<StepRequest> reqs = {running(1, 32, 2), next};
+  std::vector<StepRequest> reqs = {running(1, 32, 2), waiting(9, 5, 1700, 1600, 100)};
   std::vector<PinnedKv> pins = {{5, 100, at(0), at(5)}};
   StepInput in;
   in.free_blocks = 0;
@@ -518,19 +526,7 @@ TEST(TandemStep, QueuedPinsGoLastWhenNothingElseCanFit) {
   // Nothing else can free memory, so that pin is released (a deadlock
   // otherwise) and its request loses the blocks it counted as its own.
   TandemStepScheduler s({}, {});
-  StepRequest head;
-  head.id = 1;
-  head.session = 1;
-  head.prompt_tokens = 1600;
-  head.arrival = at(1);
-  StepRequest next;
-  next.id = 9;
-  next.session = 5;
-  next.prompt_tokens = 1700;
-  next.cached_tokens = 1600;
-  next.blocks_held = 100;
-  next.arrival = at(2);
-  std::vector<StepRequest> reqs = {head, next};
+  std::vector<StepRequest> reqs = {waiting(1, 1, 1600, 0, 0, at(1)), waiting(9, 5, 1700, 1600, 100, at(2))};
   std::vector<PinnedKv> pins = {{5, 100, at(0), at(60000)}};
   StepInput in;
   in.free_blocks = 0;
@@ -555,19 +551,9 @@ TEST(TandemStep, AStalledEngineReleasesPinsForTheRequestMarsPicks) {
   // minute from now: without the progress rule the engine would wait that
   // minute (for ever with the pins of queued sessions).
   TandemStepScheduler s({}, {});
-  StepRequest a;
-  a.id = 1;
-  a.session = 1;
-  a.prompt_tokens = 3000;
-  a.arrival = at(1);
-  StepRequest b;
-  b.id = 2;
-  b.session = 2;
-  b.prompt_tokens = 30100;
-  b.cached_tokens = 30000;
+  StepRequest b = waiting(2, 2, 30100, 30000, 0, at(2));
   b.phase = RequestPhase::kPreempted;
-  b.arrival = at(2);
-  std::vector<StepRequest> reqs = {a, b};
+  std::vector<StepRequest> reqs = {waiting(1, 1, 3000, 0, 0, at(1)), b};
   std::vector<PinnedKv> pins = {{6, 2000, at(0), at(60000)}};
   StepInput in;
   in.free_blocks = 200;
