@@ -4,7 +4,7 @@
 # Asserts that every session of both runs completed, that every tool call ran
 # in its session's cgroup (as root: the tool itself read /proc/self/cgroup),
 # that nothing was left behind (scripts/replay fails when it had to clean up;
-# no new tandem-replay cgroup or runtime dir remains) and that the result
+# none of its own runtime dirs, cgroups or processes remains) and that the result
 # files are complete.
 #
 #   replay_smoke.sh SOURCE_DIR BUILD_DIR
@@ -14,13 +14,6 @@ build=$2
 out=$(mktemp -d /tmp/replay-smoke.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 
-count_leftovers() {
-  {
-    find /sys/fs/cgroup -mindepth 1 -maxdepth 12 -type d -name 'tandem-replay.*' 2>/dev/null
-    find /tmp -maxdepth 1 -name 'tandem-replay.*' 2>/dev/null
-  } | sort
-}
-before=$(count_leftovers)
 
 "$src/scripts/replay" --build "$build" --out "$out" --synthetic agentic --sessions 3 --rate 0.05 --compress 50 \
   --quiet > "$out/replay.log" 2>&1 || {
@@ -29,19 +22,28 @@ before=$(count_leftovers)
   exit 1
 }
 
-after=$(count_leftovers)
-if [ "$before" != "$after" ]; then
-  echo "left behind:"
-  comm -13 <(echo "$before") <(echo "$after")
-  exit 1
-fi
-# tandemd, the engine and the agents carry their run's runtime dir in their
-# command line; tool processes sit in the cgroups checked above.
-if procs=$(pgrep -a -f '/tmp/tandem-replay\.'); then
-  echo "processes left behind:"
-  echo "$procs"
-  exit 1
-fi
+# What this run made (scripts/replay lists its runtime dirs, which name its
+# cgroup subtrees too): none of it may remain. Only this run's names are
+# looked for, so a replay running beside it cannot fail it.
+[ -s "$out/run-dirs.txt" ] || { echo "scripts/replay wrote no run-dirs.txt"; exit 1; }
+while read -r name; do
+  left=$( {
+    find /sys/fs/cgroup -mindepth 1 -maxdepth 12 -type d -name "$name" 2>/dev/null
+    [ -e "/tmp/$name" ] && echo "/tmp/$name"
+  } || true)
+  if [ -n "$left" ]; then
+    echo "left behind:"
+    echo "$left"
+    exit 1
+  fi
+  # tandemd, the engine and the agents carry their run's runtime dir in their
+  # command line; tool processes sit in the cgroups checked above.
+  if procs=$(pgrep -a -f "/tmp/$name"); then
+    echo "processes left behind:"
+    echo "$procs"
+    exit 1
+  fi
+done < "$out/run-dirs.txt"
 
 python3 - "$out" "$(id -u)" <<'EOF'
 import json, os, sys
