@@ -240,7 +240,8 @@ TEST_F(ProtocolInProcess, ARunnerCannotTouchAnotherRunnersSessions) {
   ASSERT_TRUE(d_.until([&] { return status_count("records", "rejected") == 1; }));
   const json sessions = ctl("sessions")["sessions"];
   ASSERT_EQ(sessions.size(), 1u);
-  EXPECT_EQ(sessions[0]["state"], "waiting");
+  // Still open: waiting, or admitted by a control tick in between.
+  EXPECT_TRUE(sessions[0]["state"] == "waiting" || sessions[0]["state"] == "reasoning") << sessions.dump();
   EXPECT_EQ(sessions[0]["owner"], a.id());
 }
 
