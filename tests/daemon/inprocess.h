@@ -12,12 +12,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +30,7 @@
 #include "base/unique_fd.h"
 #include "daemon/config.h"
 #include "daemon/effects.h"
+#include "daemon/log.h"
 #include "daemon/server.h"
 #include "ipc/channel.h"
 #include "ipc/messages.h"
@@ -34,6 +39,40 @@
 namespace tandem::testing {
 
 class InProcessDaemon;
+
+// The engine every in-process test registers: 1,000 blocks of 16 tokens.
+inline ipc::EngineInfo engine_info() {
+  ipc::EngineInfo e;
+  e.gpu_index = 0;
+  e.block_size = 16;
+  e.total_blocks = 1000;
+  e.max_seqs = 64;
+  e.token_budget = 2048;
+  return e;
+}
+
+// Every line the daemon logs while it lives, as it would reach journald.
+// Thread-safety: one thread (the logger is replaced for the process).
+class CapturedLog {
+ public:
+  CapturedLog() : previous_(spdlog::default_logger()) {
+    spdlog::set_default_logger(daemon::make_logger(std::make_shared<spdlog::sinks::ostream_sink_st>(out_), "debug"));
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous_); }
+  CapturedLog(const CapturedLog&) = delete;
+  CapturedLog& operator=(const CapturedLog&) = delete;
+  std::vector<std::string> lines() const {
+    std::vector<std::string> v;
+    std::istringstream in(out_.str());
+    for (std::string line; std::getline(in, line);) v.push_back(line);
+    return v;
+  }
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
 
 // One client end of a socketpair.
 class InProcessClient {

@@ -12,19 +12,14 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <ostream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <flatbuffers/flatbuffers.h>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "daemon/log.h"
 #include "ipc/records.h"
 #include "tests/daemon/inprocess.h"
 
@@ -32,16 +27,6 @@ namespace tandem::testing {
 namespace {
 
 using nlohmann::json;
-
-ipc::EngineInfo engine_info() {
-  ipc::EngineInfo e;
-  e.gpu_index = 0;
-  e.block_size = 16;
-  e.total_blocks = 1000;
-  e.max_seqs = 64;
-  e.token_budget = 2048;
-  return e;
-}
 
 std::vector<std::uint8_t> hello_with(std::uint32_t version, std::uint8_t role) {
   flatbuffers::FlatBufferBuilder fbb;
@@ -169,22 +154,6 @@ TEST_F(ProtocolInProcess, AnUnauthorisedUidIsRefusedARoleButMayRead) {
   EXPECT_TRUE(r.hello(wire::Role::CtlRead, "reader")) << r.error();
   expect_good_client_served();
 }
-
-// Every line the daemon logs while the test runs.
-class CapturedLog {
- public:
-  CapturedLog() : previous_(spdlog::default_logger()) {
-    spdlog::set_default_logger(daemon::make_logger(std::make_shared<spdlog::sinks::ostream_sink_st>(out_), "debug"));
-  }
-  ~CapturedLog() { spdlog::set_default_logger(previous_); }
-  CapturedLog(const CapturedLog&) = delete;
-  CapturedLog& operator=(const CapturedLog&) = delete;
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
 
 std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;

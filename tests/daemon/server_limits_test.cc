@@ -23,16 +23,6 @@ using namespace std::chrono_literals;
 
 constexpr uid_t kNobody = 65534;
 
-ipc::EngineInfo engine_info() {
-  ipc::EngineInfo e;
-  e.gpu_index = 0;
-  e.block_size = 16;
-  e.total_blocks = 1000;
-  e.max_seqs = 64;
-  e.token_budget = 2048;
-  return e;
-}
-
 // nobody holds 300 reader connections: it gets its share, not everyone's.
 // (pid 0: as a peer in another pid namespace, so no pidfd per connection.)
 TEST(ServerLimits, ThreeHundredHeldReaderConnectionsLockNobodyOut) {

@@ -23,16 +23,6 @@ namespace {
 
 using nlohmann::json;
 
-ipc::EngineInfo engine_info() {
-  ipc::EngineInfo e;
-  e.gpu_index = 0;
-  e.block_size = 16;
-  e.total_blocks = 1000;
-  e.max_seqs = 64;
-  e.token_budget = 2048;
-  return e;
-}
-
 // A process that only waits to be killed: a runner's pid.
 class Sleeper {
  public:

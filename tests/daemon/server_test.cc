@@ -30,37 +30,6 @@ using nlohmann::json;
 
 const std::string kBadName("agent-\xff\xfe", 8);
 
-ipc::EngineInfo engine_info() {
-  ipc::EngineInfo e;
-  e.gpu_index = 0;
-  e.block_size = 16;
-  e.total_blocks = 1000;
-  e.max_seqs = 64;
-  e.token_budget = 2048;
-  return e;
-}
-
-// Every line the daemon logs while it lives, as it would reach journald.
-class CapturedLog {
- public:
-  CapturedLog() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(out_);
-    spdlog::set_default_logger(daemon::make_logger(sink, "debug"));
-  }
-  ~CapturedLog() { spdlog::set_default_logger(previous_); }
-  std::vector<std::string> lines() const {
-    std::vector<std::string> v;
-    std::istringstream in(out_.str());
-    for (std::string line; std::getline(in, line);) v.push_back(line);
-    return v;
-  }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
-
 // Every ctl command a reader or an admin can send, with its arguments.
 const std::vector<std::pair<std::string, std::vector<std::string>>>& every_ctl_command() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kCommands = {
