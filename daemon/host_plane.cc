@@ -537,7 +537,7 @@ void HostPlane::status(nlohmann::json& out) const {
       {"cpu_psi_some_avg10", cpu_psi_},
       {"tools_memory_bytes", tools_memory_},
       {"tools_memory_budget_bytes", config_.tools_budget},
-      {"tool_peak_p95_bytes", host_memory() ? host_memory()->tool_peak_p95_bytes : 0},
+      {"tool_peak_p95_bytes", peak_p95_},
       {"memory_kills", memory_kills_},
       {"tools_cpu_seconds", static_cast<double>(tools_cpu_ns_) * 1e-9},
       {"runq_delay_p50_us", std::chrono::duration<double, std::micro>(view_.runq_delay_p50).count()},

@@ -234,6 +234,7 @@ class HostPlane final : public HostEffects {
   std::uint64_t tools_memory_ = 0;
   std::uint64_t memory_kills_ = 0;   // tool calls OOM-killed or killed by the memory rules
   std::deque<std::uint64_t> peaks_;  // peaks of the last kRecentPeaks ended calls
+  std::uint64_t peak_p95_ = 0;       // their 95th percentile, kept as they change (0: none yet)
   static constexpr std::size_t kRecentPeaks = 256;
   std::uint64_t tools_cpu_ns_ = 0;  // Σ CPU of every tool call, read each host tick and at a call's end
   std::array<std::uint64_t, bpf::kRunqBuckets> runq_last_{};

@@ -345,6 +345,10 @@ void HostPlane::remember_peak(const Call& c) {
   if (c.peak_bytes == 0) return;  // never read: no sample to learn from
   peaks_.push_back(c.peak_bytes);
   if (peaks_.size() > kRecentPeaks) peaks_.pop_front();
+  std::vector<std::uint64_t> p(peaks_.begin(), peaks_.end());
+  const std::size_t k = std::min(p.size() - 1, (p.size() * 95 + 99) / 100 - 1);
+  std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(k), p.end());
+  peak_p95_ = p[k];
 }
 
 std::optional<sched::HostMemoryView> HostPlane::host_memory() const {
@@ -357,12 +361,7 @@ std::optional<sched::HostMemoryView> HostPlane::host_memory() const {
   v.used_bytes = tools_memory_;
   v.psi_some_avg10 = memory_psi_;
   v.kills = memory_kills_;
-  if (!peaks_.empty()) {
-    std::vector<std::uint64_t> p(peaks_.begin(), peaks_.end());
-    const std::size_t k = std::min(p.size() - 1, (p.size() * 95 + 99) / 100 - 1);
-    std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(k), p.end());
-    v.tool_peak_p95_bytes = p[k];
-  }
+  v.tool_peak_p95_bytes = peak_p95_;
   return v;
 }
 

@@ -600,11 +600,13 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   };
   auto by_key = [&](const PinnedKv* a, const PinnedKv* b) { return key(a) < key(b); };
   std::vector<StepRequest> requests;  // a copy, only when a queued request loses its pin
-  // Releases pins of `group`, cheapest first, until the step's demand fits.
+  // Releases pins of `group`, cheapest first, until the step's demand fits;
+  // what it released leaves `group`.
   auto release_until_fit = [&](std::vector<const PinnedKv*>& group, bool queued_pins) {
     std::sort(group.begin(), group.end(), by_key);
-    for (const PinnedKv* p : group) {
-      if (demand <= free_blocks) return;
+    std::size_t released = 0;
+    for (; released < group.size() && demand > free_blocks; ++released) {
+      const PinnedKv* p = group[released];
       out.unpin.push_back(p->session);
       free_blocks += p->blocks;
       pins_.erase(p->session);
@@ -615,6 +617,7 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
         if (r.session == p->session && r.phase != RequestPhase::kRunning) r.blocks_held = 0;
       }
     }
+    group.erase(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(released));
   };
   if (demand > free_blocks) {
     release_until_fit(live, false);
@@ -645,12 +648,6 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
         demand = std::max<std::uint64_t>(demand, kv.blocks_needed(r, std::min(r.tokens_wanted(), in.token_budget)));
       }
     }
-    std::erase_if(live, [&](const PinnedKv* p) {
-      return std::find(out.unpin.begin(), out.unpin.end(), p->session) != out.unpin.end();
-    });
-    std::erase_if(reserved, [&](const PinnedKv* p) {
-      return std::find(out.unpin.begin(), out.unpin.end(), p->session) != out.unpin.end();
-    });
     if (demand > free_blocks) {
       release_until_fit(live, false);
       release_until_fit(reserved, true);
