@@ -344,8 +344,21 @@ class Parser {
     if (t == nullptr) return false;
     for (auto&& [k, v] : *t) {
       const std::string key = dotted("metrics", k.str());
-      if (k.str() != "listen") return unknown(key, v, join(kMetricsKeys));
-      if (!string(v, key, c.metrics_listen)) return false;
+      if (k.str() == "listen") {
+        if (!string(v, key, c.metrics_listen)) return false;
+      } else if (k.str() == "allow_remote") {
+        if (!boolean(v, key, c.metrics_allow_remote)) return false;
+      } else if (k.str() == "engines") {
+        const toml::table* engines = table(v, key);
+        if (engines == nullptr) return false;
+        c.metrics_engines.clear();
+        for (auto&& [name, address] : *engines) {
+          // The name is checked (as a client name) in validate().
+          if (!string(address, dotted(key, name.str()), c.metrics_engines[std::string(name.str())])) return false;
+        }
+      } else {
+        return unknown(key, v, join(kMetricsKeys));
+      }
     }
     return true;
   }

@@ -151,6 +151,12 @@ struct Config {
   // [metrics] listen: Prometheus text on this loopback HOST:PORT
   // (docs/metrics.md); "" turns the endpoint off (tandemctl metrics stays).
   std::string metrics_listen = "127.0.0.1:9464";
+  // [metrics] allow_remote: listen and the engines' addresses may be any
+  // address, not only loopback (docs/cluster.md: a router on another host).
+  bool metrics_allow_remote = false;
+  // [metrics.engines]: engine name → HOST:PORT of a scrape endpoint of its
+  // own, in vLLM's metric names (docs/metrics.md "Per engine").
+  std::map<std::string, std::string> metrics_engines;
   std::string source = "<defaults>";  // where it came from: "<defaults>" or a path
 
   RoleGrant& role(Role r) { return roles[static_cast<std::size_t>(r)]; }

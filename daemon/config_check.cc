@@ -7,10 +7,13 @@
 #include <bit>
 #include <cerrno>
 #include <ranges>
+#include <map>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "base/text.h"
 #include "daemon/config.h"
 #include "daemon/config_keys.h"
 #include "daemon/metrics.h"
@@ -36,7 +39,33 @@ base::Result<void> validate(const Config& c) {
   }
 
   if (!c.metrics_listen.empty()) {
-    if (auto a = parse_listen(c.metrics_listen); !a) return fail("metrics.listen", a.error().message());
+    if (auto a = parse_listen(c.metrics_listen, c.metrics_allow_remote); !a) {
+      return fail("metrics.listen", a.error().message());
+    }
+  }
+  if (c.metrics_engines.size() > MetricsEndpoints::kMaxEngines) {
+    return fail("metrics.engines",
+                fmt::format("at most {} engines, got {}", MetricsEndpoints::kMaxEngines, c.metrics_engines.size()));
+  }
+  std::map<std::pair<std::string, std::uint16_t>, std::string> taken;  // (host, port) → who asked for it
+  if (auto a = parse_listen(c.metrics_listen, c.metrics_allow_remote); a && a->port != 0) {
+    taken[{a->host, a->port}] = "metrics.listen";
+  }
+  for (const auto& [name, address] : c.metrics_engines) {
+    const std::string key = dotted("metrics.engines", base::escape(name, 64));
+    if (auto ok = base::check_name(name, "engine name"); !ok) return fail(key, ok.error().message());
+    auto a = parse_listen(address, c.metrics_allow_remote);
+    if (!a) return fail(key, a.error().message());
+    if (a->port == 0) continue;  // any free port: never the same as another
+    // 0.0.0.0 and [::] overlap every address of their family: compare ports then.
+    const bool wildcard = a->host == "0.0.0.0" || a->host == "::";
+    for (const auto& [other, who] : taken) {
+      const bool other_wildcard = other.first == "0.0.0.0" || other.first == "::";
+      if (other.second == a->port && (other.first == a->host || wildcard || other_wildcard)) {
+        return fail(key, fmt::format("\"{}\" overlaps {}: each endpoint needs a port of its own", address, who));
+      }
+    }
+    taken[{a->host, a->port}] = key;
   }
 
   const sched::PolicyEntry* entry = sched::find_policy(c.policy);
@@ -183,7 +212,10 @@ std::string describe(const Config& c) {
       "memory       pressure_high {} %, pressure_critical {} %, tools_budget {}, stall_kill_after {} s\n",
       h.pressure_high, h.pressure_critical, h.tools_budget, std::chrono::duration<double>(h.stall_kill_after).count());
   out += fmt::format("telemetry    {}\n", h.telemetry);
-  out += fmt::format("metrics      {}\n", c.metrics_listen.empty() ? "off" : c.metrics_listen);
+  out += fmt::format("metrics      {}{}", c.metrics_listen.empty() ? "off" : c.metrics_listen,
+                     c.metrics_allow_remote ? " (remote scrapes allowed)" : "");
+  for (const auto& [name, address] : c.metrics_engines) out += fmt::format("; engine {} {}", name, address);
+  out += '\n';
   out += fmt::format("nvml         {}, every {} ms, library {}\n", c.nvml.enabled, c.nvml.interval_ms, c.nvml.library);
   const GpuConfig& gpu = c.gpu;
   out += fmt::format(
@@ -222,7 +254,10 @@ ReloadPlan reload_plan(const Config& old, const Config& fresh) {
   if (fresh.event_slots != old.event_slots) plan.refused.emplace_back("ipc.event_slots");
   if (fresh.directive_slots != old.directive_slots) plan.refused.emplace_back("ipc.directive_slots");
   if (!(fresh.host == old.host)) plan.at_restart.emplace_back("[cgroups], [tools], [memory] and [telemetry]");
-  if (fresh.metrics_listen != old.metrics_listen) plan.at_restart.emplace_back("[metrics] listen");
+  if (fresh.metrics_listen != old.metrics_listen || fresh.metrics_allow_remote != old.metrics_allow_remote ||
+      fresh.metrics_engines != old.metrics_engines) {
+    plan.at_restart.emplace_back("[metrics]");
+  }
   plan.policy = fresh.policy != old.policy || fresh.policy_params != old.policy_params;
   plan.tick = fresh.tick != old.tick;
   plan.gpu = !(fresh.gpu == old.gpu);

@@ -57,7 +57,7 @@ inline constexpr UintKey<Config> kIpcKeys[] = {
 inline constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles",  "limits",
                                                 "ipc",         "cgroups",   "tools",  "memory", "telemetry",
                                                 "metrics",     "gpu",       "nvml"};
-inline constexpr std::string_view kMetricsKeys[] = {"listen"};
+inline constexpr std::string_view kMetricsKeys[] = {"listen", "allow_remote", "engines"};
 inline constexpr std::string_view kCgroupKeys[] = {"mode",        "subtree",     "root",     "on_restart",
                                                    "adopt_grace", "engine_cpus", "tool_cpus"};
 inline constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max",       "pids_max",

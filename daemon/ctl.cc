@@ -295,12 +295,16 @@ std::string CtlService::status(base::Time now) const {
                  {"held_owners", f.detached},
                  {"tombstones", f.tombstones}};
   j["nvml"] = gpu_status(view_.gpu_telemetry().snapshot());
-  const MetricsEndpoint* endpoint = view_.metrics_endpoint();
-  const std::string& metrics_error = view_.metrics_error();
-  j["metrics"] = {{"listen", endpoint != nullptr     ? endpoint->address()
-                             : metrics_error.empty() ? std::string("off")
-                                                     : "off: " + metrics_error},
-                  {"scrapes", endpoint != nullptr ? endpoint->scrapes() : 0}};
+  const MetricsEndpoints& metrics = view_.metrics();
+  j["metrics"] = {{"listen", metrics.node().listen()},
+                  {"scrapes", metrics.node().endpoint ? metrics.node().endpoint->scrapes() : 0}};
+  if (!metrics.engines().empty()) {
+    json engines = json::object();
+    for (const auto& e : metrics.engines()) {
+      engines[e.name] = {{"listen", e.listen()}, {"scrapes", e.endpoint ? e.endpoint->scrapes() : 0}};
+    }
+    j["metrics"]["engines"] = std::move(engines);
+  }
   return text(j);
 }
 

@@ -1,6 +1,8 @@
 // tandemd's metrics: everything the daemon counts and holds, as Prometheus
 // text (docs/metrics.md), for the endpoint and `tandemctl metrics`.
 #include <array>
+#include <chrono>
+#include <map>
 #include <bit>
 #include <optional>
 #include <string>
@@ -8,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "daemon/ctl_service.h"
 #include "daemon/metrics.h"
 #include "daemon/server_parts.h"
@@ -24,7 +27,142 @@ double number_at(const json& obj, const char* key) {
   return obj.is_object() && obj.contains(key) && obj[key].is_number() ? obj[key].get<double>() : 0.0;
 }
 
+// tandem_pressure_some_avg10 from the host plane's status (what it lacks is left out).
+void pressure_families(PromText& p, const json& host) {
+  for (const char* resource : {"memory", "cpu"}) {
+    const std::string key = fmt::format("{}_psi_some_avg10", resource);
+    if (host.is_object() && host.contains(key) && number_at(host, key.c_str()) >= 0) {
+      p.gauge("tandem_pressure_some_avg10", "PSI some avg10 of the node (memory) and of the tools (cpu), percent",
+              number_at(host, key.c_str()), {{"resource", resource}});
+    }
+  }
+}
+
+// Horizons of tandem_acting_expected_returns, seconds.
+constexpr std::array<int, 3> kReturnHorizons = {1, 10, 60};
+
 }  // namespace
+
+struct CtlService::EngineLoad {
+  double running = 0;  // the engines' running sequences
+  double waiting = 0;  // their waiting sequences, and rounds tandemd holds for them
+  double blocks_total = 0;
+  double blocks_free = 0;
+  double blocks_pinned = 0;
+  double blocks_offloaded = 0;
+  double prompt_tokens = 0;  // prefix-cache queries
+  double cached_tokens = 0;  // ... and hits
+  double acting = 0;         // sessions whose latest round ran here, in a tool now
+  std::array<double, kReturnHorizons.size()> returning{};  // expected back within each horizon
+
+  double usage() const { return blocks_total > 0 ? 1.0 - blocks_free / blocks_total : 0.0; }
+};
+
+std::map<std::string, CtlService::EngineLoad, std::less<>> CtlService::engine_loads(base::Time now) const {
+  const sched::NodeModel& model = view_.model();
+  std::map<sched::EngineId, EngineLoad*> by_id;
+  std::map<std::string, EngineLoad, std::less<>> out;
+  for (const auto& [id, v] : model.engines()) {
+    const auto c = view_.client(id);
+    EngineLoad& l = out[c ? std::string(c->name) : std::to_string(id)];
+    by_id[id] = &l;
+    l.running += v.kv.running_seqs;
+    l.waiting += v.kv.waiting_seqs;
+    const double total = v.has_stats ? v.kv.blocks_total : v.params.total_blocks;
+    l.blocks_total += total;
+    l.blocks_free += v.has_stats ? v.kv.blocks_free : total;
+    l.blocks_pinned += v.kv.blocks_pinned;
+    l.blocks_offloaded += v.kv.blocks_offloaded;
+    l.prompt_tokens += static_cast<double>(v.prompt_tokens_total);
+    l.cached_tokens += static_cast<double>(v.cached_tokens_total);
+  }
+  using sched::SessionState;
+  for (const auto& [sid, s] : model.sessions().sessions()) {
+    auto it = by_id.find(s.engine);
+    if (it == by_id.end()) continue;
+    EngineLoad& l = *it->second;
+    // A round the policy holds (not admitted, or paused) waits as surely as
+    // one in the engine's queue; the engine does not count it.
+    if (s.round_in_flight && (s.state == SessionState::kWaiting || s.state == SessionState::kPaused)) ++l.waiting;
+    if (s.state == SessionState::kActing) {
+      ++l.acting;
+      const base::Duration elapsed = now > s.tool_started ? now - s.tool_started : base::Duration::zero();
+      for (std::size_t h = 0; h < kReturnHorizons.size(); ++h) {
+        l.returning[h] +=
+            model.tools().p_return_within(s.tool, elapsed, std::chrono::seconds(kReturnHorizons[h]));
+      }
+    }
+  }
+  return out;
+}
+
+void CtlService::engine_families(PromText& p, const std::map<std::string, EngineLoad, std::less<>>& loads) const {
+  // vLLM's names (the model-server protocol a cluster router scrapes,
+  // docs/metrics.md "Per engine"), one family at a time.
+  for (const auto& [name, l] : loads) {
+    p.gauge("vllm:num_requests_running", "requests in the engine's running batch", l.running, {{"model_name", name}});
+  }
+  for (const auto& [name, l] : loads) {
+    p.gauge("vllm:num_requests_waiting", "requests waiting: in the engine's queue or held by tandemd's policy",
+            l.waiting, {{"model_name", name}});
+  }
+  for (const auto& [name, l] : loads) {
+    p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = 100 percent", l.usage(), {{"model_name", name}});
+  }
+  for (const auto& [name, l] : loads) {
+    p.gauge("vllm:gpu_cache_usage_perc", "KV-cache usage, 1 = 100 percent (the name before vLLM 0.10)", l.usage(),
+            {{"model_name", name}});
+  }
+  for (const auto& [name, l] : loads) {
+    p.counter("vllm:prefix_cache_queries_total", "prompt tokens looked up in the prefix cache", l.prompt_tokens,
+              {{"model_name", name}});
+  }
+  for (const auto& [name, l] : loads) {
+    p.counter("vllm:prefix_cache_hits_total", "prompt tokens served from the prefix cache", l.cached_tokens,
+              {{"model_name", name}});
+  }
+  // No LoRA adapters: the info metric says so, stamped with the wall clock
+  // as vLLM stamps it (a router takes the newest sample).
+  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const auto& [name, l] : loads) {
+    p.gauge("vllm:lora_requests_info", "running and waiting LoRA adapters (none), at the wall-clock time", wall,
+            {{"model_name", name}, {"max_lora", "0"}, {"running_lora_adapters", ""}, {"waiting_lora_adapters", ""}});
+  }
+  // What only tandem knows: sessions in a tool call that will come back here.
+  for (const auto& [name, l] : loads) {
+    p.gauge("tandem_acting_sessions", "sessions in a tool call whose latest round ran on each engine", l.acting,
+            {{"engine", name}});
+  }
+  for (const auto& [name, l] : loads) {
+    for (std::size_t h = 0; h < kReturnHorizons.size(); ++h) {
+      const std::string within = std::to_string(kReturnHorizons[h]);
+      p.gauge("tandem_acting_expected_returns",
+              "sessions in a tool call expected back on each engine within `within` seconds (the tool-time model)",
+              l.returning[h], {{"engine", name}, {"within", within}});
+    }
+  }
+}
+
+base::Result<std::string> CtlService::engine_metrics_text(std::string_view name, base::Time now) const {
+  auto loads = engine_loads(now);
+  auto it = loads.find(name);
+  if (it == loads.end()) {
+    return base::make_error(EAGAIN, fmt::format("no engine named \"{}\" is connected", base::escape(name, 64)));
+  }
+  std::map<std::string, EngineLoad, std::less<>> one;
+  one.insert(loads.extract(it));
+  PromText p;
+  engine_families(p, one);
+  const EngineLoad& l = one.begin()->second;
+  const std::string engine(name);
+  const char* help = "KV blocks of each engine's pool by state (offloaded: host copies, outside the pool)";
+  p.gauge("tandem_kv_blocks", help, l.blocks_total, {{"engine", engine}, {"state", "total"}});
+  p.gauge("tandem_kv_blocks", help, l.blocks_free, {{"engine", engine}, {"state", "free"}});
+  p.gauge("tandem_kv_blocks", help, l.blocks_pinned, {{"engine", engine}, {"state", "pinned"}});
+  p.gauge("tandem_kv_blocks", help, l.blocks_offloaded, {{"engine", engine}, {"state", "offloaded"}});
+  host_pressure(p);
+  return p.text();
+}
 
 std::string CtlService::metrics_text(base::Time now) const {
   PromText p;
@@ -74,6 +212,8 @@ std::string CtlService::metrics_text(base::Time now) const {
     p.gauge("tandem_kv_blocks", help, demand == projected.end() ? 0.0 : static_cast<double>(demand->second),
             {{"engine", name}, {"state", "projected"}});
   }
+  // Per engine, under vLLM's names as well (docs/metrics.md "Per engine").
+  engine_families(p, engine_loads(now));
   // The GPU plane, one family at a time (a family's samples must be together).
   struct EngineGpuSample {
     std::string name;
@@ -160,16 +300,7 @@ std::string CtlService::metrics_text(base::Time now) const {
   p.counter("tandem_tool_pool_hits_total", "tool calls given a ready cgroup from the pool", pool_num("hits"));
   p.counter("tandem_tool_pool_misses_total", "tool calls that made their cgroup (the pool had none ready)",
             pool_num("misses"));
-  const double mem_psi = num("memory_psi_some_avg10");
-  const double cpu_psi = num("cpu_psi_some_avg10");
-  if (host.is_object() && host.contains("memory_psi_some_avg10") && mem_psi >= 0) {
-    p.gauge("tandem_pressure_some_avg10", "PSI some avg10 of the node (memory) and of the tools (cpu), percent",
-            mem_psi, {{"resource", "memory"}});
-  }
-  if (host.is_object() && host.contains("cpu_psi_some_avg10") && cpu_psi >= 0) {
-    p.gauge("tandem_pressure_some_avg10", "PSI some avg10 of the node (memory) and of the tools (cpu), percent",
-            cpu_psi, {{"resource", "cpu"}});
-  }
+  pressure_families(p, host);
 
   // GPUs, from NVML.
   gpu_metrics(p, view_.gpu_telemetry().snapshot(), gpu_attribution());
@@ -199,6 +330,12 @@ std::string CtlService::metrics_text(base::Time now) const {
   p.counter("tandem_accept_errors_total", "accept() failures (out of fds or memory)",
             static_cast<double>(stats.accept_errors));
   return p.text();
+}
+
+void CtlService::host_pressure(PromText& p) const {
+  json host;
+  view_.host().status(host);
+  pressure_families(p, host);
 }
 
 }  // namespace tandem::daemon

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -88,10 +89,9 @@ class CtlView {
   virtual const EventLog& events() const = 0;
   virtual const HostEffects& host() const = 0;
   virtual const GpuTelemetry& gpu_telemetry() const = 0;
-  // The metrics endpoint (null: none), and why there is none ("" when there
-  // is, or none was asked for).
-  virtual const MetricsEndpoint* metrics_endpoint() const = 0;
-  virtual const std::string& metrics_error() const = 0;
+  // The metrics endpoints: the node's and the engines' (each with why it is
+  // off, when it is).
+  virtual const MetricsEndpoints& metrics() const = 0;
 };
 
 // What tandemctl's commands do to the daemon.
@@ -132,6 +132,10 @@ class CtlService {
   // Prometheus text of everything the daemon counts and holds
   // (docs/metrics.md): the endpoint's answer and `tandemctl metrics`.
   std::string metrics_text(base::Time now) const;
+  // One engine's text in vLLM's metric names (docs/metrics.md "Per engine"),
+  // for its own scrape endpoint: the engines connected under `name` together.
+  // EAGAIN naming it when none is connected (the endpoint answers 503).
+  base::Result<std::string> engine_metrics_text(std::string_view name, base::Time now) const;
   // The configuration file was read again: keys `policy set` changed are
   // forgotten.
   void file_reloaded() { policy_set_keys_.clear(); }
@@ -153,6 +157,14 @@ class CtlService {
   // (daemon/gpu_telemetry.h).
   std::string gpu(base::Time now) const;
   PidAttribution gpu_attribution() const;
+  // What a router reads of each engine, by the engine's name (engines
+  // connected under one name summed): the vLLM-named families and tandem's
+  // own per-engine ones (daemon/ctl_metrics.cc).
+  struct EngineLoad;
+  std::map<std::string, EngineLoad, std::less<>> engine_loads(base::Time now) const;
+  void engine_families(PromText& p, const std::map<std::string, EngineLoad, std::less<>>& loads) const;
+  // tandem_pressure_some_avg10: the host plane's PSI (from its status).
+  void host_pressure(PromText& p) const;
   std::string policy() const;
   // tandemctl policy set, session-kill, session-evict: 0 or an errno
   // value; `out` says what happened.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "base/parse.h"
 
@@ -89,7 +90,7 @@ void PromText::sample(std::string_view name, std::string_view help, std::string_
   out_ += '\n';
 }
 
-base::Result<ListenAddress> parse_listen(std::string_view text) {
+base::Result<ListenAddress> parse_listen(std::string_view text, bool allow_remote) {
   const auto bad = [&](std::string_view why) { return base::make_error(EINVAL, fmt::format("\"{}\": {}", text, why)); };
   ListenAddress a;
   std::string_view host;
@@ -115,22 +116,28 @@ base::Result<ListenAddress> parse_listen(std::string_view text) {
   if (a.ipv6) {
     in6_addr addr{};
     if (inet_pton(AF_INET6, std::string(host).c_str(), &addr) != 1) return bad("not an IPv6 address");
-    if (!IN6_IS_ADDR_LOOPBACK(&addr)) return bad("must be a loopback address: the metrics are not authenticated");
+    if (!allow_remote && !IN6_IS_ADDR_LOOPBACK(&addr)) {
+      return bad("must be a loopback address ([::1]) unless [metrics] allow_remote = true: the metrics are not "
+                 "authenticated");
+    }
   } else {
     in_addr addr{};
     if (inet_pton(AF_INET, std::string(host).c_str(), &addr) != 1) return bad("not an IPv4 address");
-    if ((ntohl(addr.s_addr) >> 24) != 127) {
-      return bad("must be a loopback address (127.0.0.0/8 or [::1]): the metrics are not authenticated");
+    if (!allow_remote && (ntohl(addr.s_addr) >> 24) != 127) {
+      return bad(
+          "must be a loopback address (127.0.0.0/8 or [::1]) unless [metrics] allow_remote = true: the metrics are "
+          "not authenticated");
     }
   }
   a.host = std::string(host);
   return a;
 }
 
-base::Result<MetricsEndpoint> MetricsEndpoint::open(const ListenAddress& address) {
+base::Result<MetricsEndpoint> MetricsEndpoint::open(const ListenAddress& address, std::uint16_t source) {
   const std::string what = address.ipv6 ? fmt::format("[{}]:{}", address.host, address.port)
                                         : fmt::format("{}:{}", address.host, address.port);
   MetricsEndpoint e;
+  e.source_ = source;
   e.listen_ =
       base::UniqueFd(::socket(address.ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!e.listen_) return base::errno_error("metrics: socket");
@@ -165,9 +172,9 @@ base::Result<MetricsEndpoint> MetricsEndpoint::open(const ListenAddress& address
   return e;
 }
 
-void MetricsEndpoint::arm(Uring& uring) { uring.accept(listen_.get(), Tag{Op::kMetricsAccept}); }
+void MetricsEndpoint::arm(Uring& uring) { uring.accept(listen_.get(), Tag{Op::kMetricsAccept, 0, source_}); }
 
-void MetricsEndpoint::on(Tag tag, int res, Uring& uring, base::Time now, const std::function<std::string()>& render) {
+void MetricsEndpoint::on(Tag tag, int res, Uring& uring, base::Time now, const MetricsRender& render) {
   if (tag.op == Op::kMetricsAccept) {
     if (res >= 0) {
       if (conns_.size() >= kMaxConnections) {
@@ -179,7 +186,7 @@ void MetricsEndpoint::on(Tag tag, int res, Uring& uring, base::Time now, const s
       Conn& c = conns_[id];
       c.fd = base::UniqueFd(res);
       c.since = now;
-      uring.poll_in(c.fd.get(), Tag{Op::kMetricsConn, id});
+      uring.poll_in(c.fd.get(), Tag{Op::kMetricsConn, id, source_});
     }
     arm(uring);
     return;
@@ -203,14 +210,14 @@ void MetricsEndpoint::on(Tag tag, int res, Uring& uring, base::Time now, const s
   }
   if (c.buf.find("\r\n\r\n") == std::string::npos && c.buf.find("\n\n") == std::string::npos &&
       c.buf.size() <= kMaxRequest) {
-    uring.poll_in(c.fd.get(), Tag{Op::kMetricsConn, it->first});  // more of the request to come
+    uring.poll_in(c.fd.get(), Tag{Op::kMetricsConn, it->first, source_});  // more of the request to come
     return;
   }
   respond(c, render);
   conns_.erase(it);  // its poll completed: nothing armed
 }
 
-void MetricsEndpoint::respond(Conn& c, const std::function<std::string()>& render) {
+void MetricsEndpoint::respond(Conn& c, const MetricsRender& render) {
   int status = 200;
   std::string reason = "OK";
   std::string body;
@@ -232,8 +239,16 @@ void MetricsEndpoint::respond(Conn& c, const std::function<std::string()>& rende
     reason = "Not Found";
   }
   if (status == 200) {
-    body = render();
-    ++scrapes_;
+    if (auto text = render()) {
+      body = std::move(*text);
+      ++scrapes_;
+    } else {
+      status = 503;
+      reason = "Service Unavailable";
+      body = fmt::format("503 {}: {}\n", reason, text.error().message());
+      type = "text/plain; charset=utf-8";
+      ++errors_;
+    }
   } else {
     body = fmt::format("{} {}: tandemd serves GET /metrics\n", status, reason);
     type = "text/plain; charset=utf-8";
@@ -264,13 +279,81 @@ void MetricsEndpoint::expire(Uring& uring, base::Time now) {
 void MetricsEndpoint::close_conn(std::uint32_t id, Uring& uring) {
   // Its POLLIN holds a reference to the file: cancel before closing. A late
   // completion finds no connection and is dropped.
-  uring.cancel(Tag{Op::kMetricsConn, id});
+  uring.cancel(Tag{Op::kMetricsConn, id, source_});
   conns_.erase(id);
 }
 
 void MetricsEndpoint::close_all(Uring& uring) {
   while (!conns_.empty()) close_conn(conns_.begin()->first, uring);
-  uring.cancel(Tag{Op::kMetricsAccept});
+  uring.cancel(Tag{Op::kMetricsAccept, 0, source_});
+}
+
+std::string MetricsEndpoints::Slot::listen() const {
+  if (endpoint) return endpoint->address();
+  return error.empty() ? std::string("off") : "off: " + error;
+}
+
+MetricsEndpoints MetricsEndpoints::open(std::string_view listen, bool allow_remote,
+                                        const std::map<std::string, std::string>& engines) {
+  MetricsEndpoints out;
+  const auto start = [&](Slot& slot, std::uint16_t source) {
+    if (slot.asked.empty()) return;
+    auto address = parse_listen(slot.asked, allow_remote);  // validated with the config
+    auto endpoint = address ? MetricsEndpoint::open(*address, source) : std::unexpected(std::move(address.error()));
+    if (endpoint) {
+      slot.endpoint.emplace(std::move(*endpoint));
+    } else {
+      slot.error = endpoint.error().message();
+      if (slot.name.empty()) {
+        spdlog::warn("{}; serving metrics only through tandemctl metrics", slot.error);
+      } else {
+        spdlog::warn("{}; engine \"{}\" has no scrape endpoint of its own", slot.error, slot.name);
+      }
+    }
+  };
+  out.node_.asked = std::string(listen);
+  start(out.node_, 0);
+  for (const auto& [name, address] : engines) {
+    if (out.engines_.size() == kMaxEngines) break;  // the config refuses more
+    Slot& slot = out.engines_.emplace_back();
+    slot.name = name;
+    slot.asked = address;
+    start(slot, static_cast<std::uint16_t>(out.engines_.size()));
+  }
+  return out;
+}
+
+void MetricsEndpoints::arm(Uring& uring) {
+  if (node_.endpoint) node_.endpoint->arm(uring);
+  for (Slot& e : engines_) {
+    if (e.endpoint) e.endpoint->arm(uring);
+  }
+}
+
+void MetricsEndpoints::on(Tag tag, int res, Uring& uring, base::Time now, const Renderers& render) {
+  if (tag.source == 0) {
+    if (node_.endpoint) {
+      node_.endpoint->on(tag, res, uring, now, [&]() -> base::Result<std::string> { return render.node(); });
+    }
+    return;
+  }
+  if (tag.source > engines_.size()) return;  // not ours: nothing armed it
+  Slot& e = engines_[tag.source - 1];
+  if (e.endpoint) e.endpoint->on(tag, res, uring, now, [&] { return render.engine(e.name); });
+}
+
+void MetricsEndpoints::expire(Uring& uring, base::Time now) {
+  if (node_.endpoint) node_.endpoint->expire(uring, now);
+  for (Slot& e : engines_) {
+    if (e.endpoint) e.endpoint->expire(uring, now);
+  }
+}
+
+void MetricsEndpoints::close_all(Uring& uring) {
+  if (node_.endpoint) node_.endpoint->close_all(uring);
+  for (Slot& e : engines_) {
+    if (e.endpoint) e.endpoint->close_all(uring);
+  }
 }
 
 }  // namespace tandem::daemon

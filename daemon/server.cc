@@ -126,16 +126,7 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   s->control_->configure_gpu(cfg.gpu);
   // The metrics endpoint is a convenience: a port in use costs the endpoint,
   // not the daemon (tandemctl metrics still answers, status says why).
-  if (!cfg.metrics_listen.empty()) {
-    auto address = parse_listen(cfg.metrics_listen);  // validated with the config
-    auto endpoint = address ? MetricsEndpoint::open(*address) : std::unexpected(std::move(address.error()));
-    if (endpoint) {
-      s->metrics_.emplace(std::move(*endpoint));
-    } else {
-      s->metrics_error_ = endpoint.error().message();
-      spdlog::warn("{}; serving metrics only through tandemctl metrics", s->metrics_error_);
-    }
-  }
+  s->metrics_ = MetricsEndpoints::open(cfg.metrics_listen, cfg.metrics_allow_remote, cfg.metrics_engines);
   s->started_ = s->clock_->now();
   s->log_ = EventLog(s->started_);
   s->watchdog_usec_ = notifier.watchdog_usec();
@@ -187,9 +178,10 @@ void Server::arm() {
     loop_.uring().poll_in(effects_->event_fd(), Tag{Op::kHostEvents});
     host_armed_ = true;
   }
-  if (metrics_) {
-    metrics_->arm(loop_.uring());
-    spdlog::info("metrics on http://{}/metrics", metrics_->address());
+  metrics_.arm(loop_.uring());
+  if (metrics_.node().endpoint) spdlog::info("metrics on http://{}/metrics", metrics_.node().endpoint->address());
+  for (const auto& e : metrics_.engines()) {
+    if (e.endpoint) spdlog::info("engine \"{}\" metrics on http://{}/metrics", e.name, e.endpoint->address());
   }
 }
 
@@ -228,7 +220,7 @@ base::Result<void> Server::run() {
   spdlog::info("stopping: {} clients, {} sessions", clients_.size(), control_->model().sessions().size());
   for (auto& [id, c] : clients_) c.doomed = true;
   sweep();
-  if (metrics_) metrics_->close_all(loop_.uring());
+  metrics_.close_all(loop_.uring());
   return {};
 }
 
@@ -303,9 +295,11 @@ void Server::handle(Tag tag, int res) {
       break;
     case Op::kMetricsAccept:
     case Op::kMetricsConn:
-      if (metrics_ && !stopping_) {
+      if (!stopping_) {
         const Time now = clock_->now();
-        metrics_->on(tag, res, loop_.uring(), now, [&] { return ctl_->metrics_text(now); });
+        metrics_.on(tag, res, loop_.uring(), now,
+                    {[&] { return ctl_->metrics_text(now); },
+                     [&](std::string_view engine) { return ctl_->engine_metrics_text(engine, now); }});
       }
       break;
     case Op::kCancel:
@@ -330,7 +324,7 @@ void Server::on_signal(int signo) {
 
 void Server::on_timer() {
   const Time now = clock_->now();
-  if (metrics_) metrics_->expire(loop_.uring(), now);
+  metrics_.expire(loop_.uring(), now);
   // Pings come only at ticks: ping when the next tick would be past half the
   // watchdog period, so two pings are never more than usec/2 apart.
   const auto due = std::max<base::Duration>(std::chrono::microseconds(watchdog_usec_ / 2) - config_->config().tick,

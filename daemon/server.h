@@ -279,8 +279,7 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   const EventLog& events() const override { return log_; }
   const HostEffects& host() const override { return *effects_; }
   const GpuTelemetry& gpu_telemetry() const override { return *gpu_telemetry_; }
-  const MetricsEndpoint* metrics_endpoint() const override { return metrics_ ? &*metrics_ : nullptr; }
-  const std::string& metrics_error() const override { return metrics_error_; }
+  const MetricsEndpoints& metrics() const override { return metrics_; }
   static ClientCard card(const Client& c);
   SessionCard card(const SessionMeta& m) const;
   void refresh() override;
@@ -311,8 +310,7 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   EventLog log_;
   // Logs an event, keeping the session's name where it is about to go.
   void log_event(base::Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {});
-  std::optional<MetricsEndpoint> metrics_;
-  std::string metrics_error_;  // why there is no endpoint ("" when there is, or none was asked)
+  MetricsEndpoints metrics_;
   // NVML sampling on a thread of its own ([nvml]); never null after create().
   std::unique_ptr<GpuTelemetry> gpu_telemetry_;
   std::uint64_t watchdog_usec_ = 0;

@@ -34,14 +34,20 @@ enum class Op : std::uint8_t {
   kOwnerPidfd,     // POLLIN on a runner handle's pidfd (client = its Owner id): the process exited
 };
 
-// op (8 bits) | client id (32 bits). Client ids are never reused, so a late
-// completion for a client that is gone finds no client and is dropped.
+// op (8 bits) | source (16 bits) | client id (32 bits). Client ids are never
+// reused, so a late completion for a client that is gone finds no client and
+// is dropped. `source` tells like sources apart (which metrics endpoint).
 struct Tag {
   Op op;
   std::uint32_t client = 0;
+  std::uint16_t source = 0;
 
-  std::uint64_t pack() const { return (std::uint64_t{static_cast<std::uint8_t>(op)} << 56) | client; }
-  static Tag unpack(std::uint64_t v) { return Tag{static_cast<Op>(v >> 56), static_cast<std::uint32_t>(v)}; }
+  std::uint64_t pack() const {
+    return (std::uint64_t{static_cast<std::uint8_t>(op)} << 56) | (std::uint64_t{source} << 32) | client;
+  }
+  static Tag unpack(std::uint64_t v) {
+    return Tag{static_cast<Op>(v >> 56), static_cast<std::uint32_t>(v), static_cast<std::uint16_t>(v >> 32)};
+  }
 };
 
 // Thread-safety: one thread (the loop's).

@@ -35,6 +35,8 @@ bool NodeModel::observe(const Event& event, Time now) {
           bool accepted = s == nullptr || (!s->round_in_flight && s->state != SessionState::kDone);
           auto it = engines_.find(e.engine);
           if (accepted && it != engines_.end()) {
+            it->second.prompt_tokens_total += e.prompt_tokens;
+            it->second.cached_tokens_total += std::min(e.cached_tokens, e.prompt_tokens);
             unqueue(e.session);
             const std::uint32_t bs = it->second.params.block_size > 0 ? it->second.params.block_size : 16;
             const std::uint64_t hit = e.cached_tokens / bs;

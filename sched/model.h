@@ -29,6 +29,10 @@ struct EngineView {
   // is done (first token), it ends, or its session closes. A running
   // round's blocks are in kv (allocated) from then on, never in both.
   std::uint64_t queued_blocks = 0;
+  // Prompt tokens of every round submitted, and of those the prefix the
+  // engine served from its cache (vLLM's prefix-cache queries and hits).
+  std::uint64_t prompt_tokens_total = 0;
+  std::uint64_t cached_tokens_total = 0;
 
   // Fraction of the pool in use (0 when unknown).
   double usage() const {

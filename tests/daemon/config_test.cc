@@ -329,6 +329,53 @@ TEST(Config, MetricsListensOnLoopbackOnly) {
   EXPECT_THAT(describe(*d), HasSubstr("metrics      off"));
 }
 
+TEST(Config, MetricsForEachEngineAndRemoteScrapes) {
+  auto r = parse_config(
+      "[metrics]\nlisten = \"0.0.0.0:9464\"\nallow_remote = true\n[metrics.engines]\n\"llama-0\" = \"0.0.0.0:9465\"\n"
+      "\"llama-1\" = \"[::]:9466\"\n",
+      "t.toml");
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_TRUE(r->metrics_allow_remote);
+  EXPECT_EQ(r->metrics_engines.size(), 2u);
+  EXPECT_EQ(r->metrics_engines.at("llama-1"), "[::]:9466");
+  EXPECT_THAT(describe(*r), HasSubstr("(remote scrapes allowed); engine llama-0 0.0.0.0:9465; engine llama-1"));
+  EXPECT_FALSE(Config{}.metrics_allow_remote);
+  EXPECT_TRUE(Config{}.metrics_engines.empty());
+
+  struct Bad {
+    std::string text;
+    std::string says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"[metrics.engines]\n\"e\" = \"10.0.0.1:9465\"\n", "metrics.engines.e: \"10.0.0.1:9465\": must be a loopback"},
+           {"[metrics.engines]\n\"e\" = \"127.0.0.1\"\n", "metrics.engines.e"},
+           {"[metrics.engines]\n\"e\" = 9465\n", "metrics.engines.e"},
+           {"[metrics.engines]\n\"a\\u0001b\" = \"127.0.0.1:1\"\n", "engine name"},
+           {"[metrics]\nengines = 1\n", "metrics.engines"},
+           {"[metrics]\nallow_remote = \"yes\"\n", "metrics.allow_remote"},
+           {"[metrics.engines]\n\"e\" = \"127.0.0.1:9464\"\n", "overlaps metrics.listen"},
+           {"[metrics]\nallow_remote = true\n[metrics.engines]\n\"a\" = \"0.0.0.0:9470\"\n\"b\" = \"127.0.0.1:9470\"\n",
+            "metrics.engines.b: \"127.0.0.1:9470\" overlaps metrics.engines.a"},
+       }) {
+    auto bad = parse_config(b.text, "t.toml");
+    ASSERT_FALSE(bad) << b.text;
+    EXPECT_THAT(bad.error().message(), HasSubstr(b.says)) << b.text;
+  }
+  // Port 0 (any free one) never clashes.
+  EXPECT_TRUE(parse_config("[metrics.engines]\na = \"127.0.0.1:0\"\nb = \"127.0.0.1:0\"\n", "t.toml"));
+  std::string many = "[metrics.engines]\n";
+  for (int i = 0; i <= 64; ++i) many += fmt::format("e{} = \"127.0.0.1:0\"\n", i);
+  auto too_many = parse_config(many, "t.toml");
+  ASSERT_FALSE(too_many);
+  EXPECT_THAT(too_many.error().message(), HasSubstr("at most 64 engines, got 65"));
+
+  // A change of any of them waits for a restart.
+  Config old;
+  Config fresh = old;
+  fresh.metrics_engines["e"] = "127.0.0.1:0";
+  EXPECT_THAT(reload_plan(old, fresh).at_restart, ::testing::Contains("[metrics]"));
+}
+
 TEST(CompiledConfig, FillsPolicyDefaults) {
   Config c;
   c.policy = "mars";
@@ -365,7 +412,7 @@ TEST(ReloadPlan, NamesWhatARunningDaemonCannotChange) {
   EXPECT_TRUE(plan.tick);
   EXPECT_FALSE(plan.gpu);
   EXPECT_FALSE(plan.nvml);
-  EXPECT_EQ(plan.at_restart, (std::vector<std::string>{"[metrics] listen"}));
+  EXPECT_EQ(plan.at_restart, (std::vector<std::string>{"[metrics]"}));
   later.nvml.interval_ms += 1;
   later.gpu.sm_min += 1;
   EXPECT_TRUE(reload_plan(old, later).nvml);

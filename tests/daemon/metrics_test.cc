@@ -77,6 +77,23 @@ TEST(ParseListen, LoopbackOnly) {
   EXPECT_THAT(parse_listen("10.1.1.1:1").error().message(), HasSubstr("loopback"));
 }
 
+TEST(ParseListen, AnyAddressWhenRemoteScrapesAreAllowed) {
+  for (std::string_view ok : {"0.0.0.0:9465", "10.1.1.1:1", "[::]:80", "[fe80::1]:1", "127.0.0.1:0"}) {
+    EXPECT_TRUE(parse_listen(ok, true)) << ok;
+  }
+  for (std::string_view bad : {"example.com:80", "0.0.0.0", "[::]"}) EXPECT_FALSE(parse_listen(bad, true)) << bad;
+  EXPECT_THAT(parse_listen("0.0.0.0:1").error().message(), HasSubstr("allow_remote"));
+}
+
+TEST(UringTag, PacksItsSourceApartFromTheClient) {
+  const Tag t{Op::kMetricsConn, 0xfffffffeu, 0xabcd};
+  const Tag u = Tag::unpack(t.pack());
+  EXPECT_EQ(u.op, Op::kMetricsConn);
+  EXPECT_EQ(u.client, 0xfffffffeu);
+  EXPECT_EQ(u.source, 0xabcd);
+  EXPECT_NE(Tag{Op::kMetricsAccept}.pack(), (Tag{Op::kMetricsAccept, 0, 1}.pack()));
+}
+
 // A plain blocking HTTP exchange with the endpoint at `port`.
 std::string exchange(std::uint16_t port, const std::string& request) {
   return tandem::test_support::loopback_exchange(port, request).value_or("connect failed");

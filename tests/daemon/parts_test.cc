@@ -178,8 +178,7 @@ class FakeDaemon final : public CtlView, public CtlCommands {
   const EventLog& events() const override { return log_; }
   const HostEffects& host() const override { return effects_; }
   const GpuTelemetry& gpu_telemetry() const override { return *telemetry_; }
-  const MetricsEndpoint* metrics_endpoint() const override { return nullptr; }
-  const std::string& metrics_error() const override { return metrics_error_; }
+  const MetricsEndpoints& metrics() const override { return metrics_; }
 
   // The commands.
   void refresh() override { ++refreshed; }
@@ -212,7 +211,7 @@ class FakeDaemon final : public CtlView, public CtlCommands {
   EventLog log_{at(0)};
   RecordingEffects effects_;
   std::unique_ptr<GpuTelemetry> telemetry_;
-  std::string metrics_error_;
+  MetricsEndpoints metrics_;
 };
 
 class CtlPart : public ::testing::Test {
