@@ -171,6 +171,7 @@ base::Result<SimResult> Cluster::run() {
 
   SimResult out;
   out.sessions.resize(n);
+  out.first_node.resize(n);
   std::size_t next = 0;
   std::size_t finished = 0;
   std::vector<bool> moved(n, false);
@@ -186,7 +187,9 @@ base::Result<SimResult> Cluster::run() {
       h.index = i;
       h.ideal_s = ideal_[i];
       h.arrival = arrival_of(i);
-      nodes_[place(i, ids[i])].accept(std::move(h), t);
+      const std::size_t k = place(i, ids[i]);
+      out.first_node[i] = static_cast<std::uint32_t>(k);
+      nodes_[k].accept(std::move(h), t);
     }
     for (std::size_t k = 0; k < nodes_.size(); ++k) {
       if (auto r = nodes_[k].advance_to(t); !r) {

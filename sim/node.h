@@ -67,6 +67,7 @@ struct SimResult {
   std::uint64_t rejected_events = 0;  // events the session table refused (must be 0)
   std::uint64_t actions = 0;
   double virtual_s = 0;
+  std::vector<std::uint32_t> first_node;  // a cluster's: the node of each session's first round
 };
 
 // Runs `workload` to completion under `config`. `ideal_s[i]` is session i's
