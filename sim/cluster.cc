@@ -67,8 +67,7 @@ class Cluster final : public RoundRouter {
 
   base::Result<SimResult> run();
 
-  std::size_t route_round(std::size_t node, std::size_t index, SessionId session, std::size_t round,
-                          Time now) override;
+  std::size_t route_round(std::size_t node, std::size_t index, SessionId session, std::size_t round, Time now) override;
 
  private:
   // The rewrite count of round `round` of session `index` (the prefix
@@ -134,8 +133,8 @@ std::size_t Cluster::route_round(std::size_t node, std::size_t index, SessionId 
 
 base::Result<SimResult> Cluster::run() {
   if (config_.nodes == 0 || config_.nodes > kMaxNodes) {
-    return base::make_error(EINVAL, "a cluster has 1 to " + std::to_string(kMaxNodes) + " nodes, not " +
-                                        std::to_string(config_.nodes));
+    return base::make_error(
+        EINVAL, "a cluster has 1 to " + std::to_string(kMaxNodes) + " nodes, not " + std::to_string(config_.nodes));
   }
   const std::size_t n = workload_.sessions.size();
   if (ideal_.size() != n) return base::make_error(EINVAL, "ideal times do not match the workload's sessions");

@@ -392,7 +392,8 @@ int run(const Options& o) {
   const bool cluster = !o.routers.empty();
   if (cluster && o.nodes.empty()) return usage_error("--router needs --nodes N (the cluster's size)");
   if (!cluster && std::any_of(o.nodes.begin(), o.nodes.end(), [](std::uint32_t n) { return n > 1; })) {
-    return usage_error("--nodes with more than one node needs --router (round-robin, least-queue, epp, epp+tandem or all)");
+    return usage_error(
+        "--nodes with more than one node needs --router (round-robin, least-queue, epp, epp+tandem or all)");
   }
   // The node counts of the workloads: 1 for a node alone.
   const std::vector<std::uint32_t> node_counts = cluster ? o.nodes : std::vector<std::uint32_t>{1};
@@ -507,28 +508,28 @@ int run(const Options& o) {
   std::vector<Workload> workloads;  // [nodes][rate][seed], flattened
   std::vector<std::vector<double>> ideals;
   for (const std::uint32_t scale : node_counts) {
-  for (std::size_t r = 0; r < o.rates.size(); ++r) {
-    for (std::size_t k = 0; k < n_seeds; ++k) {
-      const std::uint64_t seed = o.seed + k;
-      std::vector<SessionSpec> drawn;
-      if (!o.synthetic.empty()) {
-        auto gen = synthetic_pool(o.synthetic, o.sessions.value_or(200), seed);
-        if (!gen) return usage_error(gen.error().context());
-        drawn = std::move(*gen);
+    for (std::size_t r = 0; r < o.rates.size(); ++r) {
+      for (std::size_t k = 0; k < n_seeds; ++k) {
+        const std::uint64_t seed = o.seed + k;
+        std::vector<SessionSpec> drawn;
+        if (!o.synthetic.empty()) {
+          auto gen = synthetic_pool(o.synthetic, o.sessions.value_or(200), seed);
+          if (!gen) return usage_error(gen.error().context());
+          drawn = std::move(*gen);
+        }
+        ArrivalSpec a;
+        a.rate_sps = o.rates[r] * scale;
+        a.poisson = o.poisson;
+        a.seed = seed;
+        a.max_model_len = preset->max_model_len;
+        const std::vector<SessionSpec>& from = o.synthetic.empty() ? pool : drawn;
+        a.sessions = o.sessions.value_or(from.size()) * scale;
+        auto w = make_workload(from, workload_name, a);
+        if (!w) return usage_error(w.error().context());
+        ideals.push_back(ideal_times(*w, base_config));
+        workloads.push_back(std::move(*w));
       }
-      ArrivalSpec a;
-      a.rate_sps = o.rates[r] * scale;
-      a.poisson = o.poisson;
-      a.seed = seed;
-      a.max_model_len = preset->max_model_len;
-      const std::vector<SessionSpec>& from = o.synthetic.empty() ? pool : drawn;
-      a.sessions = o.sessions.value_or(from.size()) * scale;
-      auto w = make_workload(from, workload_name, a);
-      if (!w) return usage_error(w.error().context());
-      ideals.push_back(ideal_times(*w, base_config));
-      workloads.push_back(std::move(*w));
     }
-  }
   }
   if (!o.quiet && workloads.front().capped_rounds > 0) {
     std::cerr << "tandem-sim: " << workloads.front().capped_rounds << " of " << workloads.front().rounds

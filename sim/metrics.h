@@ -71,9 +71,9 @@ struct RunCounters {
   std::uint64_t throttles = 0;     // tool calls the host rule throttled
   std::uint64_t freezes = 0;       // tool calls it froze
   // A cluster (sim/cluster.h; only then reported).
-  std::uint32_t nodes = 0;            // 0: a node alone
-  std::uint64_t moved_sessions = 0;   // sessions a router moved at least once
-  std::uint64_t session_moves = 0;    // moves (a session may move more than once)
+  std::uint32_t nodes = 0;           // 0: a node alone
+  std::uint64_t moved_sessions = 0;  // sessions a router moved at least once
+  std::uint64_t session_moves = 0;   // moves (a session may move more than once)
 };
 
 struct Metrics {

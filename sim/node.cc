@@ -51,11 +51,11 @@ struct SimSession {
   bool admitted = false;
   bool paused = false;
   bool pending = false;  // its next round is ready but not runnable (waiting for admit or restore)
-  bool done = false;   // finished here, or moved to another node
-  bool moved = false;  // a cluster router moved it away
-  Time arrival{};      // the session's arrival (its E2E starts here)
-  Time arrive_at{};    // when it arrives at this node (its arrival, or the instant a router moved it here)
-  Time ready{};  // when the pending or running round was submitted
+  bool done = false;     // finished here, or moved to another node
+  bool moved = false;    // a cluster router moved it away
+  Time arrival{};        // the session's arrival (its E2E starts here)
+  Time arrive_at{};      // when it arrives at this node (its arrival, or the instant a router moved it here)
+  Time ready{};          // when the pending or running round was submitted
   Time tool_start{};
   std::uint8_t priority = 0;
   std::uint32_t tool_call = 0;
@@ -179,7 +179,7 @@ class Node final : public EngineHost, private sched::ActionSink {
   std::unordered_map<SessionId, std::size_t> by_id_;
   std::vector<std::size_t> arrivals_;  // sessions_ indices in the order they arrive here
   std::size_t next_arrival_ = 0;
-  std::size_t live_ = 0;  // arrived or to arrive, not finished or moved away
+  std::size_t live_ = 0;    // arrived or to arrive, not finished or moved away
   std::uint32_t held_ = 0;  // sessions with a round held (pending)
   std::uint64_t moved_out_ = 0;
   std::vector<SessionHandoff> outbox_;
@@ -351,9 +351,9 @@ base::Result<void> Node::step() {
   }
   // A node of a cluster may stand empty for as long as no session is routed to it.
   if (live_ > 0 && now - last_progress_ > stall_) {
-    return base::make_error(
-        EDEADLK, "policy '" + config_.policy + "' made no progress for " + std::to_string(config_.stall_s) +
-                     " s of virtual time at t = " + std::to_string(to_s(now)) + " s: " + stuck_report());
+    return base::make_error(EDEADLK,
+                            "policy '" + config_.policy + "' made no progress for " + std::to_string(config_.stall_s) +
+                                " s of virtual time at t = " + std::to_string(to_s(now)) + " s: " + stuck_report());
   }
   return {};
 }
@@ -399,9 +399,8 @@ std::string Node::stuck_report() const {
         std::to_string(k.blocks_total) + " blocks free, " + std::to_string(k.blocks_pinned) + " pinned" +
         (e->violations() != 0 ? ", " + std::to_string(e->violations()) + " violations: " + e->first_violation() : "");
   }
-  return std::to_string(live_) + " sessions unfinished (" + std::to_string(waiting) +
-         " never admitted, " + std::to_string(pending) + " with a round held, " + std::to_string(paused) + " paused" +
-         engines + ")";
+  return std::to_string(live_) + " sessions unfinished (" + std::to_string(waiting) + " never admitted, " +
+         std::to_string(pending) + " with a round held, " + std::to_string(paused) + " paused" + engines + ")";
 }
 
 EngineId Node::route() const {

@@ -91,12 +91,12 @@ inline constexpr Time kSimEpoch = Time(std::chrono::seconds(1));
 
 // What a cluster router reads of a node.
 struct NodeLoad {
-  std::uint32_t waiting = 0;  // requests queued in the engines (vLLM's num_requests_waiting)
-  std::uint32_t running = 0;  // requests running in the engines
-  std::uint32_t held = 0;     // rounds ready but held by the node's policy (not admitted, paused), or just moved in
-  double kv_usage = 0;        // 1 - free / total GPU blocks over the engines (vLLM's kv_cache_usage_perc:
-                              // cached-but-free blocks count as free)
-  double cpu_pressure = 0;    // the tool cores' CPU PSI some avg10, in [0, 1] (what the control half reads)
+  std::uint32_t waiting = 0;    // requests queued in the engines (vLLM's num_requests_waiting)
+  std::uint32_t running = 0;    // requests running in the engines
+  std::uint32_t held = 0;       // rounds ready but held by the node's policy (not admitted, paused), or just moved in
+  double kv_usage = 0;          // 1 - free / total GPU blocks over the engines (vLLM's kv_cache_usage_perc:
+                                // cached-but-free blocks count as free)
+  double cpu_pressure = 0;      // the tool cores' CPU PSI some avg10, in [0, 1] (what the control half reads)
   std::uint64_t kv_blocks = 0;  // GPU KV blocks of the node
 };
 
@@ -104,10 +104,10 @@ struct NodeLoad {
 // moved from another node (a full prefill there: its KV stayed behind).
 struct SessionHandoff {
   const SessionSpec* spec = nullptr;
-  std::size_t index = 0;  // in the cluster's workload
-  double ideal_s = 0;     // T_ideal
-  Time arrival{};         // the session's arrival, where its E2E starts
-  std::size_t round = 0;  // the round to run next
+  std::size_t index = 0;            // in the cluster's workload
+  double ideal_s = 0;               // T_ideal
+  Time arrival{};                   // the session's arrival, where its E2E starts
+  std::size_t round = 0;            // the round to run next
   std::uint32_t computed_high = 0;  // tokens of its content computed before, anywhere (again: recomputed)
   std::uint32_t tool_call = 0;      // tool calls so far
   std::vector<double> ttft_s;       // its rounds' TTFTs so far

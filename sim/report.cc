@@ -24,10 +24,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <tuple>
 #include <numeric>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -147,9 +147,9 @@ std::vector<std::pair<std::string_view, Number>> all_metric_fields(const Metrics
   // A cluster's fields, only for one: a node alone writes what it always did.
   auto cluster = [&] {
     if (m.nodes == 0) return;
-    v.insert(v.end(), {{"nodes", std::uint64_t{m.nodes}},
-                       {"moved_sessions", m.moved_sessions},
-                       {"session_moves", m.session_moves}});
+    v.insert(
+        v.end(),
+        {{"nodes", std::uint64_t{m.nodes}}, {"moved_sessions", m.moved_sessions}, {"session_moves", m.session_moves}});
   };
   if (!m.host_memory) {
     cluster();
@@ -736,13 +736,13 @@ void print_cluster_table(std::ostream& os, const Report& report) {
   for (const Run& r : report.runs) router_rank.try_emplace(r.router, router_rank.size());
   auto key = [&](const Summary& s) {
     const Run& r = *s.runs.front();
-    return std::make_tuple(policy_rank.at(s.policy), s.variant.substr(0, s.variant.find('@')), r.nodes,
-                           s.rate, router_rank.at(r.router));
+    return std::make_tuple(policy_rank.at(s.policy), s.variant.substr(0, s.variant.find('@')), r.nodes, s.rate,
+                           router_rank.at(r.router));
   };
   std::stable_sort(rows.begin(), rows.end(), [&](const Summary& a, const Summary& b) { return key(a) < key(b); });
   Table t;
-  t.headers = {"policy", "router", "nodes", "rate/node", "sessions", "e2e mean", "e2e p90",
-               "gp a=1", "gp a=3", "kv hit %", "recomputed", "moved", "moves"};
+  t.headers = {"policy", "router", "nodes",    "rate/node",  "sessions", "e2e mean", "e2e p90",
+               "gp a=1", "gp a=3", "kv hit %", "recomputed", "moved",    "moves"};
   t.left_columns = 2;
   const std::size_t seeds = seed_count(report);
   for (std::size_t k = 0; k < rows.size(); ++k) {

@@ -205,7 +205,15 @@ TEST_P(OneNode, EqualsTheNodeAlone) {
 INSTANTIATE_TEST_SUITE_P(PoliciesAndRouters, OneNode,
                          ::testing::Combine(::testing::Values("fcfs", "tandem", "thunderagent"),
                                             ::testing::Values(Router::kRoundRobin, Router::kLeastQueue, Router::kEpp,
-                                                              Router::kEppTandem)));
+                                                              Router::kEppTandem)),
+                         [](const auto& info) {
+                           std::string name = std::string(std::get<0>(info.param)) + "_" +
+                                              std::string(router_name(std::get<1>(info.param)));
+                           for (char& ch : name) {
+                             if (ch == '-' || ch == '+') ch = '_';
+                           }
+                           return name;
+                         });
 
 TEST(Cluster, RoundRobinPlacesInArrivalOrderAndNoStickyRouterMoves) {
   const Workload w = contended(24);
