@@ -206,9 +206,9 @@ INSTANTIATE_TEST_SUITE_P(PoliciesAndRouters, OneNode,
                          ::testing::Combine(::testing::Values("fcfs", "tandem", "thunderagent"),
                                             ::testing::Values(Router::kRoundRobin, Router::kLeastQueue, Router::kEpp,
                                                               Router::kEppTandem)),
-                         [](const auto& info) {
-                           std::string name = std::string(std::get<0>(info.param)) + "_" +
-                                              std::string(router_name(std::get<1>(info.param)));
+                         [](const auto& param_info) {
+                           std::string name = std::string(std::get<0>(param_info.param)) + "_" +
+                                              std::string(router_name(std::get<1>(param_info.param)));
                            for (char& ch : name) {
                              if (ch == '-' || ch == '+') ch = '_';
                            }
