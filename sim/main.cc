@@ -513,7 +513,8 @@ int run(const Options& o) {
         const std::uint64_t seed = o.seed + k;
         std::vector<SessionSpec> drawn;
         if (!o.synthetic.empty()) {
-          auto gen = synthetic_pool(o.synthetic, o.sessions.value_or(200), seed);
+          // A cluster's sessions are drawn fresh, not the pool repeated.
+          auto gen = synthetic_pool(o.synthetic, o.sessions.value_or(200) * scale, seed);
           if (!gen) return usage_error(gen.error().context());
           drawn = std::move(*gen);
         }
@@ -523,7 +524,8 @@ int run(const Options& o) {
         a.seed = seed;
         a.max_model_len = preset->max_model_len;
         const std::vector<SessionSpec>& from = o.synthetic.empty() ? pool : drawn;
-        a.sessions = o.sessions.value_or(from.size()) * scale;
+        // A synthetic pool is already the cluster's size; a trace's is one node's.
+        a.sessions = o.sessions ? *o.sessions * scale : o.synthetic.empty() ? from.size() * scale : from.size();
         auto w = make_workload(from, workload_name, a);
         if (!w) return usage_error(w.error().context());
         ideals.push_back(ideal_times(*w, base_config));
