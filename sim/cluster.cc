@@ -192,7 +192,7 @@ base::Result<SimResult> Cluster::run() {
     }
     for (std::size_t k = 0; k < nodes_.size(); ++k) {
       if (auto r = nodes_[k].advance_to(t); !r) {
-        return base::make_error(r.error().code(), "node " + std::to_string(k) + ": " + r.error().context());
+        return base::propagate(r.error(), "node " + std::to_string(k));
       }
     }
     // Sessions moved at t arrive at their new node at t (the next pass runs them).
