@@ -2,7 +2,7 @@
 // Every node is a NodeSim (sim/node.h) with its own engines, tool cores and
 // policy instance; all of them run in one virtual clock. The router places
 // each LLM round: round-robin and least-queue choose a node when a session
-// arrives and keep it there (sticky, as llm-d's session-affinity header
+// arrives and keep it there (sticky, as llm-d's session-affinity scorer
 // does); epp scores every round with the Gateway API Inference Extension
 // endpoint picker's default scorers, which may move a session, and then its
 // next round pays a full prefill on its new node.
