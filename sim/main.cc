@@ -17,6 +17,7 @@
 #include "base/parse.h"
 #include "sched/registry.h"
 #include "sim/calibrate.h"
+#include "sim/cluster.h"
 #include "sim/node.h"
 #include "sim/report.h"
 #include "sim/verdict.h"
@@ -57,6 +58,10 @@ host memory (docs/sim.md "Host memory"; off unless --tool-mem is given or the wo
   --tool-mem-scale X    multiplies every tool call's memory peak (default 1)
   --host-rules WHO      which policies get tandemd's host memory rules: none (default), tandem, all
   --tick S              control tick period in seconds (default 0.05)
+cluster (docs/sim.md "Multi-node")
+  --nodes N[,N...]      nodes behind a router, each with its own engines, tool cores and policy
+                        instance (default 1: a node alone); --rate and --sessions are per node
+  --router LIST|all     round-robin, least-queue, epp, epp+tandem (needed with more than one node)
 policies
   --policies LIST|all   policies to compare (default all)
   --param POLICY.KEY=V  set a policy parameter (repeatable)
@@ -117,6 +122,8 @@ struct Options {
   unsigned jobs = 0;
   bool list = false;
   bool quiet = false;
+  std::vector<std::uint32_t> nodes;  // empty: a node alone
+  std::vector<Router> routers;
 };
 
 int usage_error(const std::string& what) {
@@ -252,6 +259,36 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       auto d = parse_number<double>(*v);
       if (!d || *d < 0) return usage_error("--host-kv-gib: '" + std::string(*v) + "' is not a number >= 0");
       o.host_kv_gib = *d;
+    } else if (a == "--nodes") {
+      auto v = need(a);
+      if (!v) return 2;
+      o.nodes.clear();
+      for (std::string_view part : base::split(*v, ',')) {
+        const std::string p(base::trim(part));
+        auto n = parse_number<std::uint64_t>(p);
+        if (!n) return usage_error("--nodes: '" + p + "' is not a number of nodes");
+        if (*n == 0) return usage_error("--nodes: 0 nodes; a cluster needs at least 1");
+        if (*n > kMaxNodes) {
+          return usage_error("--nodes: " + p + " nodes; a cluster has at most " + std::to_string(kMaxNodes));
+        }
+        o.nodes.push_back(static_cast<std::uint32_t>(*n));
+      }
+      if (o.nodes.empty()) return usage_error("--nodes needs at least one node count");
+    } else if (a == "--router") {
+      auto v = need(a);
+      if (!v) return 2;
+      o.routers.clear();
+      for (std::string_view part : base::split(*v, ',')) {
+        const std::string_view name = base::trim(part);
+        if (name == "all") {
+          for (std::string_view r : router_names()) o.routers.push_back(*parse_router(r));
+          continue;
+        }
+        auto r = parse_router(name);
+        if (!r) return usage_error("--router: " + r.error().context());
+        o.routers.push_back(*r);
+      }
+      if (o.routers.empty()) return usage_error("--router needs a router");
     } else if (a == "--policies") {
       auto v = need(a);
       if (!v) return 2;
@@ -290,6 +327,9 @@ struct Job {
   std::string policy;
   std::string variant;
   std::map<std::string, double> params;
+  std::size_t nodes_index = 0;  // a cluster's: into Options::nodes
+  Router router = Router::kRoundRobin;
+  bool cluster = false;
 };
 
 // The preset of --preset or --preset-file (for --calibrate, one whose step
@@ -348,6 +388,15 @@ int run(const Options& o) {
   if (o.trace.empty() == o.synthetic.empty())
     return usage_error("give exactly one of --trace FILE or --synthetic NAME");
   if (o.rates.empty()) return usage_error("give --rate R or --sweep R1,R2,...");
+  // A cluster: --router with --nodes. --nodes 1 alone is the node alone.
+  const bool cluster = !o.routers.empty();
+  if (cluster && o.nodes.empty()) return usage_error("--router needs --nodes N (the cluster's size)");
+  if (!cluster && std::any_of(o.nodes.begin(), o.nodes.end(), [](std::uint32_t n) { return n > 1; })) {
+    return usage_error(
+        "--nodes with more than one node needs --router (round-robin, least-queue, epp, epp+tandem or all)");
+  }
+  // The node counts of the workloads: 1 for a node alone.
+  const std::vector<std::uint32_t> node_counts = cluster ? o.nodes : std::vector<std::uint32_t>{1};
   auto preset = chosen_preset(o);
   if (!preset) return usage_error(preset.error().context());
 
@@ -454,28 +503,34 @@ int run(const Options& o) {
   // One workload (and T_ideal) per rate and seed, shared by every policy. A
   // synthetic pool is drawn with the seed too: each seed is a fresh sample.
   const std::size_t n_seeds = static_cast<std::size_t>(o.seeds);
-  std::vector<Workload> workloads;  // [rate][seed], flattened
+  // A cluster of N nodes gets N times the sessions at N times the rate: the
+  // load per node is what --rate and --sessions say.
+  std::vector<Workload> workloads;  // [nodes][rate][seed], flattened
   std::vector<std::vector<double>> ideals;
-  for (std::size_t r = 0; r < o.rates.size(); ++r) {
-    for (std::size_t k = 0; k < n_seeds; ++k) {
-      const std::uint64_t seed = o.seed + k;
-      std::vector<SessionSpec> drawn;
-      if (!o.synthetic.empty()) {
-        auto gen = synthetic_pool(o.synthetic, o.sessions.value_or(200), seed);
-        if (!gen) return usage_error(gen.error().context());
-        drawn = std::move(*gen);
+  for (const std::uint32_t scale : node_counts) {
+    for (std::size_t r = 0; r < o.rates.size(); ++r) {
+      for (std::size_t k = 0; k < n_seeds; ++k) {
+        const std::uint64_t seed = o.seed + k;
+        std::vector<SessionSpec> drawn;
+        if (!o.synthetic.empty()) {
+          // A cluster's sessions are drawn fresh, not the pool repeated.
+          auto gen = synthetic_pool(o.synthetic, o.sessions.value_or(200) * scale, seed);
+          if (!gen) return usage_error(gen.error().context());
+          drawn = std::move(*gen);
+        }
+        ArrivalSpec a;
+        a.rate_sps = o.rates[r] * scale;
+        a.poisson = o.poisson;
+        a.seed = seed;
+        a.max_model_len = preset->max_model_len;
+        const std::vector<SessionSpec>& from = o.synthetic.empty() ? pool : drawn;
+        // A synthetic pool is already the cluster's size; a trace's is one node's.
+        a.sessions = o.sessions ? *o.sessions * scale : o.synthetic.empty() ? from.size() * scale : from.size();
+        auto w = make_workload(from, workload_name, a);
+        if (!w) return usage_error(w.error().context());
+        ideals.push_back(ideal_times(*w, base_config));
+        workloads.push_back(std::move(*w));
       }
-      ArrivalSpec a;
-      a.rate_sps = o.rates[r];
-      a.poisson = o.poisson;
-      a.seed = seed;
-      a.max_model_len = preset->max_model_len;
-      const std::vector<SessionSpec>& from = o.synthetic.empty() ? pool : drawn;
-      a.sessions = o.sessions.value_or(from.size());
-      auto w = make_workload(from, workload_name, a);
-      if (!w) return usage_error(w.error().context());
-      ideals.push_back(ideal_times(*w, base_config));
-      workloads.push_back(std::move(*w));
     }
   }
   if (!o.quiet && workloads.front().capped_rounds > 0) {
@@ -486,10 +541,25 @@ int run(const Options& o) {
   std::vector<Job> jobs;
   for (std::size_t r = 0; r < o.rates.size(); ++r) {
     for (std::size_t k = 0; k < n_seeds; ++k) {
-      for (Job v : variants) {
-        v.rate_index = r;
-        v.seed_index = k;
-        jobs.push_back(std::move(v));
+      for (const Job& v : variants) {
+        if (!cluster) {
+          Job j = v;
+          j.rate_index = r;
+          j.seed_index = k;
+          jobs.push_back(std::move(j));
+          continue;
+        }
+        for (std::size_t n = 0; n < node_counts.size(); ++n) {
+          for (Router router : o.routers) {
+            Job j = v;
+            j.rate_index = r;
+            j.seed_index = k;
+            j.nodes_index = n;
+            j.router = router;
+            j.cluster = true;
+            jobs.push_back(std::move(j));
+          }
+        }
       }
     }
   }
@@ -504,12 +574,19 @@ int run(const Options& o) {
       config.policy = job.policy;
       config.params = job.params;
       const auto t0 = std::chrono::steady_clock::now();
-      const std::size_t w_index = job.rate_index * n_seeds + job.seed_index;
-      auto result = simulate(workloads[w_index], config, ideals[w_index]);
+      const std::size_t w_index = (job.nodes_index * o.rates.size() + job.rate_index) * n_seeds + job.seed_index;
+      auto result = job.cluster ? simulate_cluster(workloads[w_index], config, ideals[w_index],
+                                                   {node_counts[job.nodes_index], job.router, o.seed + job.seed_index})
+                                : simulate(workloads[w_index], config, ideals[w_index]);
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       Run& run = runs[i];
       run.policy = job.policy;
       run.variant = job.variant;
+      if (job.cluster) {
+        run.router = std::string(router_name(job.router));
+        run.nodes = node_counts[job.nodes_index];
+        run.variant += "@" + run.router + "/" + std::to_string(run.nodes);
+      }
       run.rate = o.rates[job.rate_index];
       run.seed = o.seed + job.seed_index;
       run.sessions = workloads[w_index].sessions.size();
@@ -552,7 +629,8 @@ int run(const Options& o) {
     report.runs.push_back(std::move(runs[i]));
   }
   print_table(std::cout, report);
-  if (std::find(policies.begin(), policies.end(), "tandem") != policies.end() && policies.size() > 1) {
+  // The goal check compares policies on one node; a cluster's table is its own.
+  if (!cluster && std::find(policies.begin(), policies.end(), "tandem") != policies.end() && policies.size() > 1) {
     print_verdict(std::cout, judge(report));
   }
   auto write = [&](const std::string& path, base::Result<void> (*fn)(const Report&, const std::string&)) {

@@ -115,6 +115,9 @@ Metrics compute_metrics(std::span<const SessionRecord> sessions, const RunCounte
   m.host_mem_peak_gib = counters.host_mem_peak_bytes / 1073741824.0;
   m.mem_psi_some_pct = 100.0 * ratio(counters.mem_psi_some_s, makespan);
   m.mem_psi_full_pct = 100.0 * ratio(counters.mem_psi_full_s, makespan);
+  m.nodes = counters.nodes;
+  m.moved_sessions = counters.moved_sessions;
+  m.session_moves = counters.session_moves;
 
   for (double* v :
        {&m.e2e_mean_s,       &m.e2e_p50_s,   &m.e2e_p90_s,     &m.e2e_p99_s,         &m.slowdown_mean,

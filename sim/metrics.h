@@ -70,6 +70,10 @@ struct RunCounters {
   double mem_psi_full_s = 0;       // time every running tool did
   std::uint64_t throttles = 0;     // tool calls the host rule throttled
   std::uint64_t freezes = 0;       // tool calls it froze
+  // A cluster (sim/cluster.h; only then reported).
+  std::uint32_t nodes = 0;           // 0: a node alone
+  std::uint64_t moved_sessions = 0;  // sessions a router moved at least once
+  std::uint64_t session_moves = 0;   // moves (a session may move more than once)
 };
 
 struct Metrics {
@@ -105,6 +109,10 @@ struct Metrics {
   double host_mem_peak_gib = 0;
   double mem_psi_some_pct = 0;  // share of the makespan some tool stalled on memory (%)
   double mem_psi_full_pct = 0;
+  // A cluster (JSON, CSV and tables carry these only for one).
+  std::uint32_t nodes = 0;  // 0: a node alone
+  std::uint64_t moved_sessions = 0;
+  std::uint64_t session_moves = 0;
 };
 
 // Linear-interpolated percentile (p in [0, 100]) of `values`: base/stats.h.

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -21,7 +22,7 @@ namespace {
 using sched::Event;
 
 // Virtual time starts at 1 s: sched/ reads Time{} as "never".
-constexpr Time kEpoch = Time(std::chrono::seconds(1));
+constexpr Time kEpoch = kSimEpoch;
 
 // Host memory (docs/sim.md "Host memory"). A tool whose memory grows past its
 // memory.high runs at kThrottleSpeed of its demand (the kernel sleeps it in
@@ -35,19 +36,26 @@ constexpr std::size_t kRecentPeaks = 256;  // tool peaks behind HostMemoryView::
 
 double to_s(Time t) { return base::to_seconds(t - kEpoch); }
 
+}  // namespace
+
+namespace detail {
+
 struct SimSession {
   const SessionSpec* spec = nullptr;
-  std::size_t index = 0;
+  std::size_t index = 0;  // in the workload (the cluster's, on a node of one)
   SessionId id = 0;
   std::size_t round = 0;  // the round in flight or next to run
+  double ideal_s = 0;     // T_ideal
   EngineId engine = 0;
   SessionContent content;
   bool admitted = false;
   bool paused = false;
   bool pending = false;  // its next round is ready but not runnable (waiting for admit or restore)
-  bool done = false;
-  Time arrival{};
-  Time ready{};  // when the pending or running round was submitted
+  bool done = false;     // finished here, or moved to another node
+  bool moved = false;    // a cluster router moved it away
+  Time arrival{};        // the session's arrival (its E2E starts here)
+  Time arrive_at{};      // when it arrives at this node (its arrival, or the instant a router moved it here)
+  Time ready{};          // when the pending or running round was submitted
   Time tool_start{};
   std::uint8_t priority = 0;
   std::uint32_t tool_call = 0;
@@ -57,10 +65,34 @@ struct SimSession {
 
 class Node final : public EngineHost, private sched::ActionSink {
  public:
-  Node(const Workload& w, const SimConfig& c, std::span<const double> ideal)
-      : workload_(w), config_(c), ideal_(ideal), cpu_(c.tool_cores) {}
+  Node(const SimConfig& c, std::size_t node_index, RoundRouter* router)
+      : config_(c), node_index_(node_index), router_(router), cpu_(c.tool_cores) {}
 
-  base::Result<SimResult> run();
+  // simulate(): the workload's sessions arrive at this node alone.
+  base::Result<SimResult> run(const Workload& workload, std::span<const double> ideal);
+
+  // The steppable form (NodeSim, docs/sim.md "Multi-node").
+  base::Result<void> setup();
+  Time next_event() const;
+  base::Result<void> step();  // everything that happens at next_event()
+  base::Result<void> advance_to(Time t) {
+    while (next_event() <= t) {
+      if (auto r = step(); !r) return r;
+    }
+    return {};
+  }
+  void accept(SessionHandoff h, Time now);
+  std::vector<SessionHandoff> take_moved() { return std::exchange(outbox_, {}); }
+  std::vector<std::pair<std::size_t, SessionRecord>> take_finished() { return std::exchange(records_, {}); }
+  NodeLoad load() const;
+  std::uint32_t tandem_hit(SessionId id) const;
+  bool has(SessionId id) const {
+    auto it = by_id_.find(id);
+    return it != by_id_.end() && !sessions_[it->second].done;
+  }
+  std::size_t live() const { return live_; }
+  std::uint64_t moved_out() const { return moved_out_; }
+  SimResult finish();
 
   void first_token(EngineId engine, const RoundWork& work, Time now) override;
   void round_done(EngineId engine, const RoundWork& work, std::uint32_t blocks, std::uint32_t context,
@@ -73,6 +105,16 @@ class Node final : public EngineHost, private sched::ActionSink {
     control_->on_event(e, model_, now);
   }
   SimSession& session(SessionId id) { return sessions_[by_id_.at(id)]; }
+  void set_pending(SimSession& s, bool on) {
+    if (s.pending == on) return;
+    s.pending = on;
+    if (on) {
+      ++held_;
+    } else {
+      --held_;
+    }
+  }
+  void release(SimSession& s, std::size_t to, Time now);  // a router moved it to node `to`
   void arrive(SimSession& s, Time now);
   void round_ready(SimSession& s, Time now);  // the next round exists: submit or hold it
   void submit(SimSession& s, Time now);
@@ -120,9 +162,9 @@ class Node final : public EngineHost, private sched::ActionSink {
   void kill_host_tool(std::uint64_t tool, HostTool& t, Time now, bool oom);
   void count_baseline(SimSession& s, bool on);
 
-  const Workload& workload_;
   const SimConfig& config_;
-  std::span<const double> ideal_;
+  std::size_t node_index_ = 0;
+  RoundRouter* router_ = nullptr;  // a cluster's; nullptr on a node alone
   CpuPool cpu_;
   sched::NodeModel model_;
   std::unique_ptr<sched::ControlPolicy> control_;
@@ -131,8 +173,21 @@ class Node final : public EngineHost, private sched::ActionSink {
   std::unique_ptr<HostPool> host_pool_;
   std::vector<std::optional<Time>> step_end_;
   std::vector<std::optional<Time>> offload_done_;
-  std::vector<SimSession> sessions_;
+  // A deque: engines and host copies point at a session's content, and
+  // sessions moved in by a router are appended while others live.
+  std::deque<SimSession> sessions_;
   std::unordered_map<SessionId, std::size_t> by_id_;
+  std::vector<std::size_t> arrivals_;  // sessions_ indices in the order they arrive here
+  std::size_t next_arrival_ = 0;
+  std::size_t live_ = 0;    // arrived or to arrive, not finished or moved away
+  std::uint32_t held_ = 0;  // sessions with a round held (pending)
+  std::uint64_t moved_out_ = 0;
+  std::vector<SessionHandoff> outbox_;
+  std::vector<std::pair<std::size_t, SessionRecord>> records_;  // finished sessions by workload index
+  Time now_ = kEpoch;
+  Time next_tick_ = kEpoch;
+  Duration period_{};
+  Duration stall_{};
   std::vector<std::uint32_t> live_on_engine_;
   std::unordered_map<std::uint64_t, SessionId> tool_owner_;  // tool call id → session
   std::uint64_t next_tool_ = 1;
@@ -154,16 +209,13 @@ class Node final : public EngineHost, private sched::ActionSink {
   std::uint64_t mem_kills_total_ = 0;
 };
 
-base::Result<SimResult> Node::run() {
+base::Result<void> Node::setup() {
   if (auto v = validate(config_.preset); !v) return std::unexpected(v.error());
   if (config_.engines == 0) return base::make_error(EINVAL, "--engines must be at least 1");
   if (!(config_.tool_cores > 0) || !std::isfinite(config_.tool_cores)) {
     return base::make_error(EINVAL, "--tool-cores must be a positive number");
   }
   if (!(config_.tick_s > 0)) return base::make_error(EINVAL, "the control tick must be positive");
-  if (ideal_.size() != workload_.sessions.size()) {
-    return base::make_error(EINVAL, "ideal times do not match the workload's sessions");
-  }
   for (std::uint32_t e = 0; e < config_.engines; ++e) {
     auto inst = sched::make_policy(config_.policy, config_.params);
     if (!inst) return std::unexpected(inst.error());
@@ -209,13 +261,29 @@ base::Result<SimResult> Node::run() {
   offload_done_.assign(config_.engines, std::nullopt);
   live_on_engine_.assign(config_.engines, 0);
 
-  sessions_.resize(workload_.sessions.size());
+  period_ = base::from_seconds(config_.tick_s);
+  stall_ = base::from_seconds(config_.stall_s);
+  last_progress_ = now_;
+  return {};
+}
+
+base::Result<SimResult> Node::run(const Workload& workload, std::span<const double> ideal) {
+  if (auto r = setup(); !r) return std::unexpected(r.error());
+  if (ideal.size() != workload.sessions.size()) {
+    return base::make_error(EINVAL, "ideal times do not match the workload's sessions");
+  }
+  sessions_.resize(workload.sessions.size());
+  arrivals_.reserve(sessions_.size());
   for (std::size_t i = 0; i < sessions_.size(); ++i) {
     SimSession& s = sessions_[i];
-    s.spec = &workload_.sessions[i];
+    arrivals_.push_back(i);
+    ++live_;
+    s.spec = &workload.sessions[i];
     s.index = i;
     s.id = base::session_id(s.spec->name + "#" + std::to_string(i));
     s.arrival = kEpoch + base::from_seconds(s.spec->arrival_s);
+    s.arrive_at = s.arrival;
+    s.ideal_s = ideal[i];
     if (s.spec->rounds.empty()) return base::make_error(EINVAL, "session '" + s.spec->name + "' has no rounds");
     if (!by_id_.emplace(s.id, i).second) {
       return base::make_error(EINVAL, "two sessions hash to the same id: '" + s.spec->name + "'");
@@ -224,59 +292,74 @@ base::Result<SimResult> Node::run() {
         std::count_if(s.spec->rounds.begin(), s.spec->rounds.end(), [](const RoundSpec& r) { return r.capped; });
   }
 
-  std::size_t next_arrival = 0;
-  Time next_tick = kEpoch;
-  Time now = kEpoch;
-  last_progress_ = now;
-  const Duration period = base::from_seconds(config_.tick_s);
-  const Duration stall = base::from_seconds(config_.stall_s);
   while (completed_ < sessions_.size()) {
-    // The next instant anything happens.
-    Time t = next_tick;
-    if (next_arrival < sessions_.size()) t = std::min(t, sessions_[next_arrival].arrival);
-    if (auto c = cpu_.next_completion()) t = std::min(t, *c);
-    for (std::uint32_t e = 0; e < engines_.size(); ++e) {
-      if (step_end_[e]) t = std::min(t, *step_end_[e]);
-      if (offload_done_[e]) t = std::min(t, *offload_done_[e]);
-    }
-    now = std::max(now, t);
+    if (auto r = step(); !r) return std::unexpected(r.error());
+  }
+  SimResult out = finish();
+  if (!records_.empty()) {
+    out.sessions.resize(sessions_.size());
+    for (auto& [index, rec] : records_) out.sessions[index] = std::move(rec);
+  }
+  return out;
+}
 
-    for (std::uint32_t e = 0; e < engines_.size(); ++e) {
-      if (step_end_[e] && *step_end_[e] <= now) {
-        step_end_[e].reset();
-        engines_[e]->finish_step(now);
-      }
-    }
-    if (auto c = cpu_.next_completion(); c && *c <= now) {
-      for (std::uint64_t tool : cpu_.complete(now)) {
-        auto it = tool_owner_.find(tool);
-        const SessionId sid = it->second;
-        tool_owner_.erase(it);
-        host_tools_.erase(tool);
-        tool_done(session(sid), now, 0);
-      }
-      last_progress_ = now;
-    }
-    bool arrived = false;
-    while (next_arrival < sessions_.size() && sessions_[next_arrival].arrival <= now) {
-      arrive(sessions_[next_arrival++], now);
-      arrived = true;
-      last_progress_ = now;
-    }
-    if (arrived || now >= next_tick) {
-      tick(now);
-      if (now >= next_tick) next_tick = now + period;
-    }
-    for (std::uint32_t e = 0; e < engines_.size(); ++e) {
-      offload_done_[e] = engines_[e]->complete_offloads(now);
-      if (!step_end_[e]) step_end_[e] = engines_[e]->start_step(now);
-    }
-    if (now - last_progress_ > stall) {
-      return base::make_error(
-          EDEADLK, "policy '" + config_.policy + "' made no progress for " + std::to_string(config_.stall_s) +
-                       " s of virtual time at t = " + std::to_string(to_s(now)) + " s: " + stuck_report());
+Time Node::next_event() const {
+  Time t = next_tick_;
+  if (next_arrival_ < arrivals_.size()) t = std::min(t, sessions_[arrivals_[next_arrival_]].arrive_at);
+  if (auto c = cpu_.next_completion()) t = std::min(t, *c);
+  for (std::uint32_t e = 0; e < engines_.size(); ++e) {
+    if (step_end_[e]) t = std::min(t, *step_end_[e]);
+    if (offload_done_[e]) t = std::min(t, *offload_done_[e]);
+  }
+  return t;
+}
+
+base::Result<void> Node::step() {
+  // The next instant anything happens.
+  now_ = std::max(now_, next_event());
+  const Time now = now_;
+
+  for (std::uint32_t e = 0; e < engines_.size(); ++e) {
+    if (step_end_[e] && *step_end_[e] <= now) {
+      step_end_[e].reset();
+      engines_[e]->finish_step(now);
     }
   }
+  if (auto c = cpu_.next_completion(); c && *c <= now) {
+    for (std::uint64_t tool : cpu_.complete(now)) {
+      auto it = tool_owner_.find(tool);
+      const SessionId sid = it->second;
+      tool_owner_.erase(it);
+      host_tools_.erase(tool);
+      tool_done(session(sid), now, 0);
+    }
+    last_progress_ = now;
+  }
+  bool arrived = false;
+  while (next_arrival_ < arrivals_.size() && sessions_[arrivals_[next_arrival_]].arrive_at <= now) {
+    arrive(sessions_[arrivals_[next_arrival_++]], now);
+    arrived = true;
+    last_progress_ = now;
+  }
+  if (arrived || now >= next_tick_) {
+    tick(now);
+    if (now >= next_tick_) next_tick_ = now + period_;
+  }
+  for (std::uint32_t e = 0; e < engines_.size(); ++e) {
+    offload_done_[e] = engines_[e]->complete_offloads(now);
+    if (!step_end_[e]) step_end_[e] = engines_[e]->start_step(now);
+  }
+  // A node of a cluster may stand empty for as long as no session is routed to it.
+  if (live_ > 0 && now - last_progress_ > stall_) {
+    return base::make_error(EDEADLK,
+                            "policy '" + config_.policy + "' made no progress for " + std::to_string(config_.stall_s) +
+                                " s of virtual time at t = " + std::to_string(to_s(now)) + " s: " + stuck_report());
+  }
+  return {};
+}
+
+SimResult Node::finish() {
+  const Time now = now_;
   for (auto& e : engines_) {
     e->account(now);
     e->check_conservation();
@@ -316,9 +399,8 @@ std::string Node::stuck_report() const {
         std::to_string(k.blocks_total) + " blocks free, " + std::to_string(k.blocks_pinned) + " pinned" +
         (e->violations() != 0 ? ", " + std::to_string(e->violations()) + " violations: " + e->first_violation() : "");
   }
-  return std::to_string(sessions_.size() - completed_) + " sessions unfinished (" + std::to_string(waiting) +
-         " never admitted, " + std::to_string(pending) + " with a round held, " + std::to_string(paused) + " paused" +
-         engines + ")";
+  return std::to_string(live_) + " sessions unfinished (" + std::to_string(waiting) + " never admitted, " +
+         std::to_string(pending) + " with a round held, " + std::to_string(paused) + " paused" + engines + ")";
 }
 
 EngineId Node::route() const {
@@ -332,10 +414,13 @@ EngineId Node::route() const {
 void Node::arrive(SimSession& s, Time now) {
   s.engine = route();
   ++live_on_engine_[s.engine];
-  emit(sched::SessionOpened{s.id, 0, static_cast<std::uint32_t>(s.spec->rounds.size())}, now);
+  // A session a router moved here opens with the rounds it has left.
+  emit(sched::SessionOpened{s.id, 0, static_cast<std::uint32_t>(s.spec->rounds.size() - s.round)}, now);
   s.ready = now;
   round_ready(s, now);
 }
+
+}  // namespace detail
 
 std::uint32_t shared_prefix(const SessionSpec& spec, std::size_t round) {
   if (round == 0) return 0;
@@ -346,6 +431,8 @@ std::uint32_t shared_prefix(const SessionSpec& spec, std::size_t round) {
   return std::min(r.input_tokens, prev.input_tokens + std::max<std::uint32_t>(1, prev.output_tokens));
 }
 
+namespace detail {
+
 void Node::round_ready(SimSession& s, Time now) {
   const RoundSpec& r = s.spec->rounds[s.round];
   const std::uint32_t bs = config_.preset.block_size;
@@ -354,12 +441,12 @@ void Node::round_ready(SimSession& s, Time now) {
                              (r.input_tokens + r.output_tokens + bs - 1) / bs},
        now);
   s.ready = now;
-  s.pending = true;
+  set_pending(s, true);
   if (s.admitted && !s.paused) submit(s, now);
 }
 
 void Node::submit(SimSession& s, Time now) {
-  s.pending = false;
+  set_pending(s, false);
   const RoundSpec& r = s.spec->rounds[s.round];
   RoundWork w;
   w.session = s.id;
@@ -390,15 +477,15 @@ void Node::round_done(EngineId engine, const RoundWork& work, std::uint32_t bloc
   if (work.last_round) {
     s.done = true;
     ++completed_;
+    --live_;
     --live_on_engine_[s.engine];
     SessionRecord rec;
     rec.arrival_s = to_s(s.arrival);
     rec.finish_s = to_s(now);
-    rec.ideal_s = ideal_[s.index];
+    rec.ideal_s = s.ideal_s;
     rec.rounds = static_cast<std::uint32_t>(s.spec->rounds.size());
     rec.ttft_s = std::move(s.ttft);
-    if (result_.sessions.empty()) result_.sessions.resize(sessions_.size());
-    result_.sessions[s.index] = std::move(rec);
+    records_.emplace_back(s.index, std::move(rec));
     count_baseline(s, false);
     emit(sched::SessionClosed{s.id}, now);
     for (auto& e : engines_) e->end_session(s.id, now);
@@ -430,7 +517,107 @@ void Node::tool_done(SimSession& s, Time now, std::int32_t exit_code) {
   }
   result_.tool_calls.push_back({r.tool_seconds, base::to_seconds(wall)});
   ++s.round;
+  // In a cluster the router picks the node of every round (most keep it).
+  if (router_ != nullptr) {
+    const std::size_t to = router_->route_round(node_index_, s.index, s.id, s.round, now);
+    if (to != node_index_) {
+      release(s, to, now);
+      return;
+    }
+  }
   round_ready(s, now);
+}
+
+void Node::release(SimSession& s, std::size_t to, Time now) {
+  SessionHandoff h;
+  h.spec = s.spec;
+  h.index = s.index;
+  h.ideal_s = s.ideal_s;
+  h.arrival = s.arrival;
+  h.round = s.round;
+  // What it computed here stays computed once: computing it again on the
+  // new node counts as recomputed, as after any loss of its KV.
+  h.computed_high = s.content.computed_high;
+  h.tool_call = s.tool_call;
+  h.ttft_s = std::move(s.ttft);
+  h.target = to;
+  s.done = true;  // here: no more events for it
+  s.moved = true;
+  --live_;
+  --live_on_engine_[s.engine];
+  ++moved_out_;
+  count_baseline(s, false);
+  emit(sched::SessionClosed{s.id}, now);
+  // Its KV here is released: the cache, pins and host copy.
+  for (auto& e : engines_) {
+    e->drop(s.id, now);
+    e->end_session(s.id, now);
+  }
+  for (auto& st : steps_) st->on_session_end(s.id, now);
+  cpu_.forget_group(s.id);
+  model_.sessions().reap_done();
+  outbox_.push_back(std::move(h));
+}
+
+void Node::accept(SessionHandoff h, Time now) {
+  const SessionId id = base::session_id(h.spec->name + "#" + std::to_string(h.index));
+  std::size_t i = sessions_.size();
+  if (auto it = by_id_.find(id); it != by_id_.end()) {
+    i = it->second;  // it was here before and moved away: a fresh start
+  } else {
+    sessions_.emplace_back();
+    by_id_.emplace(id, i);
+  }
+  SimSession& s = sessions_[i];
+  s = SimSession{};
+  s.spec = h.spec;
+  s.index = h.index;
+  s.id = id;
+  s.round = h.round;
+  s.ideal_s = h.ideal_s;
+  s.arrival = h.arrival;
+  s.arrive_at = now;
+  s.content.computed_high = h.computed_high;
+  s.tool_call = h.tool_call;
+  s.ttft = std::move(h.ttft_s);
+  if (h.round == 0) {
+    result_.counters.capped_rounds +=
+        std::count_if(s.spec->rounds.begin(), s.spec->rounds.end(), [](const RoundSpec& r) { return r.capped; });
+  }
+  arrivals_.push_back(i);
+  ++live_;
+}
+
+NodeLoad Node::load() const {
+  NodeLoad l;
+  std::uint64_t free = 0;
+  std::uint64_t total = 0;
+  for (const auto& e : engines_) {
+    const sched::KvPoolStats k = e->stats();
+    l.waiting += k.waiting_seqs;
+    l.running += k.running_seqs;
+    free += k.blocks_free;
+    total += k.blocks_total;
+  }
+  l.held = held_;
+  // Arrived here but not yet opened (moved in this instant) count as held.
+  l.held += static_cast<std::uint32_t>(arrivals_.size() - next_arrival_);
+  l.kv_blocks = total;
+  l.kv_usage = total == 0 ? 0.0 : 1.0 - static_cast<double>(free) / static_cast<double>(total);
+  l.cpu_pressure = cpu_.pressure_avg10();
+  return l;
+}
+
+std::uint32_t Node::tandem_hit(SessionId id) const {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return 0;
+  const SimSession& s = sessions_[it->second];
+  if (s.done || s.spec == nullptr || s.round >= s.spec->rounds.size()) return 0;
+  const sched::Session* st = model_.sessions().find(id);
+  if (st == nullptr || (st->residency != sched::Residency::kPinned && st->residency != sched::Residency::kOffloaded)) {
+    return 0;
+  }
+  return engines_[s.engine]->prefix_hit(id, shared_prefix(*s.spec, s.round), s.content);
 }
 
 void Node::kv_changed(EngineId engine, SessionId session, sched::KvChange change, std::uint32_t blocks, Time now) {
@@ -688,12 +875,30 @@ void Node::host_step(Time now) {
   model_.set_host_memory(view);
 }
 
-}  // namespace
+}  // namespace detail
 
 base::Result<SimResult> simulate(const Workload& workload, const SimConfig& config, std::span<const double> ideal_s) {
-  Node node(workload, config, ideal_s);
-  return node.run();
+  detail::Node node(config, 0, nullptr);
+  return node.run(workload, ideal_s);
 }
+
+NodeSim::NodeSim(const SimConfig& config, std::size_t node_index, RoundRouter* router)
+    : impl_(std::make_unique<detail::Node>(config, node_index, router)) {}
+NodeSim::~NodeSim() = default;
+NodeSim::NodeSim(NodeSim&&) noexcept = default;
+NodeSim& NodeSim::operator=(NodeSim&&) noexcept = default;
+base::Result<void> NodeSim::start() { return impl_->setup(); }
+Time NodeSim::next_event() const { return impl_->next_event(); }
+base::Result<void> NodeSim::advance_to(Time t) { return impl_->advance_to(t); }
+void NodeSim::accept(SessionHandoff session, Time now) { impl_->accept(std::move(session), now); }
+std::vector<SessionHandoff> NodeSim::take_moved() { return impl_->take_moved(); }
+std::vector<std::pair<std::size_t, SessionRecord>> NodeSim::take_finished() { return impl_->take_finished(); }
+NodeLoad NodeSim::load() const { return impl_->load(); }
+std::uint32_t NodeSim::tandem_hit(SessionId session) const { return impl_->tandem_hit(session); }
+bool NodeSim::has(SessionId session) const { return impl_->has(session); }
+std::size_t NodeSim::live() const { return impl_->live(); }
+std::uint64_t NodeSim::moved_out() const { return impl_->moved_out(); }
+SimResult NodeSim::finish() { return impl_->finish(); }
 
 std::vector<double> ideal_times(const Workload& workload, const SimConfig& config) {
   const Preset& p = config.preset;

@@ -5,10 +5,13 @@
 // arrivals); each engine runs its own instance of the step half.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -64,6 +67,7 @@ struct SimResult {
   std::uint64_t rejected_events = 0;  // events the session table refused (must be 0)
   std::uint64_t actions = 0;
   double virtual_s = 0;
+  std::vector<std::uint32_t> first_node;  // a cluster's: the node of each session's first round
 };
 
 // Runs `workload` to completion under `config`. `ideal_s[i]` is session i's
@@ -71,6 +75,95 @@ struct SimResult {
 // (from the registry), an invalid preset, a stuck run (no progress for
 // stall_s of virtual time; names the policy and what is still waiting).
 base::Result<SimResult> simulate(const Workload& workload, const SimConfig& config, std::span<const double> ideal_s);
+
+// Tokens of round `round`'s prompt equal to the session's previous context
+// (0 for the first round and for a rewritten context: a prompt shorter than
+// the previous one).
+std::uint32_t shared_prefix(const SessionSpec& spec, std::size_t round);
+
+// ---------------------------------------------------------------------------
+// The steppable node, for a cluster of nodes in one virtual clock
+// (sim/cluster.h, docs/sim.md "Multi-node"). simulate() runs the same node
+// alone, fed the workload's arrivals.
+
+// Virtual time starts at 1 s: sched/ reads Time{} as "never".
+inline constexpr Time kSimEpoch = Time(std::chrono::seconds(1));
+
+// What a cluster router reads of a node.
+struct NodeLoad {
+  std::uint32_t waiting = 0;    // requests queued in the engines (vLLM's num_requests_waiting)
+  std::uint32_t running = 0;    // requests running in the engines
+  std::uint32_t held = 0;       // rounds ready but held by the node's policy (not admitted, paused), or just moved in
+  double kv_usage = 0;          // 1 - free / total GPU blocks over the engines (vLLM's kv_cache_usage_perc:
+                                // cached-but-free blocks count as free)
+  double cpu_pressure = 0;      // the tool cores' CPU PSI some avg10, in [0, 1] (what the control half reads)
+  std::uint64_t kv_blocks = 0;  // GPU KV blocks of the node
+};
+
+// A session handed to a node: a new one a router placed there, or one it
+// moved from another node (a full prefill there: its KV stayed behind).
+struct SessionHandoff {
+  const SessionSpec* spec = nullptr;
+  std::size_t index = 0;            // in the cluster's workload
+  double ideal_s = 0;               // T_ideal
+  Time arrival{};                   // the session's arrival, where its E2E starts
+  std::size_t round = 0;            // the round to run next
+  std::uint32_t computed_high = 0;  // tokens of its content computed before, anywhere (again: recomputed)
+  std::uint32_t tool_call = 0;      // tool calls so far
+  std::vector<double> ttft_s;       // its rounds' TTFTs so far
+  std::size_t target = 0;           // the node a router moved it to
+};
+
+// A cluster's router, asked by a node whenever a session's next round is
+// ready there (its tool ended). It answers the node for that round.
+class RoundRouter {
+ public:
+  virtual ~RoundRouter() = default;
+  virtual std::size_t route_round(std::size_t node, std::size_t index, SessionId session, std::size_t round,
+                                  Time now) = 0;
+};
+
+namespace detail {
+class Node;
+}
+
+class NodeSim {
+ public:
+  // Node `node_index` of a cluster; `router` (may be nullptr: the node keeps
+  // every session) routes rounds after tools. `config` must outlive it.
+  NodeSim(const SimConfig& config, std::size_t node_index, RoundRouter* router);
+  ~NodeSim();
+  NodeSim(NodeSim&&) noexcept;
+  NodeSim& operator=(NodeSim&&) noexcept;
+
+  // Validates the config and builds the engines and the policy (its errors).
+  base::Result<void> start();
+  // The next instant anything happens here (at least the next control tick).
+  Time next_event() const;
+  // Runs every event up to and including `t`. Fails as simulate() does on a
+  // node that makes no progress with sessions on it.
+  base::Result<void> advance_to(Time t);
+  // A session arrives now (processed by the next advance_to(now)).
+  void accept(SessionHandoff session, Time now);
+  // Sessions the router moved away since the last call (their KV here is released).
+  std::vector<SessionHandoff> take_moved();
+  // Sessions finished since the last call, by workload index.
+  std::vector<std::pair<std::size_t, SessionRecord>> take_finished();
+  NodeLoad load() const;
+  // Prompt tokens of the session's next round its pinned or offloaded KV here
+  // would serve (tandem's residency, which the engine's cache may have lost);
+  // 0 when it has neither here.
+  std::uint32_t tandem_hit(SessionId session) const;
+  bool has(SessionId session) const;  // live here
+  std::size_t live() const;           // sessions here, not finished or moved away
+  std::uint64_t moved_out() const;
+  // End of the run: counters, conservation (SimResult without sessions; the
+  // cluster has taken them).
+  SimResult finish();
+
+ private:
+  std::unique_ptr<detail::Node> impl_;
+};
 
 // T_ideal of every session: the session alone on the node — no queueing,
 // its prefix always cached, tools at nominal time — computed directly from

@@ -27,6 +27,7 @@
 #include <numeric>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -143,7 +144,17 @@ std::vector<std::pair<std::string_view, Number>> metric_fields(const Metrics& m)
 // output is what it was before host memory existed.
 std::vector<std::pair<std::string_view, Number>> all_metric_fields(const Metrics& m) {
   auto v = metric_fields(m);
-  if (!m.host_memory) return v;
+  // A cluster's fields, only for one: a node alone writes what it always did.
+  auto cluster = [&] {
+    if (m.nodes == 0) return;
+    v.insert(
+        v.end(),
+        {{"nodes", std::uint64_t{m.nodes}}, {"moved_sessions", m.moved_sessions}, {"session_moves", m.session_moves}});
+  };
+  if (!m.host_memory) {
+    cluster();
+    return v;
+  }
   v.insert(v.end(), {{"oom_kills", m.oom_kills},
                      {"memory_kills", m.memory_kills},
                      {"rerun_tool_s", m.rerun_tool_s},
@@ -153,6 +164,7 @@ std::vector<std::pair<std::string_view, Number>> all_metric_fields(const Metrics
                      {"host_mem_peak_gib", m.host_mem_peak_gib},
                      {"mem_psi_some_pct", m.mem_psi_some_pct},
                      {"mem_psi_full_pct", m.mem_psi_full_pct}});
+  cluster();
   return v;
 }
 
@@ -529,9 +541,10 @@ double metric_value(const Metrics& m, std::string_view key) {
   return 0.0;
 }
 
-std::vector<std::string_view> metric_keys(bool host_memory) {
+std::vector<std::string_view> metric_keys(bool host_memory, bool cluster) {
   Metrics m;
   m.host_memory = host_memory;
+  m.nodes = cluster ? 2 : 0;
   std::vector<std::string_view> keys;
   for (const auto& field : all_metric_fields(m)) keys.push_back(field.first);
   return keys;
@@ -539,6 +552,10 @@ std::vector<std::string_view> metric_keys(bool host_memory) {
 
 bool models_host_memory(const Report& report) {
   return std::any_of(report.runs.begin(), report.runs.end(), [](const Run& r) { return r.metrics.host_memory; });
+}
+
+bool models_cluster(const Report& report) {
+  return std::any_of(report.runs.begin(), report.runs.end(), [](const Run& r) { return r.nodes > 0; });
 }
 
 Stat Summary::stat(std::string_view key) const {
@@ -706,6 +723,48 @@ void print_table_inner(std::ostream& os, const Report& report) {
 void print_table(std::ostream& os, const Report& report) {
   print_table_inner(os, report);
   print_memory_table(os, report);
+  if (models_cluster(report)) print_cluster_table(os, report);
+}
+
+void print_cluster_table(std::ostream& os, const Report& report) {
+  std::vector<Summary> rows = summarize(report);
+  std::erase_if(rows, [](const Summary& s) { return s.runs.empty() || s.runs.front()->nodes == 0; });
+  if (rows.empty()) return;
+  std::map<std::string, std::size_t> policy_rank;
+  for (const Summary& s : rows) policy_rank.try_emplace(s.policy, policy_rank.size());
+  std::map<std::string, std::size_t> router_rank;  // first appearance (the order they were asked for)
+  for (const Run& r : report.runs) router_rank.try_emplace(r.router, router_rank.size());
+  auto key = [&](const Summary& s) {
+    const Run& r = *s.runs.front();
+    return std::make_tuple(policy_rank.at(s.policy), s.variant.substr(0, s.variant.find('@')), r.nodes, s.rate,
+                           router_rank.at(r.router));
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const Summary& a, const Summary& b) { return key(a) < key(b); });
+  Table t;
+  t.headers = {"policy", "router", "nodes",    "rate/node",  "sessions", "e2e mean", "e2e p90",
+               "gp a=1", "gp a=3", "kv hit %", "recomputed", "moved",    "moves"};
+  t.left_columns = 2;
+  const std::size_t seeds = seed_count(report);
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const Summary& s = rows[k];
+    const Run& r = *s.runs.front();
+    const std::string policy = s.policy + s.variant.substr(0, s.variant.find('@'));
+    t.rows.push_back({policy, r.router, fmt::format("{}", r.nodes), compact(s.rate), fmt::format("{}", s.sessions),
+                      compact(s.stat("e2e_mean_s").mean), compact(s.stat("e2e_p90_s").mean),
+                      compact(s.stat("goodput_a1").mean), compact(s.stat("goodput_a3").mean),
+                      percent(s.stat("kv_hit_rate").mean), with_suffix(s.stat("recomputed_tokens").mean),
+                      compact(s.stat("moved_sessions").mean), compact(s.stat("session_moves").mean)});
+    // A blank line between groups of routers (policy, nodes, rate).
+    auto group = [&](const Summary& x) {
+      auto [p, v, nodes, rate, router] = key(x);
+      return std::make_tuple(p, v, nodes, rate);
+    };
+    t.group_start.push_back(k == 0 || group(rows[k - 1]) != group(s));
+  }
+  os << "\nCluster (rate per node; sessions in all; times in s; goodput in sessions/s; kv hit: prompt tokens served "
+        "from cache / prompt tokens; moved: sessions a router moved, moves: their moves"
+     << (seeds > 1 ? fmt::format("; means over {} seeds", seeds) : std::string()) << ")\n";
+  print(os, t);
 }
 
 std::string report_json(const Report& report) {
@@ -725,6 +784,10 @@ std::string report_json(const Report& report) {
     r["rate"] = run.rate;
     r["seed"] = run.seed;
     r["sessions"] = static_cast<std::uint64_t>(run.sessions);
+    if (run.nodes > 0) {
+      r["router"] = run.router;
+      r["nodes"] = std::uint64_t{run.nodes};
+    }
     r["metrics"] = std::move(metrics);
     r["wall_s"] = run.wall_s;
     doc["runs"].push_back(std::move(r));
@@ -746,7 +809,7 @@ std::string report_json(const Report& report) {
     e["failed"] = static_cast<std::uint64_t>(s.failed.size());
     nlohmann::ordered_json mean = nlohmann::ordered_json::object();
     nlohmann::ordered_json ci = nlohmann::ordered_json::object();
-    for (std::string_view key : metric_keys(models_host_memory(report))) {
+    for (std::string_view key : metric_keys(models_host_memory(report), models_cluster(report))) {
       const Stat st = s.stat(key);
       mean[std::string(key)] = st.mean;
       ci[std::string(key)] = st.half;
@@ -767,7 +830,7 @@ base::Result<void> write_json(const Report& report, const std::string& path) {
 
 base::Result<void> write_csv(const Report& report, const std::string& path) {
   std::string text = "preset,workload,policy,variant,rate,seed,sessions";
-  for (std::string_view key : metric_keys(models_host_memory(report))) {
+  for (std::string_view key : metric_keys(models_host_memory(report), models_cluster(report))) {
     text += ',';
     text += key;
   }

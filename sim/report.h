@@ -24,6 +24,10 @@ struct Run {
   Metrics metrics;
   std::vector<double> e2e_s;  // every completed session's E2E, for the CDF
   double wall_s = 0.0;        // host seconds the simulation took
+  // A cluster run (sim/cluster.h): its router and node count; the rate is
+  // per node. Empty and 0 for a node alone.
+  std::string router;
+  std::uint32_t nodes = 0;
 };
 
 // A run that did not complete (a livelocked or deadlocked policy).
@@ -63,9 +67,12 @@ double t95(std::size_t dof);
 // A metric of `m` by its JSON key ("e2e_mean_s", …); 0 for an unknown key.
 double metric_value(const Metrics& m, std::string_view key);
 // The JSON keys of the metrics, in schema order.
-std::vector<std::string_view> metric_keys(bool host_memory = false);
+std::vector<std::string_view> metric_keys(bool host_memory = false, bool cluster = false);
 // Whether any run of the report modelled host memory (its metrics carry it).
 bool models_host_memory(const Report& report);
+// Whether any run of the report is a cluster's (its metrics carry "nodes",
+// "moved_sessions" and "session_moves").
+bool models_cluster(const Report& report);
 
 // One label (policy + variant) at one rate, over the seeds it ran with.
 struct Summary {
@@ -87,6 +94,11 @@ std::size_t seed_count(const Report& report);
 // metrics; with several seeds, one row per label and rate instead, each
 // headline metric as mean ± the half-width of its 95 % interval.
 void print_table(std::ostream& os, const Report& report);
+// The cluster table (print_table ends with it when the report has cluster
+// runs): per policy, node count, router and rate per node, the mean over
+// seeds of E2E mean and p90, goodput, KV hit rate, recomputed tokens and
+// moved sessions.
+void print_cluster_table(std::ostream& os, const Report& report);
 
 // {"preset","workload","runs":[{"policy","rate","seed","sessions","metrics":{...}}]}
 // with exactly the metric keys of issue 4 ("e2e_mean_s", …,

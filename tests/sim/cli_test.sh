@@ -35,6 +35,46 @@ expect_error "apply to --trace only" --synthetic mars-short --preset h100-llama3
 expect_error "tool memory entry 'pytest=x'" --synthetic mars-short --preset h100-llama3-8b --rate 1 --tool-mem pytest=x
 expect_error "need --tool-mem" --synthetic mars-short --preset h100-llama3-8b --rate 1 --host-mem-gib 4
 expect_error "is not tandem, all or none" --synthetic mars-short --preset h100-llama3-8b --rate 1 --host-rules some
+# The cluster's flags (docs/sim.md "Multi-node").
+expect_error "unknown router 'random' (valid: round-robin, least-queue, epp, epp+tandem)" \
+  --synthetic mars-short --preset h100-llama3-8b --rate 1 --nodes 2 --router random
+expect_error "unknown router 'bogus'" --synthetic mars-short --preset h100-llama3-8b --rate 1 --nodes 2 --router epp,bogus
+expect_error "--nodes: 0 nodes; a cluster needs at least 1" --synthetic mars-short --preset h100-llama3-8b --rate 1 --nodes 0 --router epp
+expect_error "a cluster has at most 64" --synthetic mars-short --preset h100-llama3-8b --rate 1 --nodes 65 --router epp
+expect_error "--nodes: 'two' is not a number of nodes" --synthetic mars-short --preset h100-llama3-8b --rate 1 --nodes two --router epp
+expect_error "--router needs --nodes" --synthetic mars-short --preset h100-llama3-8b --rate 1 --router epp
+expect_error "needs --router" --synthetic mars-short --preset h100-llama3-8b --rate 1 --nodes 4
+expect_error "--router needs a value" --synthetic mars-short --preset h100-llama3-8b --rate 1 --nodes 4 --router
+
+# --nodes 1 alone is the node alone: the same JSON metrics as without it.
+"$sim" --trace "$trace" --preset h100-llama3-8b --rate 0.2 --sessions 8 --policies fcfs,tandem --quiet \
+  --json "$dir/n0.json" >/dev/null || fail "plain run failed"
+"$sim" --trace "$trace" --preset h100-llama3-8b --rate 0.2 --sessions 8 --policies fcfs,tandem --quiet --nodes 1 \
+  --json "$dir/n1.json" >/dev/null || fail "--nodes 1 run failed"
+python3 - "$dir/n0.json" "$dir/n1.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert [r["metrics"] for r in a["runs"]] == [r["metrics"] for r in b["runs"]], "--nodes 1 changed the metrics"
+PY
+# A cluster: every router at 1 and 2 nodes, load per node (8 sessions per node at 0.2/s each).
+"$sim" --trace "$trace" --preset h100-llama3-8b --rate 0.2 --sessions 8 --policies tandem --nodes 1,2 --router all \
+  --quiet --json "$dir/c.json" >"$dir/cluster" || fail "cluster run failed: $(cat "$dir/cluster")"
+grep -q "^Cluster" "$dir/cluster" || fail "no cluster table: $(cat "$dir/cluster")"
+grep -q "tandem@epp+tandem/2" "$dir/cluster" || fail "no epp+tandem row at 2 nodes: $(cat "$dir/cluster")"
+python3 - "$dir/c.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r["runs"]) == 8, len(r["runs"])
+for run in r["runs"]:
+    assert run["router"] in ("round-robin", "least-queue", "epp", "epp+tandem"), run
+    m = run["metrics"]
+    assert run["sessions"] == 8 * run["nodes"] and m["completed"] == run["sessions"], run
+    assert m["nodes"] == run["nodes"] and "moved_sessions" in m and "session_moves" in m, m
+    if run["router"] in ("round-robin", "least-queue") or run["nodes"] == 1:
+        assert m["moved_sessions"] == 0, run
+one = {run["router"]: run["metrics"]["e2e_mean_s"] for run in r["runs"] if run["nodes"] == 1}
+assert len(set(one.values())) == 1, one  # one node: the router has no choice
+PY
 
 # A small run of every policy on the trace, with the ablation.
 "$sim" --trace "$trace" --preset h100-llama3-8b --rate 0.2 --sessions 12 --policies all --ablate --quiet \
