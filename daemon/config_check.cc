@@ -13,6 +13,7 @@
 
 #include "daemon/config.h"
 #include "daemon/config_keys.h"
+#include "daemon/kv_events.h"
 #include "daemon/metrics.h"
 
 namespace tandem::daemon {
@@ -37,6 +38,16 @@ base::Result<void> validate(const Config& c) {
 
   if (!c.metrics_listen.empty()) {
     if (auto a = parse_listen(c.metrics_listen); !a) return fail("metrics.listen", a.error().message());
+  }
+
+  if (!c.kv_events.endpoint.empty()) {
+    if (auto e = check_kv_endpoint(c.kv_events.endpoint); !e) return fail("kv_events.endpoint", e.error().context());
+  }
+  if (auto t = check_kv_topic(c.kv_events.topic); !t) {
+    return fail("kv_events.topic", fmt::format("'{}': {}", c.kv_events.topic, t.error().context()));
+  }
+  if (c.kv_events.hwm < 1 || c.kv_events.hwm > kMaxKvEventsHwm) {
+    return fail("kv_events.hwm", range_problem(1, kMaxKvEventsHwm, c.kv_events.hwm));
   }
 
   const sched::PolicyEntry* entry = sched::find_policy(c.policy);
@@ -184,6 +195,10 @@ std::string describe(const Config& c) {
       h.pressure_high, h.pressure_critical, h.tools_budget, std::chrono::duration<double>(h.stall_kill_after).count());
   out += fmt::format("telemetry    {}\n", h.telemetry);
   out += fmt::format("metrics      {}\n", c.metrics_listen.empty() ? "off" : c.metrics_listen);
+  const KvEventsConfig& kv = c.kv_events;
+  out += kv.endpoint.empty() ? std::string("kv_events    off\n")
+                             : fmt::format("kv_events    {} {}, topic '{}', hwm {}\n", kv.connect ? "connect" : "bind",
+                                           kv.endpoint, kv.topic, kv.hwm);
   out += fmt::format("nvml         {}, every {} ms, library {}\n", c.nvml.enabled, c.nvml.interval_ms, c.nvml.library);
   const GpuConfig& gpu = c.gpu;
   out += fmt::format(
@@ -223,6 +238,7 @@ ReloadPlan reload_plan(const Config& old, const Config& fresh) {
   if (fresh.directive_slots != old.directive_slots) plan.refused.emplace_back("ipc.directive_slots");
   if (!(fresh.host == old.host)) plan.at_restart.emplace_back("[cgroups], [tools], [memory] and [telemetry]");
   if (fresh.metrics_listen != old.metrics_listen) plan.at_restart.emplace_back("[metrics] listen");
+  if (!(fresh.kv_events == old.kv_events)) plan.at_restart.emplace_back("[kv_events]");
   plan.policy = fresh.policy != old.policy || fresh.policy_params != old.policy_params;
   plan.tick = fresh.tick != old.tick;
   plan.gpu = !(fresh.gpu == old.gpu);

@@ -56,8 +56,10 @@ inline constexpr UintKey<Config> kIpcKeys[] = {
 
 inline constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles",  "limits",
                                                 "ipc",         "cgroups",   "tools",  "memory", "telemetry",
-                                                "metrics",     "gpu",       "nvml"};
+                                                "metrics",     "gpu",       "nvml",   "kv_events"};
 inline constexpr std::string_view kMetricsKeys[] = {"listen"};
+inline constexpr std::string_view kKvEventsKeys[] = {"endpoint", "connect", "topic", "hwm"};
+inline constexpr std::int64_t kMaxKvEventsHwm = 100'000;
 inline constexpr std::string_view kCgroupKeys[] = {"mode",        "subtree",     "root",     "on_restart",
                                                    "adopt_grace", "engine_cpus", "tool_cpus"};
 inline constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max",       "pids_max",

@@ -301,6 +301,9 @@ std::string CtlService::status(base::Time now) const {
                              : metrics_error.empty() ? std::string("off")
                                                      : "off: " + metrics_error},
                   {"scrapes", endpoint != nullptr ? endpoint->scrapes() : 0}};
+  j["kv_events"] = {{"endpoint", view_.kv_events_state()},
+                    {"published", view_.stats().kv_events_published},
+                    {"dropped", view_.stats().kv_events_dropped}};
   return text(j);
 }
 

@@ -92,6 +92,8 @@ class CtlView {
   // is, or none was asked for).
   virtual const MetricsEndpoint* metrics_endpoint() const = 0;
   virtual const std::string& metrics_error() const = 0;
+  // [kv_events]: "off", "bind ENDPOINT" / "connect ENDPOINT", or "off: <why>".
+  virtual const std::string& kv_events_state() const = 0;
 };
 
 // What tandemctl's commands do to the daemon.

@@ -19,6 +19,7 @@ RecordRule record_rule(ipc::RecordType type) {
     case T::kKvEvent:
       return {Sender::kEngine, S::kRoundOnSender, false};
     case T::kKvStats:
+    case T::kKvBlocks:  // the session only labels the blocks: no state of it is checked
       return {Sender::kEngine, S::kNone, false};
     case T::kGpuPartitions:
     case T::kStageProfile:
@@ -88,6 +89,8 @@ std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId 
     case RecordType::kStageProfile:
     case RecordType::kWeightModule:
       return std::nullopt;  // GPU-plane state, not policy events (the server keeps them)
+    case RecordType::kKvBlocks:
+      return std::nullopt;  // published for routers, not a policy event (Server::take_kv_blocks)
     case RecordType::kSessionOpen: {
       auto r = record.as<ipc::SessionOpen>();
       return sched::SessionOpened{session, r.priority_class, r.expected_rounds};

@@ -65,6 +65,7 @@
 #include "daemon/events.h"
 #include "daemon/gpu_plane.h"
 #include "daemon/gpu_telemetry.h"
+#include "daemon/kv_events.h"
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
 #include "daemon/owners.h"
@@ -281,6 +282,7 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   const GpuTelemetry& gpu_telemetry() const override { return *gpu_telemetry_; }
   const MetricsEndpoint* metrics_endpoint() const override { return metrics_ ? &*metrics_ : nullptr; }
   const std::string& metrics_error() const override { return metrics_error_; }
+  const std::string& kv_events_state() const override { return kv_events_state_; }
   static ClientCard card(const Client& c);
   SessionCard card(const SessionMeta& m) const;
   void refresh() override;
@@ -313,6 +315,14 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   void log_event(base::Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {});
   std::optional<MetricsEndpoint> metrics_;
   std::string metrics_error_;  // why there is no endpoint ("" when there is, or none was asked)
+  // [kv_events]: the PUB socket (null: off or failed), and what status says:
+  // "off", "bind tcp://…" / "connect tcp://…", or "off: <why>".
+  // [kv_events] as the daemon started with it (a reload applies a change at the next start).
+  KvEventsConfig kv_events_;
+  std::unique_ptr<KvPublisher> kv_publisher_;
+  std::string kv_events_state_ = "off";
+  void take_kv_blocks(Client& c, const ipc::KvBlocks& r, std::uint64_t session);
+  void flush_kv_events(Client& c);
   // NVML sampling on a thread of its own ([nvml]); never null after create().
   std::unique_ptr<GpuTelemetry> gpu_telemetry_;
   std::uint64_t watchdog_usec_ = 0;

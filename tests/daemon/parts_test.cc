@@ -180,6 +180,7 @@ class FakeDaemon final : public CtlView, public CtlCommands {
   const GpuTelemetry& gpu_telemetry() const override { return *telemetry_; }
   const MetricsEndpoint* metrics_endpoint() const override { return nullptr; }
   const std::string& metrics_error() const override { return metrics_error_; }
+  const std::string& kv_events_state() const override { return kv_events_state_; }
 
   // The commands.
   void refresh() override { ++refreshed; }
@@ -213,6 +214,7 @@ class FakeDaemon final : public CtlView, public CtlCommands {
   RecordingEffects effects_;
   std::unique_ptr<GpuTelemetry> telemetry_;
   std::string metrics_error_;
+  std::string kv_events_state_ = "off";
 };
 
 class CtlPart : public ::testing::Test {
