@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/ids.h"
+
 namespace tandem::testbed {
 namespace {
 
@@ -229,6 +231,26 @@ std::string error_reply(std::string_view message, std::string_view type, std::st
   json e = {{"message", message}, {"type", type}, {"code", nullptr}};
   e["param"] = param.empty() ? json(nullptr) : json(param);
   return dump(json{{"error", e}});
+}
+
+std::vector<std::uint64_t> block_hashes(std::string_view prompt, std::uint32_t prompt_tokens,
+                                        std::uint32_t block_size) {
+  std::vector<std::uint64_t> out;
+  if (block_size == 0) return out;
+  const std::uint32_t blocks = prompt_tokens / block_size;
+  out.reserve(blocks);
+  std::string bytes(8 + std::size_t{block_size} * 4, '\0');
+  std::uint64_t parent = 0;
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(parent >> (8 * i));
+    const std::size_t from = std::size_t{b} * block_size * 4;
+    for (std::size_t i = 0; i < std::size_t{block_size} * 4; ++i) {
+      bytes[8 + i] = from + i < prompt.size() ? prompt[from + i] : '\0';
+    }
+    parent = base::hash64(bytes);
+    out.push_back(parent);
+  }
+  return out;
 }
 
 }  // namespace tandem::testbed

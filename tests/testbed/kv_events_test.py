@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""KV events for routers end to end (docs/daemon.md "KV events for routers"):
+the real tandemd with [kv_events] on an ipc:// endpoint, tandem-engine-emu
+with --kv-events on, and a ZMQ subscriber decoding vLLM's msgpack format as
+llm-d's indexer does.
+
+The sequence it checks for one session:
+  - its first prefill stores its prompt's full blocks on "GPU", chained
+    (each BlockStored's parent is the last hash before it), block_size 16,
+    token_ids empty;
+  - a second round extending the prompt stores only the new blocks, with
+    the first round's last block as parent;
+  - `tandemctl session evict` (DROP) removes every stored block from "GPU";
+and tandemd's status shows the endpoint and the published count, and every
+message is [topic "kv@node@<engine>", 8-byte big-endian seq counting from 0
+without gaps, payload].
+
+  kv_events_test.py TANDEMD TANDEM_ENGINE_EMU TANDEMCTL
+Exit 77 (skip) without python3-zmq or python3-msgpack.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+try:
+    import msgpack
+    import zmq
+except ImportError as e:  # pragma: no cover
+    # python3-zmq and python3-msgpack are Debian's: under another python3
+    # (a pyenv one found first on PATH), run again under the system's.
+    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
+    print(f"skipped: {e} (install python3-zmq python3-msgpack)")
+    sys.exit(77)
+
+TANDEMD, EMU, CTL = sys.argv[1:4] if len(sys.argv) >= 4 else (None, None, None)
+BLOCK = 16
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class KvEventsTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tandem-kv-events.")
+        self.endpoint = f"ipc://{self.dir}/kv.sock"
+        config = os.path.join(self.dir, "tandemd.toml")
+        with open(config, "w") as f:
+            f.write(
+                f'runtime_dir = "{self.dir}"\n'
+                '[cgroups]\nmode = "off"\n'
+                '[telemetry]\nmode = "sampling"\n'
+                '[metrics]\nlisten = ""\n'
+                '[nvml]\nenabled = "off"\n'
+                f'[kv_events]\nendpoint = "{self.endpoint}"\ntopic = "kv@node@{{engine}}"\n'
+            )
+        self.procs = []
+        self.daemon_log = open(os.path.join(self.dir, "tandemd.log"), "w")
+        self.procs.append(
+            subprocess.Popen([TANDEMD, "--config", config], stdout=self.daemon_log, stderr=subprocess.STDOUT)
+        )
+        self.wait_for(lambda: os.path.exists(os.path.join(self.dir, "tandemd.sock")), "tandemd's socket")
+        self.ctx = zmq.Context()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.setsockopt(zmq.RCVTIMEO, 100)
+        self.sub.connect(self.endpoint)
+        self.port = free_port()
+        self.emu_log = open(os.path.join(self.dir, "emu.log"), "w")
+        self.procs.append(
+            subprocess.Popen(
+                [EMU, "--port", str(self.port), "--runtime-dir", self.dir, "--name", "emu-kv", "--gpu", "off",
+                 "--speedup", "20", "--kv-events", "on"],
+                stdout=self.emu_log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        self.wait_for(self.emu_connected, "the emulator to connect to tandemd")
+        self.messages = []
+
+    def tearDown(self):
+        for p in reversed(self.procs):
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.sub.close(0)
+        self.ctx.term()
+        self.daemon_log.close()
+        self.emu_log.close()
+        if self._outcome_failed():
+            for name in ("tandemd.log", "emu.log"):
+                with open(os.path.join(self.dir, name)) as f:
+                    sys.stderr.write(f"---- {name}\n{f.read()}")
+        subprocess.run(["rm", "-rf", self.dir], check=False)
+
+    def _outcome_failed(self):
+        result = getattr(self, "_outcome", None)
+        errors = getattr(result, "errors", None) or getattr(getattr(result, "result", None), "errors", [])
+        return any(err for _, err in errors) if errors else False
+
+    def wait_for(self, cond, what, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return
+            time.sleep(0.05)
+        self.fail(f"timed out waiting for {what}")
+
+    def emu_connected(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=1) as r:
+                return json.load(r).get("connected") is True
+        except OSError:
+            return False
+
+    def ctl(self, *args):
+        out = subprocess.run([CTL, "--runtime-dir", self.dir, "--json", *args], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout) if out.stdout.strip() else None
+
+    def complete(self, prompt, session):
+        body = json.dumps({"prompt": prompt, "max_tokens": 2, "session_id": session}).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.load(r)
+
+    def drain(self):
+        """Every message received so far, decoded: (topic, seq, [event])."""
+        while True:
+            try:
+                parts = self.sub.recv_multipart()
+            except zmq.Again:
+                return
+            self.assertEqual(len(parts), 3, "multipart [topic, seq, payload]")
+            topic, seq, payload = parts
+            self.assertEqual(len(seq), 8)
+            batch = msgpack.unpackb(payload, raw=False)
+            self.assertIsInstance(batch, list)
+            self.assertEqual(len(batch), 2, "KVEventBatch [ts, events]")
+            self.assertIsInstance(batch[0], float)
+            self.assertLess(abs(batch[0] - time.time()), 60, "ts is Unix time")
+            self.messages.append((topic.decode(), int.from_bytes(seq, "big"), batch[1]))
+
+    def events_until(self, cond, what):
+        def ready():
+            self.drain()
+            return cond([e for _, _, events in self.messages for e in events])
+
+        self.wait_for(ready, what)
+        return [e for _, _, events in self.messages for e in events]
+
+    def test_stored_on_prefill_then_extended_then_removed_on_drop(self):
+        # 100 tokens: 6 full blocks of 16.
+        p1 = "a" * 400
+        self.complete(p1, "kv-s1")
+        events = self.events_until(lambda ev: sum(len(e[1]) for e in ev if e[0] == "BlockStored") >= 6,
+                                   "BlockStored of the first prefill")
+        stored = [e for e in events if e[0] == "BlockStored"]
+        first = [h for e in stored for h in e[1]]
+        self.assertEqual(len(first), 6, stored)
+        self.assertEqual(len(set(first)), 6, "every block has its own hash")
+        for e in stored:
+            self.assertEqual(len(e), 8, "[tag, hashes, parent, token_ids, block_size, lora_id, medium, lora_name]")
+            self.assertEqual(e[3], [], "token_ids are not carried")
+            self.assertEqual(e[4], BLOCK)
+            self.assertIsNone(e[5])
+            self.assertEqual(e[6], "GPU")
+        self.assertIsNone(stored[0][2], "the first block has no parent")
+        chain = []
+        for e in stored:
+            if chain:
+                self.assertEqual(e[2], chain[-1], "each event continues the chain")
+            chain.extend(e[1])
+
+        # The next round extends the context: only the new full blocks are stored.
+        p2 = p1 + "c" * 200  # 150 tokens: blocks 6..8 are new
+        reply = self.complete(p2, "kv-s1")
+        self.assertGreater(reply["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        events = self.events_until(lambda ev: sum(len(e[1]) for e in ev if e[0] == "BlockStored") >= 9,
+                                   "BlockStored of the second round")
+        stored2 = [e for e in events if e[0] == "BlockStored"][len(stored):]
+        added = [h for e in stored2 for h in e[1]]
+        self.assertEqual(len(added), 3, stored2)
+        self.assertEqual(stored2[0][2], first[-1], "the new blocks follow the first round's last")
+        self.assertTrue(all(e[6] == "GPU" for e in stored2))
+
+        # DROP (an operator's evict) removes every stored block from the device.
+        self.ctl("session", "evict", "kv-s1")
+        all_hashes = set(first + added)
+        events = self.events_until(
+            lambda ev: {h for e in ev if e[0] == "BlockRemoved" for h in e[1]} >= all_hashes, "BlockRemoved on drop"
+        )
+        removed = [e for e in events if e[0] == "BlockRemoved"]
+        for e in removed:
+            self.assertEqual(len(e), 3, "[tag, hashes, medium]")
+            self.assertEqual(e[2], "GPU")
+
+        # The transport: one topic per engine, sequence numbers without gaps.
+        self.assertTrue(all(t == "kv@node@emu-kv" for t, _, _ in self.messages), self.messages)
+        self.assertEqual([s for _, s, _ in self.messages], list(range(len(self.messages))))
+        status = self.ctl("status")
+        self.assertEqual(status["kv_events"]["endpoint"], "bind " + self.endpoint)
+        self.assertGreaterEqual(status["kv_events"]["published"], len(events))
+        self.assertEqual(status["kv_events"]["dropped"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
