@@ -4,14 +4,16 @@ the real tandemd with [kv_events] on an ipc:// endpoint, tandem-engine-emu
 with --kv-events on, and a ZMQ subscriber decoding vLLM's msgpack format as
 llm-d's indexer does.
 
-The sequence it checks for one session:
+The sequences it checks for one session (KvEventsTest):
   - its first prefill stores its prompt's full blocks on "GPU", chained
     (each BlockStored's parent is the last hash before it), block_size 16,
     token_ids empty;
   - a second round extending the prompt stores only the new blocks, with
     the first round's last block as parent;
   - `tandemctl session evict` (DROP) removes every stored block from "GPU";
-and tandemd's status shows the endpoint and the published count, and every
+with a pool of 64 blocks (KvEventsOffloadTest), the policy's OFFLOAD moves
+a session's blocks from "GPU" to "CPU" and its next round's reload moves
+them back; and tandemd's status shows the endpoint and the published count, and every
 message is [topic "kv@node@<engine>", 8-byte big-endian seq counting from 0
 without gaps, payload].
 
@@ -51,6 +53,8 @@ def free_port():
 
 
 class KvEventsTest(unittest.TestCase):
+    EMU_ARGS = []
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tandem-kv-events.")
         self.endpoint = f"ipc://{self.dir}/kv.sock"
@@ -80,7 +84,7 @@ class KvEventsTest(unittest.TestCase):
         self.procs.append(
             subprocess.Popen(
                 [EMU, "--port", str(self.port), "--runtime-dir", self.dir, "--name", "emu-kv", "--gpu", "off",
-                 "--speedup", "20", "--kv-events", "on"],
+                 "--speedup", "20", "--kv-events", "on", *self.EMU_ARGS],
                 stdout=self.emu_log,
                 stderr=subprocess.STDOUT,
             )
@@ -217,6 +221,42 @@ class KvEventsTest(unittest.TestCase):
         self.assertEqual(status["kv_events"]["endpoint"], "bind " + self.endpoint)
         self.assertGreaterEqual(status["kv_events"]["published"], len(events))
         self.assertEqual(status["kv_events"]["dropped"], 0)
+
+
+class KvEventsOffloadTest(KvEventsTest):
+    """A pool of 64 blocks and three sessions of 37: the policy offloads the
+    idle ones to host memory to admit the next, and a session's next round
+    reloads its copy."""
+
+    EMU_ARGS = ["--kv-blocks", "64"]
+
+    test_stored_on_prefill_then_extended_then_removed_on_drop = None  # the base class's, on the default pool only
+
+    def hashes(self, events, tag, medium):
+        return {h for e in events if e[0] == tag and e[-2 if tag == "BlockStored" else 2] == medium for h in e[1]}
+
+    def test_offload_moves_blocks_to_cpu_and_a_reload_moves_them_back(self):
+        self.complete("a" * 2400, "kv-a")  # 600 tokens: 37 full blocks
+        events = self.events_until(lambda ev: len(self.hashes(ev, "BlockStored", "GPU")) >= 37, "A's blocks")
+        a = self.hashes(events, "BlockStored", "GPU")
+        self.assertEqual(len(a), 37)
+        self.complete("b" * 2400, "kv-b")
+        self.complete("c" * 2400, "kv-c")
+        # A, idle in its tool call, went to host memory to make room.
+        events = self.events_until(
+            lambda ev: a <= self.hashes(ev, "BlockRemoved", "GPU") and a <= self.hashes(ev, "BlockStored", "CPU"),
+            "A's blocks moved from GPU to CPU (offload)",
+        )
+        n_offloaded = len(events)
+        # A's next round reloads its copy: back from CPU to GPU.
+        reply = self.complete("a" * 2400 + "z" * 100, "kv-a")
+        self.assertGreaterEqual(reply["usage"]["prompt_tokens_details"]["cached_tokens"], 37 * BLOCK)
+        events = self.events_until(
+            lambda ev: a <= self.hashes(ev[n_offloaded:], "BlockRemoved", "CPU")
+            and a <= self.hashes(ev[n_offloaded:], "BlockStored", "GPU"),
+            "A's blocks moved back from CPU to GPU (reload)",
+        )
+        self.assertEqual([s for _, s, _ in self.messages], list(range(len(self.messages))))
 
 
 if __name__ == "__main__":
