@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/ids.h"
+#include "base/text.h"
 
 namespace tandem::testbed {
 namespace {
@@ -116,6 +117,9 @@ std::expected<CompletionRequest, RequestError> parse_request(std::string_view bo
   if (auto s = j.find("session_id"); s != j.end() && !s->is_null()) {
     if (!s->is_string() || s->get_ref<const std::string&>().empty()) {
       return bad("session_id", "'session_id' must be a non-empty string");
+    }
+    if (const char* problem = base::name_problem(s->get_ref<const std::string&>())) {
+      return bad("session_id", std::string("'session_id' is not a valid session name: ") + problem);
     }
     r.session_name = s->get<std::string>();
   }
@@ -231,6 +235,41 @@ std::string error_reply(std::string_view message, std::string_view type, std::st
   json e = {{"message", message}, {"type", type}, {"code", nullptr}};
   e["param"] = param.empty() ? json(nullptr) : json(param);
   return dump(json{{"error", e}});
+}
+
+std::expected<void, RequestError> apply_session_headers(CompletionRequest& r,
+                                                        const std::vector<std::string>& session_token,
+                                                        const std::vector<std::string>& dynamo_session) {
+  // In order of precedence for naming: the body's field, then llm-d's, then Dynamo's.
+  struct Source {
+    std::string_view name;
+    std::string value;
+  };
+  std::vector<Source> given;
+  if (!r.session_name.empty()) given.push_back({"session_id", r.session_name});
+  for (const auto& [header, values] : {std::pair<std::string_view, const std::vector<std::string>*>{
+                                           kSessionTokenHeader, &session_token},
+                                       {kDynamoSessionHeader, &dynamo_session}}) {
+    if (values->empty()) continue;
+    if (values->size() > 1) return bad(std::string(header), "header '" + std::string(header) + "' is given more than once");
+    if (const char* problem = base::name_problem(values->front())) {
+      return bad(std::string(header),
+                 "header '" + std::string(header) + "' is not a valid session name: " + problem);
+    }
+    given.push_back({header, values->front()});
+  }
+  for (std::size_t i = 1; i < given.size(); ++i) {
+    if (given[i].value != given[0].value) {
+      auto what = [](const Source& s) {
+        return (s.name == "session_id" ? "session_id '" : "header " + std::string(s.name) + " '") +
+               base::escape(s.value, 64) + "'";
+      };
+      return bad(std::string(given[i].name),
+                 "the session keys disagree: " + what(given[0]) + " and " + what(given[i]) + " name different sessions");
+    }
+  }
+  if (!given.empty()) r.session_name = given.front().value;
+  return {};
 }
 
 std::vector<std::uint64_t> block_hashes(std::string_view prompt, std::uint32_t prompt_tokens,

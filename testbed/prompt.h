@@ -66,6 +66,23 @@ struct RequestError {
 std::expected<CompletionRequest, RequestError> parse_request(std::string_view body, bool chat,
                                                              const RequestLimits& limits);
 
+// Session affinity headers routers set (docs/testbed.md "Sessions"):
+// llm-d's and NVIDIA Dynamo's. Lower case: HTTP header names are compared
+// without case.
+inline constexpr std::string_view kSessionTokenHeader = "x-session-token";
+inline constexpr std::string_view kDynamoSessionHeader = "x-dynamo-session-id";
+
+// The request's session key from its body's session_id and the headers'
+// values (each given as many times as it was sent). Every key given must be
+// a valid session name (base::name_problem: 1..256 bytes of UTF-8 without
+// control characters), as session_id must; a header sent twice is refused;
+// keys that disagree are refused, naming both, since no choice would be what
+// the client meant. When they agree (or one is given) it becomes
+// r.session_name. The field an error names: "session_id" or the header's name.
+std::expected<void, RequestError> apply_session_headers(CompletionRequest& r,
+                                                        const std::vector<std::string>& session_token,
+                                                        const std::vector<std::string>& dynamo_session);
+
 // The context checks of parse_request on `r.prompt_tokens` as it is now (an
 // engine with a tokenizer checks again once it has counted the real tokens).
 std::expected<void, RequestError> check_context(const CompletionRequest& r, const RequestLimits& limits);
