@@ -121,6 +121,7 @@ Emulator::Emulator(EmulatorConfig config, tandem_client* client, tandem_gpu* gpu
       pool_(std::move(pool)),
       scheduler_(client),
       engine_(0, config_.preset, config_.limits, scheduler_, *this, counters_) {
+  if (config_.kv_events) kv_hashes_ = std::make_unique<KvHashReporter>(client_, config_.preset.block_size, *pool_);
   engine_.set_kv_observer(this);
   publish(clock_.now());
 }
@@ -215,6 +216,7 @@ void Emulator::run() {
         if ((it->second.anonymous || it->second.closed) && !it->second.job && !it->second.held) {
           engine_.end_session(it->first, now);
           if (it->second.closed) engine_.drop(it->first, now);
+          if (kv_hashes_) kv_hashes_->forget(it->first);
           it = sessions_.erase(it);
         } else {
           ++it;
@@ -320,7 +322,9 @@ void Emulator::release_runnable(Time now) {
     w.priority = static_cast<std::uint8_t>(std::clamp(tandem_session_priority(client_, id), 0, 255));
     w.submitted = s.submitted;
     w.content = &s.content;
-    if (config_.kv_events) kv_hashes_[id].prompt = block_hashes(r.prompt, r.prompt_tokens, config_.preset.block_size);
+    if (kv_hashes_) {
+      kv_hashes_->set_prompt(id, block_hashes(emulated_tokens(r.prompt, r.prompt_tokens), config_.preset.block_size));
+    }
     s.job->set_cached(std::min(engine_.prefix_hit(id, s.shared, s.content), r.prompt_tokens - 1));
     engine_.submit(w, now);
     pool_->trim_host(id, s.content.host_tokens / config_.preset.block_size);
@@ -365,6 +369,7 @@ void Emulator::close(sim::SessionId id, Time now) {
   }
   engine_.end_session(id, now);
   engine_.drop(id, now);
+  if (kv_hashes_) kv_hashes_->forget(id);
   sessions_.erase(it);
 }
 
@@ -432,119 +437,22 @@ void Emulator::kv_changed(sim::EngineId /*engine*/, sim::SessionId session, sche
   const Session* s = find(session);
   const std::uint32_t round = s == nullptr || s->next_round == 0 ? 0 : s->next_round - 1;
   if (tandem_kv_event(client_, session, kv_kind(change), blocks, round) != 0) ++report_errors_;
-  if (!config_.kv_events) return;
-  auto it = kv_hashes_.find(session);
-  if (it == kv_hashes_.end()) return;
-  KvHashes& k = it->second;
-  if (change == sched::KvChange::kOffloaded) {
-    // The device's blocks go to host memory: removed from "GPU", stored in
-    // "CPU" (a copy made before replaces the old one).
-    report_blocks(session, TANDEM_KV_BLOCKS_REMOVED, TANDEM_KV_MEDIUM_GPU, k.gpu, std::nullopt);
-    if (!k.gpu.empty()) {
-      report_blocks(session, TANDEM_KV_BLOCKS_REMOVED, TANDEM_KV_MEDIUM_CPU, k.cpu, std::nullopt);
-      report_blocks(session, TANDEM_KV_BLOCKS_STORED, TANDEM_KV_MEDIUM_CPU, k.gpu, std::nullopt);
-      k.cpu = std::move(k.gpu);
-      k.gpu.clear();
-    }
-  } else if (change == sched::KvChange::kDropped) {
-    report_blocks(session, TANDEM_KV_BLOCKS_REMOVED, TANDEM_KV_MEDIUM_GPU, k.gpu, std::nullopt);
-    report_blocks(session, TANDEM_KV_BLOCKS_REMOVED, TANDEM_KV_MEDIUM_CPU, k.cpu, std::nullopt);
-    kv_hashes_.erase(it);
-  }
+  if (kv_hashes_) kv_hashes_->kv_changed(session, change);
 }
 
 void Emulator::moved(sim::SessionId session, sim::KvPlace from, sim::KvPlace to, std::uint32_t blocks) {
-  if (config_.kv_events && to == sim::KvPlace::kFree &&
-      (from == sim::KvPlace::kHeld || from == sim::KvPlace::kPinned || from == sim::KvPlace::kCached)) {
-    // Freed blocks leave from the tail of the session's KV: what stays
-    // bounds the blocks still stored on the device.
-    const std::uint32_t before = pool_->blocks(session, sim::KvPlace::kHeld) +
-                                 pool_->blocks(session, sim::KvPlace::kPinned) +
-                                 pool_->blocks(session, sim::KvPlace::kCached);
-    kv_gpu_trim(session, before - std::min(before, blocks));
-  }
-  pool_->moved(session, from, to, blocks);
+  kv_observer().moved(session, from, to, blocks);
 }
 
 void Emulator::computed(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens, bool samples) {
   if (Session* s = find(session); s != nullptr && s->job && s->first_scheduled == Time{}) {
     s->first_scheduled = clock_.now();
   }
-  pool_->computed(session, first_token, tokens, samples);
-  if (!config_.kv_events) return;
-  auto it = kv_hashes_.find(session);
-  if (it == kv_hashes_.end()) return;
-  KvHashes& k = it->second;
-  const std::size_t full = std::min<std::size_t>((first_token + tokens) / config_.preset.block_size, k.prompt.size());
-  const auto common =
-      static_cast<std::size_t>(std::ranges::mismatch(k.gpu, k.prompt).in1 - k.gpu.begin());
-  if (full <= common) return;
-  // The prompt diverged from what the device held: that tail was replaced.
-  if (common < k.gpu.size()) {
-    report_blocks(session, TANDEM_KV_BLOCKS_REMOVED, TANDEM_KV_MEDIUM_GPU,
-                  std::span<const std::uint64_t>(k.gpu).subspan(common), std::nullopt);
-    k.gpu.resize(common);
-  }
-  const std::optional<std::uint64_t> parent = k.gpu.empty() ? std::nullopt : std::optional(k.gpu.back());
-  report_blocks(session, TANDEM_KV_BLOCKS_STORED, TANDEM_KV_MEDIUM_GPU,
-                std::span<const std::uint64_t>(k.prompt).subspan(k.gpu.size(), full - k.gpu.size()), parent);
-  k.gpu.assign(k.prompt.begin(), k.prompt.begin() + static_cast<std::ptrdiff_t>(full));
+  kv_observer().computed(session, first_token, tokens, samples);
 }
 
 void Emulator::reloaded(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens) {
-  pool_->reloaded(session, first_token, tokens);
-  if (!config_.kv_events) return;
-  auto it = kv_hashes_.find(session);
-  if (it == kv_hashes_.end() || it->second.cpu.empty()) return;
-  KvHashes& k = it->second;
-  // The host copy's blocks come back to the device: removed from "CPU",
-  // stored in "GPU" after what the device still holds of the chain.
-  const std::size_t n = std::min<std::size_t>((first_token + tokens) / config_.preset.block_size, k.cpu.size());
-  if (n == 0) return;
-  const std::span<const std::uint64_t> back(k.cpu.data(), n);
-  report_blocks(session, TANDEM_KV_BLOCKS_REMOVED, TANDEM_KV_MEDIUM_CPU, back, std::nullopt);
-  const auto common = static_cast<std::size_t>(std::ranges::mismatch(k.gpu, back).in1 - k.gpu.begin());
-  if (common < k.gpu.size()) {
-    report_blocks(session, TANDEM_KV_BLOCKS_REMOVED, TANDEM_KV_MEDIUM_GPU,
-                  std::span<const std::uint64_t>(k.gpu).subspan(common), std::nullopt);
-    k.gpu.resize(common);
-  }
-  if (k.gpu.size() < n) {
-    const std::optional<std::uint64_t> parent = k.gpu.empty() ? std::nullopt : std::optional(k.gpu.back());
-    report_blocks(session, TANDEM_KV_BLOCKS_STORED, TANDEM_KV_MEDIUM_GPU, back.subspan(k.gpu.size()), parent);
-    k.gpu.assign(back.begin(), back.end());
-  }
-  k.cpu.erase(k.cpu.begin(), k.cpu.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-void Emulator::kv_gpu_trim(sim::SessionId session, std::size_t keep) {
-  auto it = kv_hashes_.find(session);
-  if (it == kv_hashes_.end()) return;
-  KvHashes& k = it->second;
-  if (keep < k.gpu.size()) {
-    report_blocks(session, TANDEM_KV_BLOCKS_REMOVED, TANDEM_KV_MEDIUM_GPU,
-                  std::span<const std::uint64_t>(k.gpu).subspan(keep), std::nullopt);
-    k.gpu.resize(keep);
-  }
-  if (k.gpu.empty() && k.cpu.empty() && find(session) == nullptr) kv_hashes_.erase(it);
-}
-
-void Emulator::report_blocks(sim::SessionId session, int op, int medium, std::span<const std::uint64_t> hashes,
-                             std::optional<std::uint64_t> parent) {
-  for (std::size_t at = 0; at < hashes.size(); at += TANDEM_KV_BLOCKS_MAX) {
-    tandem_kv_blocks b{};
-    b.sz = sizeof b;
-    b.op = op;
-    b.medium = medium;
-    b.hashes = hashes.data() + at;
-    b.count = static_cast<std::uint32_t>(std::min<std::size_t>(TANDEM_KV_BLOCKS_MAX, hashes.size() - at));
-    b.block_size = op == TANDEM_KV_BLOCKS_STORED ? config_.preset.block_size : 0;
-    if (op == TANDEM_KV_BLOCKS_STORED && (at > 0 || parent)) {
-      b.has_parent = 1;
-      b.parent_hash = at > 0 ? hashes[at - 1] : *parent;
-    }
-    if (tandem_kv_blocks_report(client_, session, &b) != 0) ++report_errors_;
-  }
+  kv_observer().reloaded(session, first_token, tokens);
 }
 
 // ---- reports ------------------------------------------------------------------------
@@ -645,7 +553,7 @@ void Emulator::publish(Time now) {
         {"offload", directives_[7]},
         {"prefetch", directives_[8]},
         {"close", directives_[9]}}},
-      {"report_errors", report_errors_},
+      {"report_errors", report_errors_ + (kv_hashes_ ? kv_hashes_->report_errors() : 0)},
       {"scheduler_failures", scheduler_.failures()},
   };
   out["gpu"] = gpu_json(gpu_, prefill_stage_, decode_stage_, passes_);

@@ -32,7 +32,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -48,6 +47,7 @@
 #include "sim/metrics.h"
 #include "sim/preset.h"
 #include "testbed/front.h"
+#include "testbed/kv_hashes.h"
 #include "testbed/kv_pool.h"
 #include "testbed/prompt.h"
 #include "testbed/step_adapter.h"
@@ -140,10 +140,8 @@ class Emulator final : public CompletionEngine, public sim::EngineHost, public s
   void release_runnable(Time now);
   void end_round(Session& s);               // the Job is answered: free the session for its next round
   void close(sim::SessionId id, Time now);  // CLOSE: forget the session and free its KV
-  // --kv-events: block hashes to the daemon (tandem_kv_blocks_report).
-  void report_blocks(sim::SessionId session, int op, int medium, std::span<const std::uint64_t> hashes,
-                     std::optional<std::uint64_t> parent);
-  void kv_gpu_trim(sim::SessionId session, std::size_t keep);
+  // The pool, behind the block-hash reporter with --kv-events.
+  sim::KvObserver& kv_observer() { return kv_hashes_ ? static_cast<sim::KvObserver&>(*kv_hashes_) : *pool_; }
   void report_stats(Time now);
   void publish(Time now);
   void fail_all(int status, const std::string& message);
@@ -172,18 +170,8 @@ class Emulator final : public CompletionEngine, public sim::EngineHost, public s
 
   // Engine thread only.
   std::unordered_map<sim::SessionId, Session> sessions_;
-  // --kv-events, per session: the chain of its round's prompt blocks, and
-  // the hashes reported as stored on the device ("GPU", a prefix of some
-  // prompt's chain) and in host memory ("CPU", after an offload). One medium
-  // per block: an offload moves them, a reload moves them back. Kept past the
-  // session's end while it has blocks (its cache may be evicted later);
-  // bounded by the pool's blocks and the host copies.
-  struct KvHashes {
-    std::vector<std::uint64_t> prompt;
-    std::vector<std::uint64_t> gpu;
-    std::vector<std::uint64_t> cpu;
-  };
-  std::unordered_map<sim::SessionId, KvHashes> kv_hashes_;
+  // --kv-events: the prefix cache's block hashes to the daemon (null: off).
+  std::unique_ptr<KvHashReporter> kv_hashes_;
   std::vector<sim::SessionId> held_;  // sessions with a held round, in arrival order
   std::optional<Time> step_end_;      // real time the step in progress ends
   Duration step_real_{};

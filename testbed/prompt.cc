@@ -272,19 +272,30 @@ std::expected<void, RequestError> apply_session_headers(CompletionRequest& r,
   return {};
 }
 
-std::vector<std::uint64_t> block_hashes(std::string_view prompt, std::uint32_t prompt_tokens,
-                                        std::uint32_t block_size) {
+std::vector<std::int32_t> emulated_tokens(std::string_view prompt, std::uint32_t prompt_tokens) {
+  std::vector<std::int32_t> out(prompt_tokens, 0);
+  for (std::size_t i = 0; i < out.size() && 4 * i < prompt.size(); ++i) {
+    std::uint32_t v = 0;
+    for (std::size_t b = 0; b < 4 && 4 * i + b < prompt.size(); ++b) {
+      v |= static_cast<std::uint32_t>(static_cast<unsigned char>(prompt[4 * i + b])) << (8 * b);
+    }
+    out[i] = static_cast<std::int32_t>(v);
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> block_hashes(std::span<const std::int32_t> tokens, std::uint32_t block_size) {
   std::vector<std::uint64_t> out;
   if (block_size == 0) return out;
-  const std::uint32_t blocks = prompt_tokens / block_size;
+  const std::size_t blocks = tokens.size() / block_size;
   out.reserve(blocks);
   std::string bytes(8 + std::size_t{block_size} * 4, '\0');
   std::uint64_t parent = 0;
-  for (std::uint32_t b = 0; b < blocks; ++b) {
+  for (std::size_t b = 0; b < blocks; ++b) {
     for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(parent >> (8 * i));
-    const std::size_t from = std::size_t{b} * block_size * 4;
-    for (std::size_t i = 0; i < std::size_t{block_size} * 4; ++i) {
-      bytes[8 + i] = from + i < prompt.size() ? prompt[from + i] : '\0';
+    for (std::size_t t = 0; t < block_size; ++t) {
+      const auto v = static_cast<std::uint32_t>(tokens[b * block_size + t]);
+      for (std::size_t i = 0; i < 4; ++i) bytes[8 + 4 * t + i] = static_cast<char>(v >> (8 * i));
     }
     parent = base::hash64(bytes);
     out.push_back(parent);

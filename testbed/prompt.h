@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <expected>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -109,16 +110,18 @@ std::uint32_t shared_prefix(const SessionHistory& h, const CompletionRequest& r)
 // The history after `r` generated `output_tokens`.
 void advance_history(SessionHistory& h, const CompletionRequest& r, std::uint32_t output_tokens);
 
-// The chained hashes of the prompt's full blocks, for KV events
+// The emulator's token ids of a prompt: token i is bytes [4i, 4i + 4) of the
+// text as a little-endian integer, 0 past the text (a prompt whose
+// `prompt_tokens` was given may be longer than its text).
+std::vector<std::int32_t> emulated_tokens(std::string_view prompt, std::uint32_t prompt_tokens);
+
+// The chained hashes of the full blocks of `tokens`, for KV events
 // (tandem_kv_blocks_report): block b's hash is xxh64 of the previous block's
 // hash (8 bytes, little-endian; 0 before the first) followed by its
-// `block_size` token ids (4 bytes each, little-endian). The emulator's token
-// i is bytes [4i, 4i + 4) of the prompt as a little-endian integer, zero past
-// the text (a prompt whose `prompt_tokens` was given may be longer than its
-// text). Like vLLM's, equal prefixes give equal hashes; unlike vLLM's
-// (sha256 of CBOR), they are not meant to be recomputed by a router.
-std::vector<std::uint64_t> block_hashes(std::string_view prompt, std::uint32_t prompt_tokens,
-                                        std::uint32_t block_size);
+// `block_size` token ids (4 bytes each, little-endian). Like vLLM's, equal
+// prefixes give equal hashes; unlike vLLM's (sha256 of CBOR), they are not
+// meant to be recomputed by a router.
+std::vector<std::uint64_t> block_hashes(std::span<const std::int32_t> tokens, std::uint32_t block_size);
 
 // Replies (JSON text; text that is not valid UTF-8, as a token of a byte-level
 // vocabulary can be, is replaced with U+FFFD, never thrown on).

@@ -221,16 +221,20 @@ TEST(SessionHeaders, ValuesAreCheckedAsSessionIdIs) {
 }
 
 TEST(BlockHashes, ChainedOverFullBlocks) {
-  const auto a = block_hashes(std::string(400, 'a'), 100, 16);
+  auto hashes = [](std::string_view text, std::uint32_t tokens) {
+    return block_hashes(emulated_tokens(text, tokens), 16);
+  };
+  const auto a = hashes(std::string(400, 'a'), 100);
   ASSERT_EQ(a.size(), 6u) << "100 tokens: 6 full blocks";
-  const auto b = block_hashes(std::string(400, 'a') + "zzzz", 101, 16);
+  const auto b = hashes(std::string(400, 'a') + "zzzz", 101);
   EXPECT_EQ(b, a) << "the same full blocks";
-  const auto c = block_hashes("b" + std::string(399, 'a'), 100, 16);
+  const auto c = hashes("b" + std::string(399, 'a'), 100);
   for (std::size_t i = 0; i < 6; ++i) EXPECT_NE(c[i], a[i]) << "a change in block 0 changes every later hash " << i;
   // Blocks 1 and 2 hold the same tokens: only the chain tells them apart.
   EXPECT_NE(a[1], a[2]);
-  EXPECT_EQ(block_hashes("", 32, 16).size(), 2u) << "prompt_tokens given past the text";
-  EXPECT_TRUE(block_hashes("abc", 1, 16).empty());
+  EXPECT_EQ(hashes("", 32).size(), 2u) << "prompt_tokens given past the text";
+  EXPECT_TRUE(hashes("abc", 1).empty());
+  EXPECT_EQ(emulated_tokens("abcde", 3), (std::vector<std::int32_t>{0x64636261, 0x65, 0}));
 }
 
 TEST(Replies, OpenAiShapes) {
