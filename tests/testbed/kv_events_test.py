@@ -17,7 +17,9 @@ them back; and tandemd's status shows the endpoint and the published count, and 
 message is [topic "kv@node@<engine>", 8-byte big-endian seq counting from 0
 without gaps, payload].
 
-  kv_events_test.py TANDEMD TANDEM_ENGINE_EMU TANDEMCTL
+  kv_events_test.py TANDEMD TANDEM_ENGINE_EMU TANDEMCTL [TANDEM_LLAMA MODEL.gguf]
+With tandem-llama and a model, the first sequence runs on it as well
+(KvEventsLlamaTest: real token ids, so only the chain's shape is checked).
 Exit 77 (skip) without python3-zmq or python3-msgpack.
 """
 
@@ -43,6 +45,8 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 TANDEMD, EMU, CTL = sys.argv[1:4] if len(sys.argv) >= 4 else (None, None, None)
+# Optional: tandem-llama and a GGUF model (tests/engines registers that run).
+LLAMA, MODEL = sys.argv[4:6] if len(sys.argv) >= 6 else (None, None)
 BLOCK = 16
 
 
@@ -81,16 +85,13 @@ class KvEventsTest(unittest.TestCase):
         self.sub.connect(self.endpoint)
         self.port = free_port()
         self.emu_log = open(os.path.join(self.dir, "emu.log"), "w")
-        self.procs.append(
-            subprocess.Popen(
-                [EMU, "--port", str(self.port), "--runtime-dir", self.dir, "--name", "emu-kv", "--gpu", "off",
-                 "--speedup", "20", "--kv-events", "on", *self.EMU_ARGS],
-                stdout=self.emu_log,
-                stderr=subprocess.STDOUT,
-            )
-        )
+        self.procs.append(subprocess.Popen(self.engine_command(), stdout=self.emu_log, stderr=subprocess.STDOUT))
         self.wait_for(self.emu_connected, "the emulator to connect to tandemd")
         self.messages = []
+
+    def engine_command(self):
+        return [EMU, "--port", str(self.port), "--runtime-dir", self.dir, "--name", "emu-kv", "--gpu", "off",
+                "--speedup", "20", "--kv-events", "on", *self.EMU_ARGS]
 
     def tearDown(self):
         for p in reversed(self.procs):
@@ -125,7 +126,7 @@ class KvEventsTest(unittest.TestCase):
 
     def emu_connected(self):
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=1) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
                 return json.load(r).get("connected") is True
         except OSError:
             return False
@@ -257,6 +258,31 @@ class KvEventsOffloadTest(KvEventsTest):
             "A's blocks moved back from CPU to GPU (reload)",
         )
         self.assertEqual([s for _, s, _ in self.messages], list(range(len(self.messages))))
+
+
+@unittest.skipUnless(LLAMA and MODEL, "no tandem-llama and model given")
+class KvEventsLlamaTest(KvEventsTest):
+    """tandem-llama's blocks: real token ids, so the counts are the
+    tokenizer's; the chain, the medium and the removal on drop are checked."""
+
+    test_stored_on_prefill_then_extended_then_removed_on_drop = None
+
+    def engine_command(self):
+        return [LLAMA, "--model", MODEL, "--port", str(self.port), "--runtime-dir", self.dir, "--name", "emu-kv",
+                "--ctx", "2048", "--kv-events", "on"]
+
+    def test_real_tokens_stored_then_removed_on_drop(self):
+        self.complete("the quick brown fox jumps over the lazy dog " * 12, "kv-l")
+        events = self.events_until(lambda ev: any(e[0] == "BlockStored" for e in ev), "BlockStored")
+        stored = [h for e in events if e[0] == "BlockStored" for h in e[1]]
+        self.assertGreaterEqual(len(stored), 2)
+        self.assertTrue(all(e[4] == BLOCK and e[6] == "GPU" for e in events if e[0] == "BlockStored"))
+        self.ctl("session", "evict", "kv-l")
+        self.events_until(
+            lambda ev: set(stored) <= {h for e in ev if e[0] == "BlockRemoved" and e[2] == "GPU" for h in e[1]},
+            "BlockRemoved on drop",
+        )
+        self.assertTrue(all(t == "kv@node@emu-kv" for t, _, _ in self.messages))
 
 
 if __name__ == "__main__":
