@@ -58,10 +58,11 @@ def free_port():
 
 class KvEventsTest(unittest.TestCase):
     EMU_ARGS = []
+    ENDPOINT = None  # None: an ipc:// socket in the test's dir
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tandem-kv-events.")
-        self.endpoint = f"ipc://{self.dir}/kv.sock"
+        self.endpoint = self.ENDPOINT or f"ipc://{self.dir}/kv.sock"
         config = os.path.join(self.dir, "tandemd.toml")
         with open(config, "w") as f:
             f.write(
@@ -82,7 +83,8 @@ class KvEventsTest(unittest.TestCase):
         self.sub = self.ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.setsockopt(zmq.RCVTIMEO, 100)
-        self.sub.connect(self.endpoint)
+        if self.ENDPOINT is None:
+            self.sub.connect(self.endpoint)
         self.port = free_port()
         self.emu_log = open(os.path.join(self.dir, "emu.log"), "w")
         self.procs.append(subprocess.Popen(self.engine_command(), stdout=self.emu_log, stderr=subprocess.STDOUT))
@@ -258,6 +260,36 @@ class KvEventsOffloadTest(KvEventsTest):
             "A's blocks moved back from CPU to GPU (reload)",
         )
         self.assertEqual([s for _, s, _ in self.messages], list(range(len(self.messages))))
+
+
+class KvEventsBindFailureTest(KvEventsTest):
+    """A socket tandemd cannot bind costs the events, not the daemon or the
+    engine; a bad endpoint is a configuration error."""
+
+    ENDPOINT = "tcp://no-such-host.invalid:5557"
+    test_stored_on_prefill_then_extended_then_removed_on_drop = None
+
+    def test_unbindable_endpoint_is_off_with_why_and_events_count_as_dropped(self):
+        reply = self.complete("a" * 400, "kv-f")
+        self.assertEqual(reply["usage"]["prompt_tokens"], 100)
+        self.assertIsNone(self.procs[0].poll(), "tandemd is still running")
+
+        def dropped():
+            status = self.ctl("status")
+            return status["kv_events"]["dropped"] > 0 and status
+
+        self.wait_for(dropped, "the events counted as dropped")
+        status = self.ctl("status")
+        self.assertTrue(status["kv_events"]["endpoint"].startswith("off: bind " + self.ENDPOINT),
+                        status["kv_events"])
+        self.assertEqual(status["kv_events"]["published"], 0)
+
+        bad = os.path.join(self.dir, "bad.toml")
+        with open(bad, "w") as f:
+            f.write('[kv_events]\nendpoint = "udp://host:1"\n')
+        out = subprocess.run([TANDEMD, "--config", bad, "--check-config"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("kv_events.endpoint: 'udp://host:1'", out.stderr)
 
 
 @unittest.skipUnless(LLAMA and MODEL, "no tandem-llama and model given")
