@@ -136,10 +136,10 @@ struct NvmlConfig {
 // KV event format for routers (daemon/kv_events.h, docs/daemon.md "KV events
 // for routers"). Thread-safety: a value type.
 struct KvEventsConfig {
-  std::string endpoint;          // tcp://HOST:PORT or ipc:///PATH; "" = off
-  bool connect = false;          // connect to the endpoint instead of binding it
-  std::string topic;             // every message's topic; "{engine}" = the engine's name
-  std::uint32_t hwm = 1000;      // messages queued per subscriber before batches drop, 1..100000
+  std::string endpoint;      // tcp://HOST:PORT or ipc:///PATH; "" = off
+  bool connect = false;      // connect to the endpoint instead of binding it
+  std::string topic;         // every message's topic; "{engine}" = the engine's name
+  std::uint32_t hwm = 1000;  // messages queued per subscriber before batches drop, 1..100000
 
   friend bool operator==(const KvEventsConfig&, const KvEventsConfig&) = default;
 };

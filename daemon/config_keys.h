@@ -54,8 +54,8 @@ inline constexpr UintKey<Config> kIpcKeys[] = {
     {"directive_slots", &Config::directive_slots, 64, 1 << 20, true},
 };
 
-inline constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles",  "limits",
-                                                "ipc",         "cgroups",   "tools",  "memory", "telemetry",
+inline constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles",    "limits",
+                                                "ipc",         "cgroups",   "tools",  "memory",   "telemetry",
                                                 "metrics",     "gpu",       "nvml",   "kv_events"};
 inline constexpr std::string_view kMetricsKeys[] = {"listen"};
 inline constexpr std::string_view kKvEventsKeys[] = {"endpoint", "connect", "topic", "hwm"};

@@ -150,9 +150,10 @@ base::Result<void> check_kv_endpoint(std::string_view endpoint) {
   if (host.empty()) return (bad_endpoint(endpoint, "no host (use * for every address)"));
   if (host == "*") return {};
   if (host.front() == '[') {
-    const bool v6 = host.size() > 2 && host.back() == ']' &&
-                    std::ranges::all_of(host.substr(1, host.size() - 2),
-                                        [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.'; });
+    const bool v6 =
+        host.size() > 2 && host.back() == ']' && std::ranges::all_of(host.substr(1, host.size() - 2), [](char c) {
+          return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.';
+        });
     if (!v6) return (bad_endpoint(endpoint, "a bracketed host must be an IPv6 address"));
     return {};
   }

@@ -150,7 +150,7 @@ struct KvEvent {
 // block before its first as parent (flag kKvBlocksHasParent). Token ids do
 // not travel (the event's token_ids list is empty).
 inline constexpr std::uint32_t kKvBlocksPerRecord = 3;
-inline constexpr std::uint32_t kMaxKvBlockSize = 1u << 20;  // tokens per block
+inline constexpr std::uint32_t kMaxKvBlockSize = 1u << 20;   // tokens per block
 inline constexpr std::uint8_t kKvBlocksHasParent = 1u << 0;  // KV_BLOCKS flags: `parent` is set
 
 enum class KvBlocksOp : std::uint8_t { kStored = 1, kRemoved = 2 };
@@ -336,7 +336,8 @@ static_assert(offsetof(KvEvent, blocks) == 28);
 static_assert(offsetof(GpuPartitions, pool_id) == 28 && offsetof(GpuPartitions, decode_sms) == 32);
 static_assert(offsetof(StageProfileRow, latency_s) == 32 && offsetof(StageProfileRow, throughput) == 40);
 static_assert(offsetof(WeightModule, bytes) == 32 && offsetof(WeightModule, name) == 40);
-static_assert(offsetof(KvBlocks, block_size) == 28 && offsetof(KvBlocks, parent) == 32 && offsetof(KvBlocks, hashes) == 40);
+static_assert(offsetof(KvBlocks, block_size) == 28 && offsetof(KvBlocks, parent) == 32 &&
+              offsetof(KvBlocks, hashes) == 40);
 static_assert(offsetof(ToolStart, cgroup_id) == 40);
 static_assert(offsetof(ToolEnd, exit_code) == 36 && offsetof(ToolEnd, peak_memory_bytes) == 56);
 static_assert(offsetof(Restore, engine) == 24 && offsetof(Pin, until_ns) == 24);

@@ -62,7 +62,7 @@ struct EmulatorConfig {
   sim::EngineLimits limits;
   double speedup = 1.0;
   std::size_t kv_block_bytes = 4096;
-  std::string name;  // this engine's name, for anonymous session names
+  std::string name;        // this engine's name, for anonymous session names
   bool kv_events = false;  // report block hashes to the daemon (tandem_kv_blocks_report)
 };
 

@@ -116,7 +116,8 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
       }
       f.gpu = value;
     } else if (flag == "--kv-events") {
-      if (value != "on" && value != "off") return std::unexpected(fmt::format("--kv-events: '{}' is not on or off", value));
+      if (value != "on" && value != "off")
+        return std::unexpected(fmt::format("--kv-events: '{}' is not on or off", value));
       f.kv_events = value == "on";
     }
   }

@@ -105,8 +105,8 @@ void KvHashReporter::reloaded(sim::SessionId session, std::uint32_t first_token,
 
 void KvHashReporter::trim_gpu(sim::SessionId session, Hashes& h, std::size_t keep) {
   if (keep >= h.gpu.size()) return;
-  report(session, TANDEM_KV_BLOCKS_REMOVED, TANDEM_KV_MEDIUM_GPU,
-         std::span<const std::uint64_t>(h.gpu).subspan(keep), std::nullopt);
+  report(session, TANDEM_KV_BLOCKS_REMOVED, TANDEM_KV_MEDIUM_GPU, std::span<const std::uint64_t>(h.gpu).subspan(keep),
+         std::nullopt);
   h.gpu.resize(keep);
 }
 

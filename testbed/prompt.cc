@@ -247,14 +247,14 @@ std::expected<void, RequestError> apply_session_headers(CompletionRequest& r,
   };
   std::vector<Source> given;
   if (!r.session_name.empty()) given.push_back({"session_id", r.session_name});
-  for (const auto& [header, values] : {std::pair<std::string_view, const std::vector<std::string>*>{
-                                           kSessionTokenHeader, &session_token},
-                                       {kDynamoSessionHeader, &dynamo_session}}) {
+  for (const auto& [header, values] :
+       {std::pair<std::string_view, const std::vector<std::string>*>{kSessionTokenHeader, &session_token},
+        {kDynamoSessionHeader, &dynamo_session}}) {
     if (values->empty()) continue;
-    if (values->size() > 1) return bad(std::string(header), "header '" + std::string(header) + "' is given more than once");
+    if (values->size() > 1)
+      return bad(std::string(header), "header '" + std::string(header) + "' is given more than once");
     if (const char* problem = base::name_problem(values->front())) {
-      return bad(std::string(header),
-                 "header '" + std::string(header) + "' is not a valid session name: " + problem);
+      return bad(std::string(header), "header '" + std::string(header) + "' is not a valid session name: " + problem);
     }
     given.push_back({header, values->front()});
   }
@@ -264,8 +264,8 @@ std::expected<void, RequestError> apply_session_headers(CompletionRequest& r,
         return (s.name == "session_id" ? "session_id '" : "header " + std::string(s.name) + " '") +
                base::escape(s.value, 64) + "'";
       };
-      return bad(std::string(given[i].name),
-                 "the session keys disagree: " + what(given[0]) + " and " + what(given[i]) + " name different sessions");
+      return bad(std::string(given[i].name), "the session keys disagree: " + what(given[0]) + " and " + what(given[i]) +
+                                                 " name different sessions");
     }
   }
   if (!given.empty()) r.session_name = given.front().value;

@@ -72,7 +72,7 @@ struct EngineConfig {
   // Bytes of KV copies in host memory (OFFLOAD) at most; beyond, the least
   // recently used copies are forgotten. 0: no bound.
   std::uint64_t host_kv_bytes = 0;
-  std::string step_log;  // JSONL of every step's shape and time ("": none)
+  std::string step_log;    // JSONL of every step's shape and time ("": none)
   bool kv_events = false;  // report block hashes to the daemon (tandem_kv_blocks_report)
   // Keep a digest (xxh64) of every logits row a token is sampled from, per
   // session: what tests compare to prove two runs bit-identical.

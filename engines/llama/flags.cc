@@ -55,9 +55,9 @@ carried out on llama.cpp's cache, an OpenAI-style HTTP API.
 
 std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> args) {
   Flags f;
-  static constexpr std::string_view kKnown[] = {"--model",      "--port",     "--runtime-dir",  "--name",   "--ctx",
-                                                "--block-size", "--max-seqs", "--token-budget", "--ubatch", "--threads",
-                                                "--gpu-layers", "--step-log", "--host-kv-mb", "--kv-events"};
+  static constexpr std::string_view kKnown[] = {
+      "--model",        "--port",   "--runtime-dir", "--name",       "--ctx",      "--block-size", "--max-seqs",
+      "--token-budget", "--ubatch", "--threads",     "--gpu-layers", "--step-log", "--host-kv-mb", "--kv-events"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
     if (a == "--help" || a == "-h") {
@@ -117,7 +117,8 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
       if (value.empty()) return std::unexpected("--step-log: empty path");
       f.step_log = value;
     } else if (flag == "--kv-events") {
-      if (value != "on" && value != "off") return std::unexpected(fmt::format("--kv-events: '{}' is not on or off", value));
+      if (value != "on" && value != "off")
+        return std::unexpected(fmt::format("--kv-events: '{}' is not on or off", value));
       f.kv_events = value == "on";
     }
     if (!ok) return std::unexpected(ok.error());

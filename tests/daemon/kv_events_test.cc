@@ -29,8 +29,8 @@ class Unpacked {
   explicit Unpacked(std::string bytes) : bytes_(std::move(bytes)) {
     msgpack_unpacked_init(&u_);
     std::size_t off = 0;
-    ok_ = msgpack_unpack_next(&u_, bytes_.data(), bytes_.size(), &off) == MSGPACK_UNPACK_SUCCESS &&
-          off == bytes_.size();
+    ok_ =
+        msgpack_unpack_next(&u_, bytes_.data(), bytes_.size(), &off) == MSGPACK_UNPACK_SUCCESS && off == bytes_.size();
   }
   ~Unpacked() { msgpack_unpacked_destroy(&u_); }
   Unpacked(const Unpacked&) = delete;
@@ -126,11 +126,11 @@ TEST(KvEvents, ChainedRecordsOfOneSessionJoinOneEvent) {
   using ipc::KvBlocksOp;
   KvEventBatch b;
   b.add(record(KvBlocksOp::kStored, {1, 2, 3}), 7);
-  b.add(record(KvBlocksOp::kStored, {4, 5}, 3), 7);     // continues the chain
-  b.add(record(KvBlocksOp::kStored, {6}, 99), 7);       // another parent: a new event
-  b.add(record(KvBlocksOp::kStored, {7}, 6), 8);        // another session: a new event
+  b.add(record(KvBlocksOp::kStored, {4, 5}, 3), 7);  // continues the chain
+  b.add(record(KvBlocksOp::kStored, {6}, 99), 7);    // another parent: a new event
+  b.add(record(KvBlocksOp::kStored, {7}, 6), 8);     // another session: a new event
   b.add(record(KvBlocksOp::kRemoved, {1, 2}), 8);
-  b.add(record(KvBlocksOp::kRemoved, {3}), 8);          // removals of one session and medium join
+  b.add(record(KvBlocksOp::kRemoved, {3}), 8);  // removals of one session and medium join
   b.add(record(KvBlocksOp::kRemoved, {4}, {}, ipc::KvMedium::kCpu), 8);
   EXPECT_EQ(b.events(), 5u);
   const Unpacked u(b.take(1.0));
@@ -160,7 +160,9 @@ TEST(KvEvents, BatchIsBoundedWhateverTheEngineSends) {
   std::uint64_t last = 0;
   std::size_t hashes = 0;
   while (!chain.full()) {
-    chain.add(record(ipc::KvBlocksOp::kStored, {last + 1, last + 2, last + 3}, last == 0 ? std::nullopt : std::optional(last)), 1);
+    chain.add(record(ipc::KvBlocksOp::kStored, {last + 1, last + 2, last + 3},
+                     last == 0 ? std::nullopt : std::optional(last)),
+              1);
     last += 3;
     hashes += 3;
   }

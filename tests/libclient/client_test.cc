@@ -41,7 +41,6 @@
 namespace tandem {
 namespace {
 
-using ::testing::HasSubstr;
 using libclient_testing::connect;
 using libclient_testing::FakeDaemon;
 using libclient_testing::now_ns;
@@ -50,6 +49,7 @@ using libclient_testing::Snap;
 using libclient_testing::TempDir;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
+using ::testing::HasSubstr;
 
 constexpr std::uint8_t kWaiting = 0;  // sched::SessionState values
 constexpr std::uint8_t kReasoning = 1;
