@@ -88,9 +88,10 @@ std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId 
     case RecordType::kGpuPartitions:
     case RecordType::kStageProfile:
     case RecordType::kWeightModule:
-      return std::nullopt;  // GPU-plane state, not policy events (the server keeps them)
     case RecordType::kKvBlocks:
-      return std::nullopt;  // published for routers, not a policy event (Server::take_kv_blocks)
+      // GPU-plane state, and block hashes published for routers
+      // (Server::take_kv_blocks): not policy events.
+      return std::nullopt;
     case RecordType::kSessionOpen: {
       auto r = record.as<ipc::SessionOpen>();
       return sched::SessionOpened{session, r.priority_class, r.expected_rounds};

@@ -47,6 +47,7 @@ void complete(const httplib::Request& req, httplib::Response& res, CompletionEng
       std::vector<std::string> out;
       const std::string key(name);
       const std::size_t n = req.get_header_value_count(key);
+      out.reserve(n);
       for (std::size_t i = 0; i < n; ++i) out.push_back(req.get_header_value(key, i));
       return out;
     };
