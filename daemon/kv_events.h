@@ -3,7 +3,7 @@
 // KV event format so that llm-d's KV-cache indexer and NVIDIA Dynamo's ZMQ
 // relay can follow what each engine holds.
 //
-// Format (vLLM vllm/distributed/kv_events.py and its subscriber example
+// Format ([kv_events §1–§3], docs/sources.md: vLLM vllm/distributed/kv_events.py and its subscriber example
 // examples/online_serving/kv_events_subscriber.py, v0.10–v0.11 line; the
 // decoder of llm-d-kv-cache-manager pkg/kvcache/kvevents/events.go and
 // pool.go reads the same): msgspec `array_like` structs, so every struct is
