@@ -13,6 +13,7 @@ pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)   # liburing-dev
 pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)   # libsystemd-dev (sd_notify)
 find_package(spdlog REQUIRED)   # libspdlog-dev
 find_package(tomlplusplus 3 REQUIRED)   # libtomlplusplus-dev (tandemd.toml)
+pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)   # libzmq3-dev (tandemd's KV events for routers)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)   # libcpp-httplib-dev (tandem-engine-emu)
 find_package(Python3 COMPONENTS Interpreter)   # python3: the libtandem binding's tests
 
@@ -21,5 +22,6 @@ find_program(TANDEM_FLATC flatc REQUIRED)   # flatbuffers-compiler
 
 if(TANDEM_BUILD_TESTS)
   find_package(GTest REQUIRED)   # libgtest-dev libgmock-dev
+  pkg_check_modules(MSGPACK REQUIRED IMPORTED_TARGET msgpack)   # libmsgpack-dev (msgpack-c: decodes the KV events in tests)
   include(GoogleTest)
 endif()

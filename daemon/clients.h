@@ -29,6 +29,7 @@
 #include "base/unique_fd.h"
 #include "daemon/config.h"
 #include "daemon/gpu_plane.h"
+#include "daemon/kv_events.h"
 #include "ipc/channel.h"
 #include "ipc/records.h"
 #include "sched/types.h"
@@ -123,6 +124,10 @@ struct Client {
     bool backlog = false;   // dropping directives
   } warned;
   GpuChoice gpu;  // engines: what the GPU plane chose for it, published on its status page
+  // Engines: KV_BLOCKS events not yet published, and the sequence number of
+  // its next batch ([kv_events], daemon/kv_events.h).
+  KvEventBatch kv_batch;
+  std::uint64_t kv_seq = 0;
 };
 
 // Thread-safety: the loop thread only.

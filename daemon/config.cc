@@ -208,6 +208,8 @@ class Parser {
         ok = metrics(v, c);
       } else if (key == "nvml") {
         ok = nvml(v, c.nvml);
+      } else if (key == "kv_events") {
+        ok = kv_events(v, c.kv_events);
       } else if (key == "gpu") {
         ok = gpu(v, c.gpu);
       } else {
@@ -393,6 +395,30 @@ class Parser {
         ok = boolean(v, key, g.allow_slowdown);
       } else {
         ok = unknown(key, v, join(kGpuKeys));
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool kv_events(const toml::node& n, KvEventsConfig& out) {
+    const toml::table* t = table(n, "kv_events");
+    if (t == nullptr) return false;
+    for (auto&& [k, v] : *t) {
+      const std::string key = dotted("kv_events", k.str());
+      bool ok = true;
+      if (k.str() == "endpoint") {
+        ok = string(v, key, out.endpoint);
+      } else if (k.str() == "connect") {
+        ok = boolean(v, key, out.connect);
+      } else if (k.str() == "topic") {
+        ok = string(v, key, out.topic);
+      } else if (k.str() == "hwm") {
+        std::int64_t hwm = 0;
+        ok = integer(v, key, 1, kMaxKvEventsHwm, hwm);
+        if (ok) out.hwm = static_cast<std::uint32_t>(hwm);
+      } else {
+        ok = unknown(key, v, join(kKvEventsKeys));
       }
       if (!ok) return false;
     }

@@ -132,6 +132,18 @@ struct NvmlConfig {
   friend bool operator==(const NvmlConfig&, const NvmlConfig&) = default;
 };
 
+// [kv_events]: the block hashes engines report, published over ZMQ in vLLM's
+// KV event format for routers (daemon/kv_events.h, docs/daemon.md "KV events
+// for routers"). Thread-safety: a value type.
+struct KvEventsConfig {
+  std::string endpoint;      // tcp://HOST:PORT or ipc:///PATH; "" = off
+  bool connect = false;      // connect to the endpoint instead of binding it
+  std::string topic;         // every message's topic; "{engine}" = the engine's name
+  std::uint32_t hwm = 1000;  // messages queued per subscriber before batches drop, 1..100000
+
+  friend bool operator==(const KvEventsConfig&, const KvEventsConfig&) = default;
+};
+
 // The parsed file: plain data, defaults in the initializers.
 // Thread-safety: a value type.
 struct Config {
@@ -157,6 +169,7 @@ struct Config {
   // [metrics.engines]: engine name → HOST:PORT of a scrape endpoint of its
   // own, in vLLM's metric names (docs/metrics.md "Per engine").
   std::map<std::string, std::string> metrics_engines;
+  KvEventsConfig kv_events;
   std::string source = "<defaults>";  // where it came from: "<defaults>" or a path
 
   RoleGrant& role(Role r) { return roles[static_cast<std::size_t>(r)]; }

@@ -16,6 +16,7 @@
 #include "base/text.h"
 #include "daemon/config.h"
 #include "daemon/config_keys.h"
+#include "daemon/kv_events.h"
 #include "daemon/metrics.h"
 
 namespace tandem::daemon {
@@ -66,6 +67,16 @@ base::Result<void> validate(const Config& c) {
       }
     }
     taken[{a->host, a->port}] = key;
+  }
+
+  if (!c.kv_events.endpoint.empty()) {
+    if (auto e = check_kv_endpoint(c.kv_events.endpoint); !e) return fail("kv_events.endpoint", e.error().context());
+  }
+  if (auto t = check_kv_topic(c.kv_events.topic); !t) {
+    return fail("kv_events.topic", fmt::format("'{}': {}", c.kv_events.topic, t.error().context()));
+  }
+  if (c.kv_events.hwm < 1 || c.kv_events.hwm > kMaxKvEventsHwm) {
+    return fail("kv_events.hwm", range_problem(1, kMaxKvEventsHwm, c.kv_events.hwm));
   }
 
   const sched::PolicyEntry* entry = sched::find_policy(c.policy);
@@ -216,6 +227,10 @@ std::string describe(const Config& c) {
                      c.metrics_allow_remote ? " (remote scrapes allowed)" : "");
   for (const auto& [name, address] : c.metrics_engines) out += fmt::format("; engine {} {}", name, address);
   out += '\n';
+  const KvEventsConfig& kv = c.kv_events;
+  out += kv.endpoint.empty() ? std::string("kv_events    off\n")
+                             : fmt::format("kv_events    {} {}, topic '{}', hwm {}\n", kv.connect ? "connect" : "bind",
+                                           kv.endpoint, kv.topic, kv.hwm);
   out += fmt::format("nvml         {}, every {} ms, library {}\n", c.nvml.enabled, c.nvml.interval_ms, c.nvml.library);
   const GpuConfig& gpu = c.gpu;
   out += fmt::format(
@@ -258,6 +273,7 @@ ReloadPlan reload_plan(const Config& old, const Config& fresh) {
       fresh.metrics_engines != old.metrics_engines) {
     plan.at_restart.emplace_back("[metrics]");
   }
+  if (!(fresh.kv_events == old.kv_events)) plan.at_restart.emplace_back("[kv_events]");
   plan.policy = fresh.policy != old.policy || fresh.policy_params != old.policy_params;
   plan.tick = fresh.tick != old.tick;
   plan.gpu = !(fresh.gpu == old.gpu);

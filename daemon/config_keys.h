@@ -54,10 +54,12 @@ inline constexpr UintKey<Config> kIpcKeys[] = {
     {"directive_slots", &Config::directive_slots, 64, 1 << 20, true},
 };
 
-inline constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles",  "limits",
-                                                "ipc",         "cgroups",   "tools",  "memory", "telemetry",
-                                                "metrics",     "gpu",       "nvml"};
+inline constexpr std::string_view kTopKeys[] = {"runtime_dir", "log_level", "policy", "roles",    "limits",
+                                                "ipc",         "cgroups",   "tools",  "memory",   "telemetry",
+                                                "metrics",     "gpu",       "nvml",   "kv_events"};
 inline constexpr std::string_view kMetricsKeys[] = {"listen", "allow_remote", "engines"};
+inline constexpr std::string_view kKvEventsKeys[] = {"endpoint", "connect", "topic", "hwm"};
+inline constexpr std::int64_t kMaxKvEventsHwm = 100'000;
 inline constexpr std::string_view kCgroupKeys[] = {"mode",        "subtree",     "root",     "on_restart",
                                                    "adopt_grace", "engine_cpus", "tool_cpus"};
 inline constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max",       "pids_max",

@@ -305,6 +305,9 @@ std::string CtlService::status(base::Time now) const {
     }
     j["metrics"]["engines"] = std::move(engines);
   }
+  j["kv_events"] = {{"endpoint", view_.kv_events_state()},
+                    {"published", view_.stats().kv_events_published},
+                    {"dropped", view_.stats().kv_events_dropped}};
   return text(j);
 }
 

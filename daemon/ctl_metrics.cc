@@ -269,6 +269,14 @@ std::string CtlService::metrics_text(base::Time now) const {
     p.counter("tandem_kv_event_blocks_total", "KV blocks those moves concerned, by kind",
               static_cast<double>(stats.kv_event_blocks[k]), {{"kind", kKvKinds[k]}});
   }
+  // KV events for routers ([kv_events], docs/daemon.md).
+  p.gauge("tandem_kv_events_publishing", "1 while the KV-event socket is open, 0 when it is off or failed",
+          view_.kv_events_state().starts_with("off") ? 0.0 : 1.0);
+  p.counter("tandem_kv_events_published_total", "vLLM-format KV events published to routers",
+            static_cast<double>(stats.kv_events_published));
+  p.counter("tandem_kv_events_dropped_total",
+            "KV events not published: the socket's queue was full, or there is no socket",
+            static_cast<double>(stats.kv_events_dropped));
   p.counter("tandem_offload_plan_changes_total", "changes of an engine's weight-offload plan",
             static_cast<double>(stats.offload_plan_changes));
   p.counter("tandem_recomputed_tokens_total",

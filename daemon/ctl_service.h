@@ -92,6 +92,8 @@ class CtlView {
   // The metrics endpoints: the node's and the engines' (each with why it is
   // off, when it is).
   virtual const MetricsEndpoints& metrics() const = 0;
+  // [kv_events]: "off", "bind ENDPOINT" / "connect ENDPOINT", or "off: <why>".
+  virtual const std::string& kv_events_state() const = 0;
 };
 
 // What tandemctl's commands do to the daemon.

@@ -19,6 +19,7 @@ RecordRule record_rule(ipc::RecordType type) {
     case T::kKvEvent:
       return {Sender::kEngine, S::kRoundOnSender, false};
     case T::kKvStats:
+    case T::kKvBlocks:  // the session only labels the blocks: no state of it is checked
       return {Sender::kEngine, S::kNone, false};
     case T::kGpuPartitions:
     case T::kStageProfile:
@@ -87,7 +88,10 @@ std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId 
     case RecordType::kGpuPartitions:
     case RecordType::kStageProfile:
     case RecordType::kWeightModule:
-      return std::nullopt;  // GPU-plane state, not policy events (the server keeps them)
+    case RecordType::kKvBlocks:
+      // GPU-plane state, and block hashes published for routers
+      // (Server::take_kv_blocks): not policy events.
+      return std::nullopt;
     case RecordType::kSessionOpen: {
       auto r = record.as<ipc::SessionOpen>();
       return sched::SessionOpened{session, r.priority_class, r.expected_rounds};

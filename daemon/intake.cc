@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <utility>
@@ -41,6 +42,7 @@ void Server::pump() {
   }
   for (auto& [id, c] : clients_) {
     if (!c.doomed && c.has_channel && !c.backlog.empty()) flush_backlog(c);
+    if (!c.kv_batch.empty()) flush_kv_events(c);
   }
   ring_directive_bells();
 }
@@ -191,6 +193,12 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     ++stats_.records_accepted;
     return;
   }
+  if (r.type() == ipc::RecordType::kKvBlocks) {
+    take_kv_blocks(c, r.as<ipc::KvBlocks>(), r.session());
+    ++c.accepted;
+    ++stats_.records_accepted;
+    return;
+  }
   if (r.type() == ipc::RecordType::kKvStats) control_->gpu().on_kv_stats(c.id, r.as<ipc::KvStats>());
   auto event = to_event(r, c.id);
   if (!event) {
@@ -250,6 +258,31 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     // told it may run, so tell it now.
     send_directive(c.id, directive_slot(ipc::Admit{}, r.session(), now));
     m.steer.told = c.id;
+  }
+}
+
+// ---- KV events for routers (daemon/kv_events.h) -------------------------------------
+
+// What one engine can make the daemon hold is its batch, bounded by
+// kMaxKvBatchEvents and kMaxKvBatchHashes (published when full) and by the
+// records it may send at all (limits.records_per_s, pump_batch).
+void Server::take_kv_blocks(Client& c, const ipc::KvBlocks& r, std::uint64_t session) {
+  if (kv_events_.endpoint.empty()) return;  // off: nothing to publish or count
+  if (c.kv_batch.full()) flush_kv_events(c);
+  c.kv_batch.add(r, session);
+}
+
+void Server::flush_kv_events(Client& c) {
+  const std::size_t events = c.kv_batch.events();
+  // vLLM stamps batches with time.time(): Unix seconds, wall clock (a
+  // label for subscribers; nothing here decides by it).
+  const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string payload = c.kv_batch.take(ts);
+  const std::uint64_t seq = c.kv_seq++;  // a dropped batch leaves a gap subscribers can see
+  if (kv_publisher_ && kv_publisher_->send(kv_topic(kv_events_.topic, c.name), seq, payload)) {
+    stats_.kv_events_published += events;
+  } else {
+    stats_.kv_events_dropped += events;
   }
 }
 

@@ -127,6 +127,21 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   // The metrics endpoint is a convenience: a port in use costs the endpoint,
   // not the daemon (tandemctl metrics still answers, status says why).
   s->metrics_ = MetricsEndpoints::open(cfg.metrics_listen, cfg.metrics_allow_remote, cfg.metrics_engines);
+  // KV events for routers, like the metrics endpoint, cost only themselves
+  // when their socket cannot be had: logged once, said in status, and every
+  // event counted as dropped.
+  s->kv_events_ = cfg.kv_events;
+  if (const KvEventsConfig& kv = cfg.kv_events; !kv.endpoint.empty()) {
+    auto publisher = KvPublisher::open(kv.endpoint, kv.connect, static_cast<int>(kv.hwm));
+    if (publisher) {
+      s->kv_publisher_ = std::move(*publisher);
+      s->kv_events_state_ = fmt::format("{} {}", kv.connect ? "connect" : "bind", kv.endpoint);
+      spdlog::info("kv_events: publishing on {}", s->kv_events_state_);
+    } else {
+      s->kv_events_state_ = "off: " + publisher.error().message();
+      spdlog::warn("kv_events: {}; KV events are counted as dropped", publisher.error().message());
+    }
+  }
   s->started_ = s->clock_->now();
   s->log_ = EventLog(s->started_);
   s->watchdog_usec_ = notifier.watchdog_usec();
@@ -541,6 +556,7 @@ void Server::sweep() {
     if (c.pidfd_armed) loop_.uring().cancel(Tag{Op::kClientPidfd, c.id});
     if (c.bell_armed) loop_.uring().cancel(Tag{Op::kClientBell, c.id});
     if (c.phase == Phase::kActive) release_sessions(c, now);
+    if (!c.kv_batch.empty()) flush_kv_events(c);  // what it reported before it went
     it = clients_.erase(it);
   }
 }

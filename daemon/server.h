@@ -65,6 +65,7 @@
 #include "daemon/events.h"
 #include "daemon/gpu_plane.h"
 #include "daemon/gpu_telemetry.h"
+#include "daemon/kv_events.h"
 #include "daemon/loop.h"
 #include "daemon/metrics.h"
 #include "daemon/owners.h"
@@ -280,6 +281,7 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   const HostEffects& host() const override { return *effects_; }
   const GpuTelemetry& gpu_telemetry() const override { return *gpu_telemetry_; }
   const MetricsEndpoints& metrics() const override { return metrics_; }
+  const std::string& kv_events_state() const override { return kv_events_state_; }
   static ClientCard card(const Client& c);
   SessionCard card(const SessionMeta& m) const;
   void refresh() override;
@@ -311,6 +313,14 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   // Logs an event, keeping the session's name where it is about to go.
   void log_event(base::Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {});
   MetricsEndpoints metrics_;
+  // [kv_events]: the PUB socket (null: off or failed), and what status says:
+  // "off", "bind tcp://…" / "connect tcp://…", or "off: <why>".
+  // [kv_events] as the daemon started with it (a reload applies a change at the next start).
+  KvEventsConfig kv_events_;
+  std::unique_ptr<KvPublisher> kv_publisher_;
+  std::string kv_events_state_ = "off";
+  void take_kv_blocks(Client& c, const ipc::KvBlocks& r, std::uint64_t session);
+  void flush_kv_events(Client& c);
   // NVML sampling on a thread of its own ([nvml]); never null after create().
   std::unique_ptr<GpuTelemetry> gpu_telemetry_;
   std::uint64_t watchdog_usec_ = 0;

@@ -50,6 +50,11 @@ struct ServerStats {
   // dropped) and the blocks they moved.
   std::array<std::uint64_t, 4> kv_events{};
   std::array<std::uint64_t, 4> kv_event_blocks{};
+  // [kv_events]: vLLM events (one per run of KV_BLOCKS records) published,
+  // and those dropped (the PUB queue at its high-water mark, or the socket
+  // could not be opened).
+  std::uint64_t kv_events_published = 0;
+  std::uint64_t kv_events_dropped = 0;
   std::uint64_t recomputed_tokens = 0;  // prompt tokens a session had computed before and the engine did not hit
   double tick_seconds = 0;              // Σ control tick durations
   double tick_seconds_max = 0;

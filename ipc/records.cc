@@ -106,6 +106,22 @@ Problem check(const KvEvent& r, bool strict) {
   return nullptr;
 }
 
+Problem check(const KvBlocks& r, bool strict) {
+  const bool stored = r.op == static_cast<std::uint8_t>(KvBlocksOp::kStored);
+  if (!stored && r.op != static_cast<std::uint8_t>(KvBlocksOp::kRemoved)) return "unknown op";
+  if (r.medium > static_cast<std::uint8_t>(KvMedium::kCpu)) return "unknown medium";
+  if (r.count == 0 || r.count > kKvBlocksPerRecord) return "count outside 1..3";
+  if (stored && (r.block_size == 0 || r.block_size > kMaxKvBlockSize)) return "block_size outside 1..2^20";
+  if (!stored && r.block_size != 0) return "block_size of a removal is not 0";
+  if (!stored && (r.header.flags & kKvBlocksHasParent) != 0) return "a removal has a parent";
+  if ((r.header.flags & kKvBlocksHasParent) == 0 && r.parent != 0) return "parent without kKvBlocksHasParent";
+  for (std::uint32_t i = r.count; i < kKvBlocksPerRecord; ++i) {
+    if (r.hashes[i] != 0) return "hashes past count are not zero";
+  }
+  if (strict && r.reserved0 != 0) return "reserved field is not zero";
+  return nullptr;
+}
+
 Problem check(const SessionOpen& r, bool strict) {
   if (r.priority_class >= kPriorityClasses) return "priority_class out of range";
   if (strict && (!all_zero(r.reserved0) || !all_zero(r.reserved))) return "reserved field is not zero";
@@ -193,6 +209,8 @@ Verdict validate_any(const Slot& raw, Direction dir) {
       return validate<StageProfileRow>(raw, kUp, dir, 0, false);
     case RecordType::kWeightModule:
       return validate<WeightModule>(raw, kUp, dir, 0, false);
+    case RecordType::kKvBlocks:
+      return validate<KvBlocks>(raw, kUp, dir, kKvBlocksHasParent, true);
     case RecordType::kSessionOpen:
       return validate<SessionOpen>(raw, kUp, dir, 0, true);
     case RecordType::kSessionClose:
@@ -245,6 +263,8 @@ std::string_view record_type_name(RecordType t) {
       return "STAGE_PROFILE";
     case RecordType::kWeightModule:
       return "WEIGHT_MODULE";
+    case RecordType::kKvBlocks:
+      return "KV_BLOCKS";
     case RecordType::kSessionOpen:
       return "SESSION_OPEN";
     case RecordType::kSessionClose:

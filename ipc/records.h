@@ -39,6 +39,7 @@ enum class RecordType : std::uint16_t {
   kGpuPartitions = 6,  // the engine's green-context pool (libtandem GreenContextPool)
   kStageProfile = 7,   // one row of a stage's latency/throughput profile
   kWeightModule = 8,   // a weight module the daemon may plan to offload
+  kKvBlocks = 9,       // block hashes stored in or removed from a KV medium (published for routers)
   // runner → daemon
   kSessionOpen = 16,
   kSessionClose = 17,
@@ -138,6 +139,33 @@ struct KvEvent {
   std::uint32_t round = 0;
   std::uint32_t reserved1 = 0;
   std::uint64_t reserved[3] = {};
+};
+
+// Block hashes of the engine's prefix cache, stored in or removed from a
+// medium (the device, or host memory after an offload). tandemd publishes
+// them as vLLM-format KV events for routers (docs/daemon.md "KV events for
+// routers"); the session is a label (records of one session and op are
+// batched into one event), not a state the daemon checks. A run of more
+// than kKvBlocksPerRecord blocks takes several records, each naming the
+// block before its first as parent (flag kKvBlocksHasParent). Token ids do
+// not travel (the event's token_ids list is empty).
+inline constexpr std::uint32_t kKvBlocksPerRecord = 3;
+inline constexpr std::uint32_t kMaxKvBlockSize = 1u << 20;   // tokens per block
+inline constexpr std::uint8_t kKvBlocksHasParent = 1u << 0;  // KV_BLOCKS flags: `parent` is set
+
+enum class KvBlocksOp : std::uint8_t { kStored = 1, kRemoved = 2 };
+enum class KvMedium : std::uint8_t { kGpu = 0, kCpu = 1 };
+
+struct KvBlocks {  // flags: kKvBlocksHasParent
+  static constexpr RecordType kType = RecordType::kKvBlocks;
+  RecordHeader header = make_header(kType);
+  std::uint8_t op = 0;      // KvBlocksOp
+  std::uint8_t medium = 0;  // KvMedium
+  std::uint8_t count = 0;   // hashes, 1..kKvBlocksPerRecord
+  std::uint8_t reserved0 = 0;
+  std::uint32_t block_size = 0;                   // tokens per block: stored 1..kMaxKvBlockSize, removed 0
+  std::uint64_t parent = 0;                       // the block before hashes[0] (kKvBlocksHasParent), else 0
+  std::uint64_t hashes[kKvBlocksPerRecord] = {};  // 0 past count
 };
 
 // The partitions of an engine's green-context pool, sent once it is built (and
@@ -290,6 +318,7 @@ TANDEM_RECORD_LAYOUT(KvEvent);
 TANDEM_RECORD_LAYOUT(GpuPartitions);
 TANDEM_RECORD_LAYOUT(StageProfileRow);
 TANDEM_RECORD_LAYOUT(WeightModule);
+TANDEM_RECORD_LAYOUT(KvBlocks);
 TANDEM_RECORD_LAYOUT(SessionOpen);
 TANDEM_RECORD_LAYOUT(SessionClose);
 TANDEM_RECORD_LAYOUT(ToolStart);
@@ -307,6 +336,8 @@ static_assert(offsetof(KvEvent, blocks) == 28);
 static_assert(offsetof(GpuPartitions, pool_id) == 28 && offsetof(GpuPartitions, decode_sms) == 32);
 static_assert(offsetof(StageProfileRow, latency_s) == 32 && offsetof(StageProfileRow, throughput) == 40);
 static_assert(offsetof(WeightModule, bytes) == 32 && offsetof(WeightModule, name) == 40);
+static_assert(offsetof(KvBlocks, block_size) == 28 && offsetof(KvBlocks, parent) == 32 &&
+              offsetof(KvBlocks, hashes) == 40);
 static_assert(offsetof(ToolStart, cgroup_id) == 40);
 static_assert(offsetof(ToolEnd, exit_code) == 36 && offsetof(ToolEnd, peak_memory_bytes) == 56);
 static_assert(offsetof(Restore, engine) == 24 && offsetof(Pin, until_ns) == 24);

@@ -463,6 +463,42 @@ int tandem_kv_event(tandem_client* client, uint64_t session, int kind, uint32_t 
   });
 }
 
+static_assert(static_cast<int>(tandem::ipc::KvBlocksOp::kStored) == TANDEM_KV_BLOCKS_STORED);
+static_assert(static_cast<int>(tandem::ipc::KvBlocksOp::kRemoved) == TANDEM_KV_BLOCKS_REMOVED);
+static_assert(static_cast<int>(tandem::ipc::KvMedium::kCpu) == TANDEM_KV_MEDIUM_CPU);
+static_assert(tandem::ipc::kMaxKvBlockSize == 1u << 20);
+
+int tandem_kv_blocks_report(tandem_client* client, uint64_t session, const tandem_kv_blocks* blocks) noexcept {
+  return guarded(client, "tandem_kv_blocks_report", [&](Client& c) {
+    const char* fn = "tandem_kv_blocks_report";
+    if (int r = need_role(c, Role::kEngine, fn)) return r;
+    if (session == 0) return invalid(c, fn, "session is 0");
+    if (blocks == nullptr) return invalid(c, fn, "blocks is NULL");
+    tandem_kv_blocks b{};
+    if (!read_sized(blocks, sizeof b, b)) return invalid(c, fn, "blocks->sz is too small");
+    if (b.op != TANDEM_KV_BLOCKS_STORED && b.op != TANDEM_KV_BLOCKS_REMOVED) {
+      return invalid(c, fn, fmt::format("blocks->op {} is unknown", b.op));
+    }
+    if (b.medium != TANDEM_KV_MEDIUM_GPU && b.medium != TANDEM_KV_MEDIUM_CPU) {
+      return invalid(c, fn, fmt::format("blocks->medium {} is unknown", b.medium));
+    }
+    if (b.count == 0 || b.count > TANDEM_KV_BLOCKS_MAX) {
+      return invalid(c, fn, fmt::format("blocks->count {} is outside 1..{}", b.count, TANDEM_KV_BLOCKS_MAX));
+    }
+    if (b.hashes == nullptr) return invalid(c, fn, "blocks->hashes is NULL");
+    if (b.op == TANDEM_KV_BLOCKS_STORED) {
+      if (b.block_size == 0 || b.block_size > tandem::ipc::kMaxKvBlockSize) {
+        return invalid(c, fn, fmt::format("blocks->block_size {} is outside 1..1048576", b.block_size));
+      }
+    } else {
+      if (b.block_size != 0) return invalid(c, fn, "blocks->block_size of a REMOVED is not 0");
+      if (b.has_parent != 0) return invalid(c, fn, "blocks->has_parent of a REMOVED is not 0");
+    }
+    if (b.has_parent == 0 && b.parent_hash != 0) return invalid(c, fn, "blocks->parent_hash set without has_parent");
+    return c.kv_blocks(session, b);
+  });
+}
+
 // ---- directives -------------------------------------------------------------------
 
 int tandem_poll(tandem_client* client, int timeout_ms, int max, tandem_directive* ret_directives) noexcept {

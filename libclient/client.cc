@@ -868,6 +868,30 @@ int Client::kv_event(std::uint64_t session, int kind, std::uint32_t blocks, std:
   return 0;
 }
 
+int Client::kv_blocks(std::uint64_t session, const tandem_kv_blocks& blocks) {
+  drive(false);
+  const bool stored = blocks.op == TANDEM_KV_BLOCKS_STORED;
+  bool has_parent = stored && blocks.has_parent != 0;
+  std::uint64_t parent = blocks.parent_hash;
+  for (std::uint32_t at = 0; at < blocks.count; at += ipc::kKvBlocksPerRecord) {
+    ipc::KvBlocks r;
+    r.op = static_cast<std::uint8_t>(blocks.op);
+    r.medium = static_cast<std::uint8_t>(blocks.medium);
+    r.count = static_cast<std::uint8_t>(std::min(ipc::kKvBlocksPerRecord, blocks.count - at));
+    r.block_size = stored ? blocks.block_size : 0;
+    if (has_parent) {
+      r.header.flags = ipc::kKvBlocksHasParent;
+      r.parent = parent;
+    }
+    for (std::uint32_t i = 0; i < r.count; ++i) r.hashes[i] = blocks.hashes[at + i];
+    send_record(r, session);
+    // The next record continues the chain from this one's last block.
+    has_parent = stored;
+    parent = r.hashes[r.count - 1];
+  }
+  return 0;
+}
+
 // ---- engine GPU plane ------------------------------------------------------------
 
 void Client::send_gpu_records() {

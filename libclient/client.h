@@ -156,6 +156,8 @@ class Client {
                 bool tool_follows);
   int kv_stats(const tandem_kv_stats& stats);
   int kv_event(std::uint64_t session, int kind, std::uint32_t blocks, std::uint32_t round);
+  // REQUIRES: `blocks` checked by tandem_kv_blocks_report.
+  int kv_blocks(std::uint64_t session, const tandem_kv_blocks& blocks);
   Coordinator& coordinator() { return coordinator_; }
   const Coordinator& coordinator() const { return coordinator_; }
 

@@ -121,6 +121,7 @@ Emulator::Emulator(EmulatorConfig config, tandem_client* client, tandem_gpu* gpu
       pool_(std::move(pool)),
       scheduler_(client),
       engine_(0, config_.preset, config_.limits, scheduler_, *this, counters_) {
+  if (config_.kv_events) kv_hashes_ = std::make_unique<KvHashReporter>(client_, config_.preset.block_size, *pool_);
   engine_.set_kv_observer(this);
   publish(clock_.now());
 }
@@ -215,6 +216,7 @@ void Emulator::run() {
         if ((it->second.anonymous || it->second.closed) && !it->second.job && !it->second.held) {
           engine_.end_session(it->first, now);
           if (it->second.closed) engine_.drop(it->first, now);
+          if (kv_hashes_) kv_hashes_->forget(it->first);
           it = sessions_.erase(it);
         } else {
           ++it;
@@ -320,6 +322,9 @@ void Emulator::release_runnable(Time now) {
     w.priority = static_cast<std::uint8_t>(std::clamp(tandem_session_priority(client_, id), 0, 255));
     w.submitted = s.submitted;
     w.content = &s.content;
+    if (kv_hashes_) {
+      kv_hashes_->set_prompt(id, block_hashes(emulated_tokens(r.prompt, r.prompt_tokens), config_.preset.block_size));
+    }
     s.job->set_cached(std::min(engine_.prefix_hit(id, s.shared, s.content), r.prompt_tokens - 1));
     engine_.submit(w, now);
     pool_->trim_host(id, s.content.host_tokens / config_.preset.block_size);
@@ -364,6 +369,7 @@ void Emulator::close(sim::SessionId id, Time now) {
   }
   engine_.end_session(id, now);
   engine_.drop(id, now);
+  if (kv_hashes_) kv_hashes_->forget(id);
   sessions_.erase(it);
 }
 
@@ -431,21 +437,22 @@ void Emulator::kv_changed(sim::EngineId /*engine*/, sim::SessionId session, sche
   const Session* s = find(session);
   const std::uint32_t round = s == nullptr || s->next_round == 0 ? 0 : s->next_round - 1;
   if (tandem_kv_event(client_, session, kv_kind(change), blocks, round) != 0) ++report_errors_;
+  if (kv_hashes_) kv_hashes_->kv_changed(session, change);
 }
 
 void Emulator::moved(sim::SessionId session, sim::KvPlace from, sim::KvPlace to, std::uint32_t blocks) {
-  pool_->moved(session, from, to, blocks);
+  kv_observer().moved(session, from, to, blocks);
 }
 
 void Emulator::computed(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens, bool samples) {
   if (Session* s = find(session); s != nullptr && s->job && s->first_scheduled == Time{}) {
     s->first_scheduled = clock_.now();
   }
-  pool_->computed(session, first_token, tokens, samples);
+  kv_observer().computed(session, first_token, tokens, samples);
 }
 
 void Emulator::reloaded(sim::SessionId session, std::uint32_t first_token, std::uint32_t tokens) {
-  pool_->reloaded(session, first_token, tokens);
+  kv_observer().reloaded(session, first_token, tokens);
 }
 
 // ---- reports ------------------------------------------------------------------------
@@ -546,7 +553,7 @@ void Emulator::publish(Time now) {
         {"offload", directives_[7]},
         {"prefetch", directives_[8]},
         {"close", directives_[9]}}},
-      {"report_errors", report_errors_},
+      {"report_errors", report_errors_ + (kv_hashes_ ? kv_hashes_->report_errors() : 0)},
       {"scheduler_failures", scheduler_.failures()},
   };
   out["gpu"] = gpu_json(gpu_, prefill_stage_, decode_stage_, passes_);

@@ -47,6 +47,7 @@
 #include "sim/metrics.h"
 #include "sim/preset.h"
 #include "testbed/front.h"
+#include "testbed/kv_hashes.h"
 #include "testbed/kv_pool.h"
 #include "testbed/prompt.h"
 #include "testbed/step_adapter.h"
@@ -61,7 +62,8 @@ struct EmulatorConfig {
   sim::EngineLimits limits;
   double speedup = 1.0;
   std::size_t kv_block_bytes = 4096;
-  std::string name;  // this engine's name, for anonymous session names
+  std::string name;        // this engine's name, for anonymous session names
+  bool kv_events = false;  // report block hashes to the daemon (tandem_kv_blocks_report)
 };
 
 // The GPU plane's pool for `client` (an engine handle): libtandem's generated
@@ -138,6 +140,8 @@ class Emulator final : public CompletionEngine, public sim::EngineHost, public s
   void release_runnable(Time now);
   void end_round(Session& s);               // the Job is answered: free the session for its next round
   void close(sim::SessionId id, Time now);  // CLOSE: forget the session and free its KV
+  // The pool, behind the block-hash reporter with --kv-events.
+  sim::KvObserver& kv_observer() { return kv_hashes_ ? static_cast<sim::KvObserver&>(*kv_hashes_) : *pool_; }
   void report_stats(Time now);
   void publish(Time now);
   void fail_all(int status, const std::string& message);
@@ -166,6 +170,8 @@ class Emulator final : public CompletionEngine, public sim::EngineHost, public s
 
   // Engine thread only.
   std::unordered_map<sim::SessionId, Session> sessions_;
+  // --kv-events: the prefix cache's block hashes to the daemon (null: off).
+  std::unique_ptr<KvHashReporter> kv_hashes_;
   std::vector<sim::SessionId> held_;  // sessions with a held round, in arrival order
   std::optional<Time> step_end_;      // real time the step in progress ends
   Duration step_real_{};

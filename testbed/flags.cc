@@ -40,6 +40,8 @@ an OpenAI-style HTTP API, scheduling by tandemd through libtandem.
   --max-seqs N           running sequences per step (default: the preset's)
   --token-budget N       tokens per step (default: the preset's)
   --gpu BACKEND          GPU plane backend: sim, auto, cuda or off (default sim)
+  --kv-events on|off     report the prefix cache's block hashes (tandem_kv_blocks_report)
+                         for tandemd's [kv_events] (default off)
   --help                 this text
 )";
 }
@@ -62,7 +64,7 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
     auto [flag, value, has_value] = split_flag(a);
     static constexpr std::string_view kKnown[] = {"--preset",       "--port",      "--runtime-dir",    "--name",
                                                   "--speedup",      "--kv-blocks", "--kv-block-bytes", "--max-seqs",
-                                                  "--token-budget", "--gpu"};
+                                                  "--token-budget", "--gpu",       "--kv-events"};
     if (std::find(std::begin(kKnown), std::end(kKnown), flag) == std::end(kKnown)) {
       return std::unexpected(fmt::format("unknown flag '{}' (see --help)", flag));
     }
@@ -113,6 +115,10 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
         return std::unexpected(fmt::format("--gpu: '{}' is not one of sim, auto, cuda, off", value));
       }
       f.gpu = value;
+    } else if (flag == "--kv-events") {
+      if (value != "on" && value != "off")
+        return std::unexpected(fmt::format("--kv-events: '{}' is not on or off", value));
+      f.kv_events = value == "on";
     }
   }
   return f;

@@ -23,6 +23,7 @@ struct Flags {
   double speedup = 1.0;
   std::uint32_t kv_blocks = 0;  // 0: the preset's
   std::size_t kv_block_bytes = 4096;
+  bool kv_events = false;          // --kv-events on: report block hashes (tandem_kv_blocks_report)
   std::uint32_t max_seqs = 0;      // 0: the preset's
   std::uint32_t token_budget = 0;  // 0: the preset's
   // The GPU plane's backend for tandem_gpu_open: "sim", "auto" or "cuda";

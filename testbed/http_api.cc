@@ -43,6 +43,19 @@ ReplyInfo reply_info(const Job& job, const Job::Progress& p, std::string_view mo
 void complete(const httplib::Request& req, httplib::Response& res, CompletionEngine& emu, bool chat) {
   auto parsed = parse_request(req.body, chat, emu.limits());
   if (parsed) {
+    auto values = [&](std::string_view name) {
+      std::vector<std::string> out;
+      const std::string key(name);
+      const std::size_t n = req.get_header_value_count(key);
+      out.reserve(n);
+      for (std::size_t i = 0; i < n; ++i) out.push_back(req.get_header_value(key, i));
+      return out;
+    };
+    if (auto ok = apply_session_headers(*parsed, values(kSessionTokenHeader), values(kDynamoSessionHeader)); !ok) {
+      parsed = std::unexpected(ok.error());
+    }
+  }
+  if (parsed) {
     if (auto ok = emu.prepare(*parsed); !ok) parsed = std::unexpected(ok.error());
   }
   if (!parsed) {

@@ -109,6 +109,7 @@ int run(const tandem::testbed::Flags& flags) {
   config.limits = setup->limits;
   config.speedup = flags.speedup;
   config.kv_block_bytes = flags.kv_block_bytes;
+  config.kv_events = flags.kv_events;
   config.name = name;
   auto emu = Emulator::create(std::move(config), client, gpu);  // owns `client` and `gpu` once created
   if (!emu) {

@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/ids.h"
+#include "base/text.h"
+
 namespace tandem::testbed {
 namespace {
 
@@ -114,6 +117,9 @@ std::expected<CompletionRequest, RequestError> parse_request(std::string_view bo
   if (auto s = j.find("session_id"); s != j.end() && !s->is_null()) {
     if (!s->is_string() || s->get_ref<const std::string&>().empty()) {
       return bad("session_id", "'session_id' must be a non-empty string");
+    }
+    if (const char* problem = base::name_problem(s->get_ref<const std::string&>())) {
+      return bad("session_id", std::string("'session_id' is not a valid session name: ") + problem);
     }
     r.session_name = s->get<std::string>();
   }
@@ -229,6 +235,62 @@ std::string error_reply(std::string_view message, std::string_view type, std::st
   json e = {{"message", message}, {"type", type}, {"code", nullptr}};
   e["param"] = param.empty() ? json(nullptr) : json(param);
   return dump(json{{"error", e}});
+}
+
+std::expected<void, RequestError> apply_session_headers(CompletionRequest& r,
+                                                        const std::vector<std::string>& session_token,
+                                                        const std::vector<std::string>& dynamo_session) {
+  // The body's session_id, then Dynamo's header, then llm-d's: the first one
+  // given is the key, and only it is checked. llm-d's session-affinity
+  // scorer fills x-session-token with the pod it picked, not the
+  // conversation, so it comes last and never overrides a key the client
+  // chose (docs/testbed.md "Sessions").
+  if (!r.session_name.empty()) return {};
+  for (const auto& [header, values] :
+       {std::pair<std::string_view, const std::vector<std::string>*>{kDynamoSessionHeader, &dynamo_session},
+        {kSessionTokenHeader, &session_token}}) {
+    if (values->empty()) continue;
+    if (values->size() > 1) {
+      return bad(std::string(header), "header '" + std::string(header) + "' is given more than once");
+    }
+    if (const char* problem = base::name_problem(values->front())) {
+      return bad(std::string(header), "header '" + std::string(header) + "' is not a valid session name: " + problem);
+    }
+    r.session_name = values->front();
+    return {};
+  }
+  return {};
+}
+
+std::vector<std::int32_t> emulated_tokens(std::string_view prompt, std::uint32_t prompt_tokens) {
+  std::vector<std::int32_t> out(prompt_tokens, 0);
+  for (std::size_t i = 0; i < out.size() && 4 * i < prompt.size(); ++i) {
+    std::uint32_t v = 0;
+    for (std::size_t b = 0; b < 4 && 4 * i + b < prompt.size(); ++b) {
+      v |= static_cast<std::uint32_t>(static_cast<unsigned char>(prompt[4 * i + b])) << (8 * b);
+    }
+    out[i] = static_cast<std::int32_t>(v);
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> block_hashes(std::span<const std::int32_t> tokens, std::uint32_t block_size) {
+  std::vector<std::uint64_t> out;
+  if (block_size == 0) return out;
+  const std::size_t blocks = tokens.size() / block_size;
+  out.reserve(blocks);
+  std::string bytes(8 + std::size_t{block_size} * 4, '\0');
+  std::uint64_t parent = 0;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(parent >> (8 * i));
+    for (std::size_t t = 0; t < block_size; ++t) {
+      const auto v = static_cast<std::uint32_t>(tokens[b * block_size + t]);
+      for (std::size_t i = 0; i < 4; ++i) bytes[8 + 4 * t + i] = static_cast<char>(v >> (8 * i));
+    }
+    parent = base::hash64(bytes);
+    out.push_back(parent);
+  }
+  return out;
 }
 
 }  // namespace tandem::testbed

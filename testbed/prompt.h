@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <expected>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,6 +67,25 @@ struct RequestError {
 std::expected<CompletionRequest, RequestError> parse_request(std::string_view body, bool chat,
                                                              const RequestLimits& limits);
 
+// Session affinity headers routers set (docs/testbed.md "Sessions"):
+// llm-d's and NVIDIA Dynamo's. Lower case: HTTP header names are compared
+// without case.
+inline constexpr std::string_view kSessionTokenHeader = "x-session-token";
+inline constexpr std::string_view kDynamoSessionHeader = "x-dynamo-session-id";
+
+// The request's session key from its body's session_id and the headers'
+// values (each given as many times as it was sent), in this order of
+// precedence: session_id, X-Dynamo-Session-ID, x-session-token. The first
+// one given becomes r.session_name and must be a valid session name
+// (base::name_problem: 1..256 bytes of UTF-8 without control characters),
+// as session_id must; a winning header sent twice is refused. The others
+// are ignored: llm-d's x-session-token names the pod its router picked, so
+// a client's own key must win over it. The field an error names: the
+// header's name.
+std::expected<void, RequestError> apply_session_headers(CompletionRequest& r,
+                                                        const std::vector<std::string>& session_token,
+                                                        const std::vector<std::string>& dynamo_session);
+
 // The context checks of parse_request on `r.prompt_tokens` as it is now (an
 // engine with a tokenizer checks again once it has counted the real tokens).
 std::expected<void, RequestError> check_context(const CompletionRequest& r, const RequestLimits& limits);
@@ -91,6 +111,19 @@ struct SessionHistory {
 std::uint32_t shared_prefix(const SessionHistory& h, const CompletionRequest& r);
 // The history after `r` generated `output_tokens`.
 void advance_history(SessionHistory& h, const CompletionRequest& r, std::uint32_t output_tokens);
+
+// The emulator's token ids of a prompt: token i is bytes [4i, 4i + 4) of the
+// text as a little-endian integer, 0 past the text (a prompt whose
+// `prompt_tokens` was given may be longer than its text).
+std::vector<std::int32_t> emulated_tokens(std::string_view prompt, std::uint32_t prompt_tokens);
+
+// The chained hashes of the full blocks of `tokens`, for KV events
+// (tandem_kv_blocks_report): block b's hash is xxh64 of the previous block's
+// hash (8 bytes, little-endian; 0 before the first) followed by its
+// `block_size` token ids (4 bytes each, little-endian). Like vLLM's, equal
+// prefixes give equal hashes; unlike vLLM's (sha256 of CBOR), they are not
+// meant to be recomputed by a router.
+std::vector<std::uint64_t> block_hashes(std::span<const std::int32_t> tokens, std::uint32_t block_size);
 
 // Replies (JSON text; text that is not valid UTF-8, as a token of a byte-level
 // vocabulary can be, is replaced with U+FFFD, never thrown on).

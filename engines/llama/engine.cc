@@ -121,7 +121,10 @@ LlamaEngine::LlamaEngine(EngineConfig config, std::shared_ptr<const Model> model
       kv_(std::make_unique<KvExecutor>(*ctx_, config_.block_size, *this, config_.host_kv_bytes)),
       engine_(0, preset_, limits_, scheduler_, *this, counters_) {
   preset_.name = model_name_;
-  engine_.set_kv_observer(kv_.get());
+  if (config_.kv_events && client_ != nullptr) {
+    kv_hashes_ = std::make_unique<testbed::KvHashReporter>(client_, config_.block_size, *kv_);
+  }
+  engine_.set_kv_observer(kv_hashes_ ? static_cast<sim::KvObserver*>(kv_hashes_.get()) : kv_.get());
   publish(clock_.now());
 }
 
@@ -354,6 +357,7 @@ void LlamaEngine::release_runnable(Time now) {
         client_ != nullptr ? static_cast<std::uint8_t>(std::clamp(tandem_session_priority(client_, id), 0, 255)) : 0;
     w.submitted = s.submitted;
     w.content = &s.content;
+    if (kv_hashes_) kv_hashes_->set_prompt(id, testbed::block_hashes(s.context, preset_.block_size));
     s.job->set_cached(std::min(engine_.prefix_hit(id, s.shared, s.content), s.prompt_tokens - 1));
     engine_.submit(w, now);
     kv_->trim_host(id, s.content.host_tokens);
@@ -442,6 +446,7 @@ bool LlamaEngine::step(Time now) {
   // no next round: its KV goes now rather than when the cache needs the room.
   for (SessionId id : finished_) {
     engine_.drop(id, t2);
+    if (kv_hashes_) kv_hashes_->forget(id);
     sessions_.erase(id);
   }
   finished_.clear();
@@ -507,6 +512,7 @@ void LlamaEngine::close(SessionId id, Time now) {
   engine_.end_session(id, now);
   kv_->forget_host(id);
   engine_.drop(id, now);
+  if (kv_hashes_) kv_hashes_->forget(id);
   sessions_.erase(id);
 }
 
@@ -587,6 +593,7 @@ void LlamaEngine::kv_changed(sim::EngineId /*engine*/, sim::SessionId session, s
   const Session* s = find(session);
   const std::uint32_t round = s == nullptr || s->next_round == 0 ? 0 : s->next_round - 1;
   if (tandem_kv_event(client_, session, kv_kind(change), blocks, round) != 0) ++report_errors_;
+  if (kv_hashes_) kv_hashes_->kv_changed(session, change);
 }
 
 // ---- reports ------------------------------------------------------------------------
@@ -698,7 +705,7 @@ void LlamaEngine::publish(Time now) {
         {"close", directives_[9]}}},
       {"decode_failures", decode_failures_},
       {"first_decode_failure", first_decode_failure_},
-      {"report_errors", report_errors_},
+      {"report_errors", report_errors_ + (kv_hashes_ ? kv_hashes_->report_errors() : 0)},
       {"scheduler_failures", scheduler_.failures()},
   };
   std::string text = out.dump(-1, ' ', false, json::error_handler_t::replace);

@@ -50,6 +50,7 @@
 #include "sim/metrics.h"
 #include "sim/preset.h"
 #include "testbed/front.h"
+#include "testbed/kv_hashes.h"
 #include "testbed/step_adapter.h"
 
 namespace tandem::llama {
@@ -71,7 +72,8 @@ struct EngineConfig {
   // Bytes of KV copies in host memory (OFFLOAD) at most; beyond, the least
   // recently used copies are forgotten. 0: no bound.
   std::uint64_t host_kv_bytes = 0;
-  std::string step_log;  // JSONL of every step's shape and time ("": none)
+  std::string step_log;    // JSONL of every step's shape and time ("": none)
+  bool kv_events = false;  // report block hashes to the daemon (tandem_kv_blocks_report)
   // Keep a digest (xxh64) of every logits row a token is sampled from, per
   // session: what tests compare to prove two runs bit-identical.
   bool record_logits = false;
@@ -194,6 +196,9 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
   testbed::TandemStepScheduler scheduler_;
   sim::RunCounters counters_;
   std::unique_ptr<KvExecutor> kv_;
+  // --kv-events: the prefix cache's block hashes to the daemon, between
+  // sim::Engine and kv_ (null: off, or no daemon handle).
+  std::unique_ptr<testbed::KvHashReporter> kv_hashes_;
   sim::Engine engine_;
   std::FILE* step_log_ = nullptr;
   std::mt19937_64 seeds_{std::random_device{}()};

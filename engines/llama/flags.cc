@@ -46,6 +46,8 @@ carried out on llama.cpp's cache, an OpenAI-style HTTP API.
   --host-kv-mb N       MiB of offloaded KV kept in host memory, least recently used dropped
                        beyond; 0 no bound (default: a quarter of the machine's memory)
   --step-log FILE      one JSON line per step: its shape and measured time
+  --kv-events on|off   report the prefix cache's block hashes (tandem_kv_blocks_report)
+                       for tandemd's [kv_events] (default off)
   --verbose            llama.cpp's own log too
   --help               this text
 )";
@@ -53,9 +55,9 @@ carried out on llama.cpp's cache, an OpenAI-style HTTP API.
 
 std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> args) {
   Flags f;
-  static constexpr std::string_view kKnown[] = {"--model",      "--port",     "--runtime-dir",  "--name",   "--ctx",
-                                                "--block-size", "--max-seqs", "--token-budget", "--ubatch", "--threads",
-                                                "--gpu-layers", "--step-log", "--host-kv-mb"};
+  static constexpr std::string_view kKnown[] = {
+      "--model",        "--port",   "--runtime-dir", "--name",       "--ctx",      "--block-size", "--max-seqs",
+      "--token-budget", "--ubatch", "--threads",     "--gpu-layers", "--step-log", "--host-kv-mb", "--kv-events"};
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
     if (a == "--help" || a == "-h") {
@@ -114,6 +116,10 @@ std::expected<Flags, std::string> parse_flags(std::span<const std::string_view> 
     } else if (flag == "--step-log") {
       if (value.empty()) return std::unexpected("--step-log: empty path");
       f.step_log = value;
+    } else if (flag == "--kv-events") {
+      if (value != "on" && value != "off")
+        return std::unexpected(fmt::format("--kv-events: '{}' is not on or off", value));
+      f.kv_events = value == "on";
     }
     if (!ok) return std::unexpected(ok.error());
   }

@@ -25,6 +25,7 @@ struct Flags {
   int gpu_layers = 0;                // -1: all (a CUDA build)
   std::int64_t host_kv_mb = -1;      // host copies of offloaded KV, MiB; -1: a quarter of the memory, 0: no bound
   std::string step_log;              // JSONL of every step
+  bool kv_events = false;            // --kv-events on: report block hashes (tandem_kv_blocks_report)
   bool verbose = false;
 };
 

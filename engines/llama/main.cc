@@ -86,6 +86,7 @@ int run(const llama::Flags& flags) {
   config.max_seqs = flags.max_seqs;
   config.token_budget = flags.token_budget;
   config.step_log = flags.step_log;
+  config.kv_events = flags.kv_events;
   if (flags.host_kv_mb >= 0) {
     config.host_kv_bytes = static_cast<std::uint64_t>(flags.host_kv_mb) << 20;
   } else {

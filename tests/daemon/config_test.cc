@@ -305,6 +305,36 @@ TEST(Config, ExampleFileIsTheDefaults) {
   EXPECT_EQ(r->host.pool_max, d.host.pool_max);
   EXPECT_EQ(r->host.pool_per_session, d.host.pool_per_session);
   EXPECT_EQ(r->host.pool_idle, d.host.pool_idle);
+  EXPECT_EQ(r->kv_events, d.kv_events);
+}
+
+TEST(Config, KvEventsSection) {
+  EXPECT_TRUE(Config{}.kv_events.endpoint.empty()) << "off by default";
+  auto r = parse_config(
+      "[kv_events]\nendpoint = \"tcp://127.0.0.1:5557\"\nconnect = true\ntopic = \"kv@pod@{engine}\"\nhwm = 50\n",
+      "t.toml");
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->kv_events.endpoint, "tcp://127.0.0.1:5557");
+  EXPECT_TRUE(r->kv_events.connect);
+  EXPECT_EQ(r->kv_events.topic, "kv@pod@{engine}");
+  EXPECT_EQ(r->kv_events.hwm, 50u);
+  EXPECT_THAT(describe(*r), HasSubstr("kv_events    connect tcp://127.0.0.1:5557"));
+  for (std::string_view ok : {"tcp://*:5557", "tcp://[::1]:1", "tcp://node-3.example:65535", "ipc:///run/tandem/kv"}) {
+    auto e = parse_config(fmt::format("[kv_events]\nendpoint = \"{}\"\n", ok), "t.toml");
+    EXPECT_TRUE(e) << ok << ": " << e.error().message();
+  }
+  for (std::string_view no : {"udp://1.2.3.4:5", "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://127.0.0.1:70000",
+                              "tcp://:5557", "tcp://a b:1", "ipc://relative", "tcp://[zz]:1", "inproc://x"}) {
+    EXPECT_THAT(bad(fmt::format("[kv_events]\nendpoint = \"{}\"\n", no)), HasSubstr("kv_events.endpoint")) << no;
+  }
+  EXPECT_THAT(bad("[kv_events]\ntopic = \"kv@{pod}\"\n"), HasSubstr("kv_events.topic"));
+  EXPECT_THAT(bad("[kv_events]\ntopic = \"kv}\"\n"), HasSubstr("kv_events.topic"));
+  EXPECT_THAT(bad("[kv_events]\nhwm = 0\n"), HasSubstr("kv_events.hwm"));
+  EXPECT_THAT(bad("[kv_events]\nhwm = 100001\n"), HasSubstr("kv_events.hwm"));
+  EXPECT_THAT(bad("[kv_events]\nport = 1\n"), HasSubstr("kv_events.port"));
+  Config later;
+  later.kv_events.endpoint = "tcp://*:5557";
+  EXPECT_EQ(reload_plan(Config{}, later).at_restart, (std::vector<std::string>{"[kv_events]"}));
 }
 
 TEST(Config, MetricsListensOnLoopbackOnly) {

@@ -179,6 +179,7 @@ class FakeDaemon final : public CtlView, public CtlCommands {
   const HostEffects& host() const override { return effects_; }
   const GpuTelemetry& gpu_telemetry() const override { return *telemetry_; }
   const MetricsEndpoints& metrics() const override { return metrics_; }
+  const std::string& kv_events_state() const override { return kv_events_state_; }
 
   // The commands.
   void refresh() override { ++refreshed; }
@@ -212,6 +213,7 @@ class FakeDaemon final : public CtlView, public CtlCommands {
   RecordingEffects effects_;
   std::unique_ptr<GpuTelemetry> telemetry_;
   MetricsEndpoints metrics_;
+  std::string kv_events_state_ = "off";
 };
 
 class CtlPart : public ::testing::Test {

@@ -75,6 +75,19 @@ TEST(Records, EveryValidRecordDecodes) {
   EXPECT_EQ(decode(with_session(SessionClose{})).first, DecodeStatus::kOk);
   EXPECT_EQ(decode(ts).first, DecodeStatus::kOk);
   EXPECT_EQ(decode(te).first, DecodeStatus::kOk);
+  KvBlocks stored = with_session(KvBlocks{});
+  stored.op = static_cast<std::uint8_t>(KvBlocksOp::kStored);
+  stored.header.flags = kKvBlocksHasParent;
+  stored.parent = 11;
+  stored.count = kKvBlocksPerRecord;
+  stored.block_size = 16;
+  stored.hashes[0] = 1, stored.hashes[1] = 2, stored.hashes[2] = 3;
+  EXPECT_EQ(decode(stored).first, DecodeStatus::kOk);
+  KvBlocks removed = with_session(KvBlocks{});
+  removed.op = static_cast<std::uint8_t>(KvBlocksOp::kRemoved);
+  removed.medium = static_cast<std::uint8_t>(KvMedium::kCpu);
+  removed.count = 1;
+  EXPECT_EQ(decode(removed).first, DecodeStatus::kOk);
   const auto down = Direction::kToClient;
   EXPECT_EQ(decode(with_session(Admit{}), down).first, DecodeStatus::kOk);
   EXPECT_EQ(decode(with_session(Pause{}), down).first, DecodeStatus::kOk);
@@ -104,7 +117,34 @@ std::vector<BadCase> bad_cases() {
   auto s = good_submit();
   KvStats kv{};
   kv.blocks_total = 100;
+  KvBlocks blocks = with_session(KvBlocks{});
+  blocks.op = static_cast<std::uint8_t>(KvBlocksOp::kStored);
+  blocks.count = 1;
+  blocks.block_size = 16;
+  blocks.hashes[0] = 5;
+  KvBlocks removal = blocks;
+  removal.op = static_cast<std::uint8_t>(KvBlocksOp::kRemoved);
+  removal.block_size = 0;
   return {
+      {"KvBlocksOp", mutated(blocks, [](auto& r) { r.op = 3; }), DecodeStatus::kBadField, "unknown op"},
+      {"KvBlocksMedium", mutated(blocks, [](auto& r) { r.medium = 2; }), DecodeStatus::kBadField, "unknown medium"},
+      {"KvBlocksNone", mutated(blocks, [](auto& r) { r.count = 0; }), DecodeStatus::kBadField, "count outside"},
+      {"KvBlocksTooMany", mutated(blocks, [](auto& r) { r.count = kKvBlocksPerRecord + 1; }), DecodeStatus::kBadField,
+       "count outside"},
+      {"KvBlocksNoSize", mutated(blocks, [](auto& r) { r.block_size = 0; }), DecodeStatus::kBadField,
+       "block_size outside"},
+      {"KvBlocksHugeSize", mutated(blocks, [](auto& r) { r.block_size = kMaxKvBlockSize + 1; }),
+       DecodeStatus::kBadField, "block_size outside"},
+      {"KvBlocksRemovalSize", mutated(removal, [](auto& r) { r.block_size = 16; }), DecodeStatus::kBadField,
+       "block_size of a removal"},
+      {"KvBlocksRemovalParent", mutated(removal, [](auto& r) { r.header.flags = kKvBlocksHasParent; }),
+       DecodeStatus::kBadField, "a removal has a parent"},
+      {"KvBlocksStrayParent", mutated(blocks, [](auto& r) { r.parent = 9; }), DecodeStatus::kBadField,
+       "parent without"},
+      {"KvBlocksPastCount", mutated(blocks, [](auto& r) { r.hashes[2] = 9; }), DecodeStatus::kBadField,
+       "hashes past count"},
+      {"KvBlocksNoSession", mutated(blocks, [](auto& r) { r.header.session = 0; }), DecodeStatus::kBadField,
+       "session id is 0"},
       {"CachedExceedsPrompt", mutated(s, [](auto& r) { r.cached_tokens = r.prompt_tokens + 1; }),
        DecodeStatus::kBadField, "cached_tokens > prompt_tokens"},
       {"EmptyPrompt", mutated(s, [](auto& r) { r.prompt_tokens = r.cached_tokens = 0; }), DecodeStatus::kBadField,
@@ -189,6 +229,7 @@ TEST(Records, FailedDecodeLeavesOutputUntouched) {
 
 TEST(Records, TypeNames) {
   EXPECT_EQ(record_type_name(RecordType::kKvStats), "KV_STATS");
+  EXPECT_EQ(record_type_name(RecordType::kKvBlocks), "KV_BLOCKS");
   EXPECT_EQ(record_type_name(static_cast<RecordType>(12345)), "UNKNOWN");
 }
 

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "base/ids.h"
@@ -48,6 +49,7 @@ using libclient_testing::Snap;
 using libclient_testing::TempDir;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
+using ::testing::HasSubstr;
 
 constexpr std::uint8_t kWaiting = 0;  // sched::SessionState values
 constexpr std::uint8_t kReasoning = 1;
@@ -278,6 +280,32 @@ TEST(Validation, CallsRejectBadArgumentsNamingTheField) {
   EXPECT_EQ(tandem_kv_event(c, s, 0, 1, 0), -EINVAL);
   EXPECT_EQ(tandem_kv_event(c, s, 5, 1, 0), -EINVAL);
   EXPECT_NE(std::strstr(tandem_last_error(c), "kind"), nullptr);
+
+  const std::uint64_t hashes[2] = {1, 2};
+  auto kv_blocks_error = [&](auto mutate) {
+    tandem_kv_blocks b{};
+    b.sz = sizeof b;
+    b.op = TANDEM_KV_BLOCKS_STORED;
+    b.hashes = hashes;
+    b.count = 2;
+    b.block_size = 16;
+    mutate(b);
+    const int rc = tandem_kv_blocks_report(c, s, &b);
+    return rc == 0 ? std::string("accepted") : std::string(tandem_last_error(c));
+  };
+  EXPECT_EQ(kv_blocks_error([](tandem_kv_blocks&) {}), "accepted");
+  EXPECT_THAT(kv_blocks_error([](tandem_kv_blocks& b) { b.op = 3; }), HasSubstr("blocks->op 3"));
+  EXPECT_THAT(kv_blocks_error([](tandem_kv_blocks& b) { b.medium = 2; }), HasSubstr("blocks->medium"));
+  EXPECT_THAT(kv_blocks_error([](tandem_kv_blocks& b) { b.count = 0; }), HasSubstr("blocks->count 0"));
+  EXPECT_THAT(kv_blocks_error([](tandem_kv_blocks& b) { b.count = TANDEM_KV_BLOCKS_MAX + 1; }),
+              HasSubstr("blocks->count"));
+  EXPECT_THAT(kv_blocks_error([](tandem_kv_blocks& b) { b.hashes = nullptr; }), HasSubstr("blocks->hashes"));
+  EXPECT_THAT(kv_blocks_error([](tandem_kv_blocks& b) { b.block_size = 0; }), HasSubstr("blocks->block_size"));
+  EXPECT_THAT(kv_blocks_error([](tandem_kv_blocks& b) { b.op = TANDEM_KV_BLOCKS_REMOVED; }),
+              HasSubstr("block_size of a REMOVED"));
+  EXPECT_THAT(kv_blocks_error([](tandem_kv_blocks& b) { b.parent_hash = 5; }), HasSubstr("without has_parent"));
+  EXPECT_THAT(kv_blocks_error([](tandem_kv_blocks& b) { b.sz = 8; }), HasSubstr("blocks->sz"));
+  EXPECT_EQ(tandem_kv_blocks_report(c, s, nullptr), -EINVAL);
 
   tandem_directive d[2];
   EXPECT_EQ(tandem_poll(c, -1, 2, d), -EINVAL);
@@ -621,6 +649,47 @@ TEST(FakeDaemon, HandshakeRecordsAndResync) {
   EXPECT_EQ(events[4].as<ipc::KvEvent>().kind, static_cast<std::uint8_t>(ipc::KvEventKind::kOffloaded));
   EXPECT_EQ(events[4].as<ipc::KvEvent>().blocks, 21u);
   EXPECT_EQ(get_stats(c).records_sent, 5u);
+
+  // Block hashes: split into records of 3, each continuing the chain.
+  const std::uint64_t hashes[7] = {11, 12, 13, 14, 15, 16, 17};
+  tandem_kv_blocks kb{};
+  kb.sz = sizeof kb;
+  kb.op = TANDEM_KV_BLOCKS_STORED;
+  kb.medium = TANDEM_KV_MEDIUM_CPU;
+  kb.hashes = hashes;
+  kb.count = 7;
+  kb.block_size = 16;
+  kb.parent_hash = 10;
+  kb.has_parent = 1;
+  ASSERT_EQ(tandem_kv_blocks_report(c, s, &kb), 0);
+  kb.op = TANDEM_KV_BLOCKS_REMOVED;
+  kb.medium = TANDEM_KV_MEDIUM_GPU;
+  kb.count = 2;
+  kb.block_size = 0;
+  kb.parent_hash = 0;
+  kb.has_parent = 0;
+  ASSERT_EQ(tandem_kv_blocks_report(c, s, &kb), 0);
+  auto blocks = daemon.events();
+  ASSERT_EQ(blocks.size(), 4u);
+  const std::uint64_t parents[3] = {10, 13, 16};
+  const std::uint8_t counts[3] = {3, 3, 1};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(blocks[i].type(), ipc::RecordType::kKvBlocks);
+    const auto b = blocks[i].as<ipc::KvBlocks>();
+    EXPECT_EQ(b.header.session, s);
+    EXPECT_EQ(b.op, static_cast<std::uint8_t>(ipc::KvBlocksOp::kStored));
+    EXPECT_EQ(b.medium, static_cast<std::uint8_t>(ipc::KvMedium::kCpu));
+    EXPECT_EQ(b.header.flags, ipc::kKvBlocksHasParent);
+    EXPECT_EQ(b.parent, parents[i]) << i;
+    EXPECT_EQ(b.count, counts[i]) << i;
+    EXPECT_EQ(b.hashes[0], hashes[3 * i]) << i;
+    EXPECT_EQ(b.block_size, 16u);
+  }
+  const auto removed = blocks[3].as<ipc::KvBlocks>();
+  EXPECT_EQ(removed.op, static_cast<std::uint8_t>(ipc::KvBlocksOp::kRemoved));
+  EXPECT_EQ(removed.header.flags, 0);
+  EXPECT_EQ(removed.count, 2u);
+  EXPECT_EQ(removed.hashes[1], 12u);
 
   // A ResyncRequest gets a fresh snapshot: s is acting with its KV offloaded.
   daemon.send(ipc::build_resync_request("test"));

@@ -220,6 +220,8 @@ class FailOpenTest(unittest.TestCase):
             self.assertEqual(eng.session_priority(s1), 0)
             eng.kv_stats(blocks_total=1000, blocks_free=900, running_seqs=2, waiting_seqs=1, step_tokens=300)
             eng.kv_event(s1, tandem.KvEventKind.EVICTED, blocks=8, round=0)
+            eng.kv_blocks(s1, tandem.KvBlocksOp.STORED, [1, 2, 3, 4], block_size=16, parent=7)
+            eng.kv_blocks(s1, tandem.KvBlocksOp.REMOVED, [3, 4], medium=tandem.KvMedium.CPU)
             eng.session_name(s2, "s2")
             stats = eng.stats()
             self.assertEqual(
@@ -241,6 +243,16 @@ class FailOpenTest(unittest.TestCase):
             self.assertEqual(stats["connects"], 0)
             self.assertEqual(stats["records_sent"], 0)
             self.assertEqual(eng.last_error(), "")
+
+    def test_kv_blocks_checks_its_fields(self):
+        with self.engine() as eng:
+            s = tandem.session_id("kv")
+            with self.assertRaises(tandem.TandemError) as bad:
+                eng.kv_blocks(s, tandem.KvBlocksOp.STORED, [1], block_size=0)
+            self.assertIn("block_size", str(bad.exception))
+            with self.assertRaises(tandem.TandemError) as bad:
+                eng.kv_blocks(s, tandem.KvBlocksOp.STORED, [], block_size=16)
+            self.assertIn("count", str(bad.exception))
 
     def test_poll_returns_nothing_within_the_timeout(self):
         with self.engine() as eng:

@@ -308,6 +308,34 @@ TEST_F(EmuTest, BadRequestsAreRefusedNamingTheField) {
   EXPECT_EQ(missing->status, 404);
 }
 
+// Routers' session headers (llm-d's x-session-token, Dynamo's
+// X-Dynamo-Session-ID) name the session as the body's session_id does.
+TEST_F(EmuTest, SessionHeadersNameTheSession) {
+  auto send = [&](const httplib::Headers& headers, const json& body) {
+    auto res = client_->Post("/v1/completions", headers, body.dump(), "application/json");
+    EXPECT_TRUE(res);
+    return res;
+  };
+  const std::string p1(400, 'x');
+  auto r1 = send({{"X-Session-Token", "agent-h"}}, {{"prompt", p1}, {"max_tokens", 2}});
+  ASSERT_EQ(r1->status, 200) << r1->body;
+  EXPECT_EQ(json::parse(r1->body)["session_id"], "agent-h");
+  // The same session through Dynamo's header (any case): its prefix is cached.
+  auto r2 = send({{"x-dynamo-session-id", "agent-h"}}, {{"prompt", p1 + "yyyy"}, {"max_tokens", 2}});
+  ASSERT_EQ(r2->status, 200) << r2->body;
+  const json j2 = json::parse(r2->body);
+  EXPECT_EQ(j2["session_id"], "agent-h");
+  EXPECT_EQ(j2["usage"]["prompt_tokens_details"]["cached_tokens"], 96);
+  // The body's session_id wins over a router's token (llm-d's names a pod).
+  auto r4 = send({{"x-session-token", "pod-token"}}, {{"prompt", p1 + "yyyyzzzz"}, {"max_tokens", 1}, {"session_id", "agent-h"}});
+  ASSERT_EQ(r4->status, 200) << r4->body;
+  EXPECT_EQ(json::parse(r4->body)["session_id"], "agent-h");
+  // A value session_id could not be is refused the same way.
+  auto r5 = send({{"X-Dynamo-Session-ID", std::string(300, 'd')}}, {{"prompt", "a"}, {"max_tokens", 1}});
+  ASSERT_EQ(r5->status, 400) << r5->body;
+  EXPECT_EQ(json::parse(r5->body)["error"]["param"], "x-dynamo-session-id");
+}
+
 TEST_F(EmuTest, ASecondRoundWhileOneIsInFlightIsAConflict) {
   // A long round (2000 decode steps ÷ 20: well over 100 ms) in the background.
   httplib::Client other("127.0.0.1", port_);

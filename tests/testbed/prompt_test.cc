@@ -91,6 +91,8 @@ TEST(Parse, ErrorsNameTheField) {
   EXPECT_EQ(bad_field(R"({"prompt":"a","tool_follows":1})"), "tool_follows");
   EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":5})"), "session_id");
   EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":""})"), "session_id");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":"a\nb"})"), "session_id") << "a control character";
+  EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":")" + std::string(257, 's') + R"("})"), "session_id");
   EXPECT_EQ(bad_field(R"({"prompt":"a","prompt_tokens":0})"), "prompt_tokens");
   EXPECT_EQ(bad_field(R"({"prompt":"a","prompt_tokens":1000,"max_tokens":100})"), "max_tokens");
   EXPECT_EQ(bad_field(R"({"prompt":"a"})", true), "messages");
@@ -157,6 +159,91 @@ TEST(Requests, SamplingFieldsAreValidated) {
   e = parse_request(R"({"prompt":"x","ignore_eos":1})", false, {});
   ASSERT_FALSE(e);
   EXPECT_EQ(e.error().field, "ignore_eos");
+}
+
+CompletionRequest with_body_session(std::string session) {
+  CompletionRequest r;
+  r.session_name = std::move(session);
+  return r;
+}
+
+TEST(SessionHeaders, EachSourceAloneNamesTheSession) {
+  using V = std::vector<std::string>;
+  CompletionRequest r = with_body_session("body");
+  ASSERT_TRUE(apply_session_headers(r, {}, {}));
+  EXPECT_EQ(r.session_name, "body");
+  r = with_body_session("");
+  ASSERT_TRUE(apply_session_headers(r, V{"llm-d"}, {}));
+  EXPECT_EQ(r.session_name, "llm-d");
+  r = with_body_session("");
+  ASSERT_TRUE(apply_session_headers(r, {}, V{"dynamo"}));
+  EXPECT_EQ(r.session_name, "dynamo");
+  r = with_body_session("");
+  ASSERT_TRUE(apply_session_headers(r, {}, {}));
+  EXPECT_EQ(r.session_name, "") << "none: a fresh session";
+}
+
+TEST(SessionHeaders, TheBodyThenDynamosHeaderThenLlmdsTokenWin) {
+  using V = std::vector<std::string>;
+  CompletionRequest r = with_body_session("s");
+  ASSERT_TRUE(apply_session_headers(r, V{"t"}, V{"d"}));
+  EXPECT_EQ(r.session_name, "s");
+  r = with_body_session("");
+  ASSERT_TRUE(apply_session_headers(r, V{"t"}, V{"d"}));
+  EXPECT_EQ(r.session_name, "d");
+  r = with_body_session("");
+  ASSERT_TRUE(apply_session_headers(r, V{"t"}, {}));
+  EXPECT_EQ(r.session_name, "t");
+  r = with_body_session("");
+  ASSERT_TRUE(apply_session_headers(r, {}, {}));
+  EXPECT_EQ(r.session_name, "");
+  // What loses is not looked at: a router's odd token does not fail a
+  // request that names its session.
+  r = with_body_session("");
+  ASSERT_TRUE(apply_session_headers(r, V{"a\x01b", "x"}, V{"d"}));
+  EXPECT_EQ(r.session_name, "d");
+  // The winner sent twice is refused, naming it; nothing changes.
+  r = with_body_session("");
+  auto e = apply_session_headers(r, {}, V{"d", "e"});
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().field, "x-dynamo-session-id");
+  EXPECT_NE(e.error().message.find("more than once"), std::string::npos) << e.error().message;
+  EXPECT_EQ(r.session_name, "") << "untouched on error";
+}
+
+TEST(SessionHeaders, ValuesAreCheckedAsSessionIdIs) {
+  using V = std::vector<std::string>;
+  for (const std::string& bad : {std::string(), std::string("a\x01b"), std::string(257, 'x'), std::string("\xff")}) {
+    CompletionRequest r;
+    auto e = apply_session_headers(r, V{bad}, {});
+    ASSERT_FALSE(e) << bad;
+    EXPECT_EQ(e.error().field, "x-session-token");
+    e = apply_session_headers(r, {}, V{bad});
+    ASSERT_FALSE(e) << bad;
+    EXPECT_EQ(e.error().field, "x-dynamo-session-id");
+  }
+  CompletionRequest r;
+  auto twice = apply_session_headers(r, V{"a", "a"}, {});
+  ASSERT_FALSE(twice);
+  EXPECT_NE(twice.error().message.find("more than once"), std::string::npos);
+  ASSERT_TRUE(apply_session_headers(r, V{std::string(256, 'x')}, {})) << "256 bytes is the limit";
+}
+
+TEST(BlockHashes, ChainedOverFullBlocks) {
+  auto hashes = [](std::string_view text, std::uint32_t tokens) {
+    return block_hashes(emulated_tokens(text, tokens), 16);
+  };
+  const auto a = hashes(std::string(400, 'a'), 100);
+  ASSERT_EQ(a.size(), 6u) << "100 tokens: 6 full blocks";
+  const auto b = hashes(std::string(400, 'a') + "zzzz", 101);
+  EXPECT_EQ(b, a) << "the same full blocks";
+  const auto c = hashes("b" + std::string(399, 'a'), 100);
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_NE(c[i], a[i]) << "a change in block 0 changes every later hash " << i;
+  // Blocks 1 and 2 hold the same tokens: only the chain tells them apart.
+  EXPECT_NE(a[1], a[2]);
+  EXPECT_EQ(hashes("", 32).size(), 2u) << "prompt_tokens given past the text";
+  EXPECT_TRUE(hashes("abc", 1).empty());
+  EXPECT_EQ(emulated_tokens("abcde", 3), (std::vector<std::int32_t>{0x64636261, 0x65, 0}));
 }
 
 TEST(Replies, OpenAiShapes) {

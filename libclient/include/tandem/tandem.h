@@ -326,6 +326,38 @@ enum tandem_kv_event_kind {
 TANDEM_API int tandem_kv_event(tandem_client* client, uint64_t session, int kind, uint32_t blocks,
                                uint32_t round) TANDEM_NOEXCEPT;
 
+/* Block hashes of the engine's prefix cache for routers: tandemd publishes
+ * them as vLLM-format KV events when [kv_events] is configured
+ * (docs/daemon.md "KV events for routers"). STORED: `count` blocks of a
+ * chain now held in `medium`, hashes[0] following `parent_hash` when
+ * `has_parent`; REMOVED: `count` blocks gone from `medium`. Moving blocks
+ * between media is a REMOVED from one and a STORED in the other. Token ids
+ * are not carried (the events' token_ids are empty). The call splits the
+ * hashes into KV_BLOCKS records of 3 (count 4096 = 1366 event-ring slots);
+ * with no daemon they are dropped like every record. */
+enum tandem_kv_blocks_op {
+  TANDEM_KV_BLOCKS_STORED = 1,
+  TANDEM_KV_BLOCKS_REMOVED = 2,
+};
+enum tandem_kv_medium {
+  TANDEM_KV_MEDIUM_GPU = 0, /* "GPU": the device's KV pool */
+  TANDEM_KV_MEDIUM_CPU = 1, /* "CPU": host memory (an offload) */
+};
+#define TANDEM_KV_BLOCKS_MAX 4096
+typedef struct tandem_kv_blocks {
+  size_t sz;              /* sizeof the struct */
+  int op;                 /* TANDEM_KV_BLOCKS_STORED or _REMOVED */
+  int medium;             /* TANDEM_KV_MEDIUM_* */
+  const uint64_t* hashes; /* `count` block hashes, in chain order */
+  uint32_t count;         /* 1 .. TANDEM_KV_BLOCKS_MAX */
+  uint32_t block_size;    /* STORED: tokens per block, 1 .. 2^20; REMOVED: 0 */
+  uint64_t parent_hash;   /* STORED with has_parent: the block before hashes[0] */
+  int has_parent;         /* STORED: 1 if hashes[0] has a parent; REMOVED: 0 */
+} tandem_kv_blocks;
+/* Errors: -EPERM (not an engine handle), -EINVAL (bad fields, named). */
+TANDEM_API int tandem_kv_blocks_report(tandem_client* client, uint64_t session,
+                                       const tandem_kv_blocks* blocks) TANDEM_NOEXCEPT;
+
 /* ---- directives ------------------------------------------------------- */
 
 enum tandem_directive_type {

@@ -115,6 +115,9 @@ class Client {
   int kv_event(std::uint64_t session, int kind, std::uint32_t blocks, std::uint32_t round) noexcept {
     return tandem_kv_event(handle_, session, kind, blocks, round);
   }
+  int kv_blocks(std::uint64_t session, const tandem_kv_blocks& blocks) noexcept {
+    return tandem_kv_blocks_report(handle_, session, &blocks);
+  }
 
   // directives
   int poll(int timeout_ms, std::span<tandem_directive> out) noexcept {

@@ -58,6 +58,8 @@ __all__ = [
     "Directive",
     "DirectiveType",
     "KvEventKind",
+    "KvBlocksOp",
+    "KvMedium",
     "CloseReason",
     "RequestPhase",
     "KeepDecision",
@@ -125,6 +127,16 @@ class KvEventKind(enum.IntEnum):
     RESTORED = 2
     OFFLOADED = 3
     DROPPED = 4
+
+
+class KvBlocksOp(enum.IntEnum):
+    STORED = 1
+    REMOVED = 2
+
+
+class KvMedium(enum.IntEnum):
+    GPU = 0
+    CPU = 1
 
 
 class CloseReason(enum.IntEnum):
@@ -633,6 +645,25 @@ class Engine(_Client):
                 _int("round", round, "u32"),
             ),
             "tandem_kv_event",
+        )
+
+    def kv_blocks(self, session, op, hashes, medium=KvMedium.GPU, block_size=0, parent=None):
+        """Block hashes of the prefix cache stored in or removed from `medium`
+        (tandem_kv_blocks_report), published by tandemd as vLLM KV events;
+        `parent`: the block before hashes[0] of a STORED chain, or None."""
+        hashes = [_int("hashes", h, "u64") for h in hashes]
+        arr = (ctypes.c_uint64 * max(1, len(hashes)))(*hashes)
+        b = _ffi.KvBlocks(
+            op=_int("op", op, "i32"),
+            medium=_int("medium", medium, "i32"),
+            hashes=arr,
+            count=len(hashes),
+            block_size=_int("block_size", block_size, "u32"),
+            parent_hash=0 if parent is None else _int("parent", parent, "u64"),
+            has_parent=0 if parent is None else 1,
+        )
+        self._check(
+            self._lib.tandem_kv_blocks_report(self._h(), _session(session), ctypes.byref(b)), "tandem_kv_blocks_report"
         )
 
     # ---- gating ---------------------------------------------------------

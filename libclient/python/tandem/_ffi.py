@@ -168,6 +168,19 @@ class KvStats(_Sized):
     ]
 
 
+class KvBlocks(_Sized):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("op", c_int),
+        ("medium", c_int),
+        ("hashes", POINTER(c_uint64)),
+        ("count", c_uint32),
+        ("block_size", c_uint32),
+        ("parent_hash", c_uint64),
+        ("has_parent", c_int),
+    ]
+
+
 class CDirective(ctypes.Structure):
     _fields_ = [
         ("type", c_uint32),
@@ -364,6 +377,7 @@ STRUCTS = {
     "tandem_tool_info": ToolInfoC,
     "tandem_round": Round,
     "tandem_kv_stats": KvStats,
+    "tandem_kv_blocks": KvBlocks,
     "tandem_directive": CDirective,
     "tandem_step_request": StepRequestC,
     "tandem_pinned_kv": PinnedKvC,
@@ -413,6 +427,7 @@ _SIGNATURES = {
     "tandem_round_end": (c_int, [_client_p, c_uint64, c_uint32, c_uint32, c_uint32, c_int]),
     "tandem_kv_stats_report": (c_int, [_client_p, POINTER(KvStats)]),
     "tandem_kv_event": (c_int, [_client_p, c_uint64, c_int, c_uint32, c_uint32]),
+    "tandem_kv_blocks_report": (c_int, [_client_p, c_uint64, POINTER(KvBlocks)]),
     "tandem_poll": (c_int, [_client_p, c_int, c_int, POINTER(CDirective)]),
     "tandem_session_runnable": (c_int, [_client_p, c_uint64]),
     "tandem_session_priority": (c_int, [_client_p, c_uint64]),
