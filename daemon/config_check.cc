@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
-#include <ranges>
 #include <map>
+#include <ranges>
 #include <string>
 #include <utility>
 

@@ -1,9 +1,9 @@
 // tandemd's metrics: everything the daemon counts and holds, as Prometheus
 // text (docs/metrics.md), for the endpoint and `tandemctl metrics`.
 #include <array>
+#include <bit>
 #include <chrono>
 #include <map>
-#include <bit>
 #include <optional>
 #include <string>
 
@@ -50,9 +50,9 @@ struct CtlService::EngineLoad {
   double blocks_free = 0;
   double blocks_pinned = 0;
   double blocks_offloaded = 0;
-  double prompt_tokens = 0;  // prefix-cache queries
-  double cached_tokens = 0;  // ... and hits
-  double acting = 0;         // sessions whose latest round ran here, in a tool now
+  double prompt_tokens = 0;                                // prefix-cache queries
+  double cached_tokens = 0;                                // ... and hits
+  double acting = 0;                                       // sessions whose latest round ran here, in a tool now
   std::array<double, kReturnHorizons.size()> returning{};  // expected back within each horizon
 
   double usage() const { return blocks_total > 0 ? 1.0 - blocks_free / blocks_total : 0.0; }
@@ -88,8 +88,7 @@ std::map<std::string, CtlService::EngineLoad, std::less<>> CtlService::engine_lo
       ++l.acting;
       const base::Duration elapsed = now > s.tool_started ? now - s.tool_started : base::Duration::zero();
       for (std::size_t h = 0; h < kReturnHorizons.size(); ++h) {
-        l.returning[h] +=
-            model.tools().p_return_within(s.tool, elapsed, std::chrono::seconds(kReturnHorizons[h]));
+        l.returning[h] += model.tools().p_return_within(s.tool, elapsed, std::chrono::seconds(kReturnHorizons[h]));
       }
     }
   }

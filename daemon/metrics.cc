@@ -117,8 +117,9 @@ base::Result<ListenAddress> parse_listen(std::string_view text, bool allow_remot
     in6_addr addr{};
     if (inet_pton(AF_INET6, std::string(host).c_str(), &addr) != 1) return bad("not an IPv6 address");
     if (!allow_remote && !IN6_IS_ADDR_LOOPBACK(&addr)) {
-      return bad("must be a loopback address ([::1]) unless [metrics] allow_remote = true: the metrics are not "
-                 "authenticated");
+      return bad(
+          "must be a loopback address ([::1]) unless [metrics] allow_remote = true: the metrics are not "
+          "authenticated");
     }
   } else {
     in_addr addr{};

@@ -120,7 +120,7 @@ class MetricsEndpoints {
   static constexpr std::size_t kMaxEngines = 64;  // [metrics.engines] entries
 
   struct Slot {
-    std::string name;  // the engine's name; "" for the node's
+    std::string name;   // the engine's name; "" for the node's
     std::string asked;  // the configured address ("" = off)
     std::optional<MetricsEndpoint> endpoint;
     std::string error;  // why there is no endpoint ("" when there is one, or none was asked)

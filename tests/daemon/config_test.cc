@@ -377,7 +377,8 @@ TEST(Config, MetricsForEachEngineAndRemoteScrapes) {
     std::string says;
   };
   for (const Bad& b : std::vector<Bad>{
-           {"[metrics.engines]\n\"e\" = \"10.0.0.1:9465\"\n", "metrics.engines.e: \"10.0.0.1:9465\": must be a loopback"},
+           {"[metrics.engines]\n\"e\" = \"10.0.0.1:9465\"\n",
+            "metrics.engines.e: \"10.0.0.1:9465\": must be a loopback"},
            {"[metrics.engines]\n\"e\" = \"127.0.0.1\"\n", "metrics.engines.e"},
            {"[metrics.engines]\n\"e\" = 9465\n", "metrics.engines.e"},
            {"[metrics.engines]\n\"a\\u0001b\" = \"127.0.0.1:1\"\n", "engine name"},

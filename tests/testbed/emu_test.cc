@@ -327,7 +327,8 @@ TEST_F(EmuTest, SessionHeadersNameTheSession) {
   EXPECT_EQ(j2["session_id"], "agent-h");
   EXPECT_EQ(j2["usage"]["prompt_tokens_details"]["cached_tokens"], 96);
   // The body's session_id wins over a router's token (llm-d's names a pod).
-  auto r4 = send({{"x-session-token", "pod-token"}}, {{"prompt", p1 + "yyyyzzzz"}, {"max_tokens", 1}, {"session_id", "agent-h"}});
+  auto r4 = send({{"x-session-token", "pod-token"}},
+                 {{"prompt", p1 + "yyyyzzzz"}, {"max_tokens", 1}, {"session_id", "agent-h"}});
   ASSERT_EQ(r4->status, 200) << r4->body;
   EXPECT_EQ(json::parse(r4->body)["session_id"], "agent-h");
   // A value session_id could not be is refused the same way.
