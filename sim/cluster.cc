@@ -163,8 +163,12 @@ base::Result<SimResult> Cluster::run() {
   // Arrivals in time order (the workload's order breaks ties, as on one node).
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return workload_.sessions[a].arrival_s < workload_.sessions[b].arrival_s;
+  // (The index makes the order total: std::sort then gives what
+  // std::stable_sort would, which libstdc++ 12 builds on a deprecated API.)
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const double ta = workload_.sessions[a].arrival_s;
+    const double tb = workload_.sessions[b].arrival_s;
+    return ta < tb || (ta == tb && a < b);
   });
   auto arrival_of = [&](std::size_t i) { return kSimEpoch + base::from_seconds(workload_.sessions[i].arrival_s); };
 

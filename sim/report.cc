@@ -739,7 +739,18 @@ void print_cluster_table(std::ostream& os, const Report& report) {
     return std::make_tuple(policy_rank.at(s.policy), s.variant.substr(0, s.variant.find('@')), r.nodes, s.rate,
                            router_rank.at(r.router));
   };
-  std::stable_sort(rows.begin(), rows.end(), [&](const Summary& a, const Summary& b) { return key(a) < key(b); });
+  // Sorted by key, ties in their first order: the index makes the order
+  // total, so std::sort gives std::stable_sort's (which libstdc++ 12 builds
+  // on a deprecated API).
+  std::vector<std::size_t> order(rows.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::make_tuple(key(rows[a]), a) < std::make_tuple(key(rows[b]), b);
+  });
+  std::vector<Summary> sorted;
+  sorted.reserve(rows.size());
+  for (std::size_t i : order) sorted.push_back(std::move(rows[i]));
+  rows = std::move(sorted);
   Table t;
   t.headers = {"policy", "router", "nodes",    "rate/node",  "sessions", "e2e mean", "e2e p90",
                "gp a=1", "gp a=3", "kv hit %", "recomputed", "moved",    "moves"};
