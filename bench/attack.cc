@@ -50,6 +50,7 @@
 #include "ipc/records.h"
 #include "tandem/tandem.h"
 #include "testbed/daemon_process.h"
+#include "tests/engine_info.h"
 
 namespace {
 
@@ -195,15 +196,7 @@ bool has_session(const Stack& s, std::uint64_t id) {
   return false;
 }
 
-ipc::EngineInfo engine_info() {
-  ipc::EngineInfo e;
-  e.gpu_index = 0;
-  e.block_size = 16;
-  e.total_blocks = 1000;
-  e.max_seqs = 64;
-  e.token_budget = 2048;
-  return e;
-}
+using tandem::test_support::test_engine_info;
 
 template <class T>
 ipc::Slot record(const T& r, std::uint64_t session) {
@@ -269,7 +262,7 @@ Verdict crash_from_any_uid() {
     (void)runner->send(ipc::build_resync(std::span(&snap, 1), false));
   }
   auto engine = DaemonConnection::connect(s.socket());
-  const bool bad_engine_welcomed = engine && engine->hello(wire::Role::Engine, bad, engine_info()).has_value();
+  const bool bad_engine_welcomed = engine && engine->hello(wire::Role::Engine, bad, test_engine_info()).has_value();
   std::this_thread::sleep_for(200ms);
   const int rc = as_nobody([&] {
     int answered = 0;
@@ -314,7 +307,7 @@ Verdict lockout() {
   int welcomed = -1;
   (void)!::read(ready[0], &welcomed, sizeof welcomed);
   auto engine = DaemonConnection::connect(s.socket());
-  const bool engine_ok = engine && engine->hello(wire::Role::Engine, "engine", engine_info(), 3000ms).has_value();
+  const bool engine_ok = engine && engine->hello(wire::Role::Engine, "engine", test_engine_info(), 3000ms).has_value();
   tandem_client* r = open_runner(s);
   const bool runner_ok = r != nullptr && tandem_connected(r) == 1;
   std::uint64_t sid = 0;
@@ -419,7 +412,7 @@ Verdict resync_closed() {
   auto runner = DaemonConnection::connect(s.socket());
   auto engine = DaemonConnection::connect(s.socket());
   if (!runner || !engine || !runner->hello(wire::Role::Runner, "runner") ||
-      !engine->hello(wire::Role::Engine, "engine", engine_info())) {
+      !engine->hello(wire::Role::Engine, "engine", test_engine_info())) {
     return v;
   }
   runner->push(record(ipc::SessionOpen{}, id));
@@ -444,7 +437,7 @@ Verdict resync_closed() {
   s.kill9();
   s.start();
   auto engine2 = DaemonConnection::connect(s.socket());
-  if (engine2 && engine2->hello(wire::Role::Engine, "engine", engine_info())) {
+  if (engine2 && engine2->hello(wire::Role::Engine, "engine", test_engine_info())) {
     ipc::SessionSnapshotInfo snap;
     snap.session = id;
     snap.state = 2;  // acting
@@ -529,7 +522,7 @@ Verdict resync_growth() {
   auto runner = DaemonConnection::connect(s.socket());
   auto engine = DaemonConnection::connect(s.socket());
   if (!runner || !engine || !runner->hello(wire::Role::Runner, "flood") ||
-      !engine->hello(wire::Role::Engine, "flood-engine", engine_info())) {
+      !engine->hello(wire::Role::Engine, "flood-engine", test_engine_info())) {
     return v;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -569,7 +562,7 @@ Verdict engine_on_runners_session() {
   auto runner = DaemonConnection::connect(s.socket());
   auto engine = DaemonConnection::connect(s.socket());
   if (!runner || !engine || !runner->hello(wire::Role::Runner, "runner") ||
-      !engine->hello(wire::Role::Engine, "engine", engine_info())) {
+      !engine->hello(wire::Role::Engine, "engine", test_engine_info())) {
     return v;
   }
   runner->push(record(ipc::SessionOpen{}, id));
@@ -776,7 +769,7 @@ json soak(int seconds) {
   json out;
   tandem_client* r = open_runner(s, "soak-runner");
   auto engine = DaemonConnection::connect(s.socket());
-  if (r == nullptr || !engine || !engine->hello(wire::Role::Engine, "soak-engine", engine_info())) return out;
+  if (r == nullptr || !engine || !engine->hello(wire::Role::Engine, "soak-engine", test_engine_info())) return out;
   std::this_thread::sleep_for(500ms);
   const std::uint64_t rss0 = rss_kb(s.pid());
   const std::size_t fds0 = fd_count(s.pid());

@@ -35,21 +35,14 @@
 #include "ipc/channel.h"
 #include "ipc/messages.h"
 #include "ipc/records.h"
+#include "tests/engine_info.h"
 
 namespace tandem::testing {
 
 class InProcessDaemon;
 
-// The engine every in-process test registers: 1,000 blocks of 16 tokens.
-inline ipc::EngineInfo engine_info() {
-  ipc::EngineInfo e;
-  e.gpu_index = 0;
-  e.block_size = 16;
-  e.total_blocks = 1000;
-  e.max_seqs = 64;
-  e.token_budget = 2048;
-  return e;
-}
+// The engine every in-process test registers (tests/engine_info.h).
+using test_support::test_engine_info;
 
 // Every line the daemon logs while it lives, as it would reach journald.
 // Thread-safety: one thread (the logger is replaced for the process).

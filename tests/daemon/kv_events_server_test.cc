@@ -91,7 +91,7 @@ TEST(KvEventsInProcess, AFloodIsPublishedInBoundedBatchesAndARunnersRecordsAreRe
   ASSERT_TRUE(d.ok()) << d.error();
   Subscriber sub(endpoint);
   auto engine = d.connect();
-  ASSERT_TRUE(engine.hello(wire::Role::Engine, "eng", engine_info()));
+  ASSERT_TRUE(engine.hello(wire::Role::Engine, "eng", test_engine_info()));
   // A PUB socket drops what it sends before a subscription arrives: send
   // single records until one gets through.
   std::vector<std::string> first;
@@ -148,7 +148,7 @@ TEST(KvEventsInProcess, OffTheRecordsAreTakenAndIgnored) {
   InProcessDaemon d;
   ASSERT_TRUE(d.ok()) << d.error();
   auto engine = d.connect();
-  ASSERT_TRUE(engine.hello(wire::Role::Engine, "eng", engine_info()));
+  ASSERT_TRUE(engine.hello(wire::Role::Engine, "eng", test_engine_info()));
   const std::uint64_t accepted = d.server().stats().records_accepted;
   ASSERT_TRUE(engine.push(stored(1, 3, false), 7));
   ASSERT_TRUE(d.until([&] { return d.server().stats().records_accepted > accepted; }));

@@ -41,7 +41,7 @@ class ProtocolInProcess : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(d_.ok()) << d_.error();
     good_ = std::make_unique<InProcessClient>(d_.connect());
-    ASSERT_TRUE(good_->hello(wire::Role::Engine, "good-engine", engine_info())) << good_->error();
+    ASSERT_TRUE(good_->hello(wire::Role::Engine, "good-engine", test_engine_info())) << good_->error();
     reader_ = std::make_unique<InProcessClient>(d_.connect());
     ASSERT_TRUE(reader_->hello(wire::Role::CtlRead, "reader")) << reader_->error();
   }
@@ -126,7 +126,7 @@ TEST_F(ProtocolInProcess, MalformedMessageIsRefused) {
 
 TEST_F(ProtocolInProcess, CtlRequestFromAnEngineIsAnError) {
   InProcessClient c = d_.connect();
-  ASSERT_TRUE(c.hello(wire::Role::Engine, "nosy-engine", engine_info()));
+  ASSERT_TRUE(c.hello(wire::Role::Engine, "nosy-engine", test_engine_info()));
   auto [status, body] = c.ctl("status");
   EXPECT_EQ(status, EPERM) << body;
   expect_good_client_served();
@@ -147,7 +147,7 @@ TEST_F(ProtocolInProcess, AnUnauthorisedUidIsRefusedARoleButMayRead) {
   // real process boundary.
   const ucred nobody{::getpid(), 65534, 65534};
   InProcessClient c = d_.connect(nobody);
-  EXPECT_FALSE(c.hello(wire::Role::Engine, "intruder", engine_info()));
+  EXPECT_FALSE(c.hello(wire::Role::Engine, "intruder", test_engine_info()));
   EXPECT_EQ(c.error_code(), EACCES) << c.error();
   EXPECT_NE(c.error().find("uid 65534"), std::string::npos) << c.error();
   InProcessClient r = d_.connect(nobody);

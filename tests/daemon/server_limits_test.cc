@@ -38,7 +38,7 @@ TEST(ServerLimits, ThreeHundredHeldReaderConnectionsLockNobodyOut) {
   EXPECT_GT(welcomed, 0);
   // Root's engine, runner and tandemctl are all served.
   auto engine = d.connect();
-  EXPECT_TRUE(engine.hello(wire::Role::Engine, "engine", engine_info())) << engine.error();
+  EXPECT_TRUE(engine.hello(wire::Role::Engine, "engine", test_engine_info())) << engine.error();
   auto runner = d.connect();
   EXPECT_TRUE(runner.hello(wire::Role::Runner, "runner")) << runner.error();
   auto admin = d.connect();
@@ -63,7 +63,7 @@ TEST(ServerLimits, ReadersOfManyUidsLeaveTheReservedSlots) {
   }
   EXPECT_EQ(welcomed, 30);  // 40 − 10 reserved
   auto engine = d.connect();
-  EXPECT_TRUE(engine.hello(wire::Role::Engine, "engine", engine_info())) << engine.error();
+  EXPECT_TRUE(engine.hello(wire::Role::Engine, "engine", test_engine_info())) << engine.error();
   auto runner = d.connect();
   EXPECT_TRUE(runner.hello(wire::Role::Runner, "runner")) << runner.error();
 }
@@ -94,7 +94,7 @@ TEST(ServerLimits, ResyncGrowthIsBounded) {
   auto runner = d.connect();
   ASSERT_TRUE(runner.hello(wire::Role::Runner, "flood"));
   auto engine = d.connect();
-  ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", engine_info()));
+  ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", test_engine_info()));
   std::uint64_t n = 0;
   for (int m = 0; m < 100; ++m) {
     std::vector<ipc::SessionSnapshotInfo> batch;

@@ -183,7 +183,7 @@ TEST(Ownership, AnEngineSnapshotCannotRecreateAClosedSession) {
   ASSERT_TRUE(d.ok()) << d.error();
   const std::uint64_t s = base::session_id("closed-one");
   auto engine = d.connect();
-  ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", engine_info()));
+  ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", test_engine_info()));
   {
     auto runner = d.connect(runner_proc.cred());
     ASSERT_TRUE(runner.hello(wire::Role::Runner, "runner", std::nullopt, kVictimInstance));
@@ -205,7 +205,7 @@ TEST(Ownership, AnEngineSnapshotCannotRecreateAClosedSession) {
       d.restart();
       ASSERT_TRUE(d.ok()) << d.error();
       engine = d.connect();
-      ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", engine_info()));
+      ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", test_engine_info()));
     }
     ipc::SessionSnapshotInfo acting = snap(s, static_cast<std::uint8_t>(sched::SessionState::kActing));
     acting.blocks_held = 8;
@@ -230,7 +230,7 @@ TEST(Ownership, AnEngineActsOnARunnersSessionOnlyThroughItsRounds) {
   ASSERT_TRUE(runner.push(ipc::SessionOpen{}, s));
   ASSERT_TRUE(runner.send(ipc::build_session_name(s, name)));
   auto engine = d.connect();
-  ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", engine_info()));
+  ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", test_engine_info()));
   ASSERT_NE(find(sessions(d), s), nullptr);
   // Its snapshot says the session is in a tool call, holding KV: no.
   ipc::SessionSnapshotInfo acting = snap(s, static_cast<std::uint8_t>(sched::SessionState::kActing));

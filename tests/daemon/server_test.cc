@@ -71,7 +71,7 @@ TEST(ServerInProcess, NonUtf8NamesGetThroughNoCtlCommand) {
   ASSERT_TRUE(runner.send(ipc::build_resync(std::span(&snap, 1), false)));
   // An engine and a ctl client that call themselves that.
   auto engine = d.connect();
-  EXPECT_FALSE(engine.hello(wire::Role::Engine, kBadName, engine_info()));
+  EXPECT_FALSE(engine.hello(wire::Role::Engine, kBadName, test_engine_info()));
   EXPECT_EQ(engine.error_code(), EINVAL);
   auto reader = d.connect();
   EXPECT_FALSE(reader.hello(wire::Role::CtlRead, kBadName));

@@ -76,16 +76,6 @@ std::string Daemon::log() const { return daemon_ ? daemon_->log() : std::string(
 
 bool socket_accepts(const std::string& path) { return RawClient::connect(path).has_value(); }
 
-ipc::EngineInfo test_engine_info() {
-  ipc::EngineInfo e;
-  e.gpu_index = 0;
-  e.block_size = 16;
-  e.total_blocks = 1000;
-  e.max_seqs = 64;
-  e.token_budget = 2048;
-  return e;
-}
-
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;

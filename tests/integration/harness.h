@@ -24,6 +24,7 @@
 #include "ipc/daemon_connection.h"
 #include "ipc/records.h"
 #include "testbed/daemon_process.h"
+#include "tests/engine_info.h"
 
 namespace tandem::it {
 
@@ -100,9 +101,8 @@ class Daemon {
 // Whether `path` accepts a SOCK_SEQPACKET connection now.
 bool socket_accepts(const std::string& path);
 
-// An engine's parameters for raw-protocol tests: GPU 0, 1,000 blocks of 16
-// tokens, 64 sequences, 2,048 tokens a step.
-ipc::EngineInfo test_engine_info();
+// An engine's parameters for raw-protocol tests (tests/engine_info.h).
+using test_support::test_engine_info;
 
 // Polls `pred` every 10 ms until it is true or `timeout` passes.
 template <class Pred>
