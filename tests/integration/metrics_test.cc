@@ -28,6 +28,17 @@ std::string http_get(std::uint16_t port, const std::string& path) {
       .value_or("");
 }
 
+// The port of a "HOST:PORT" tandemd reports, and the body of an HTTP reply
+// ("" when it has none yet).
+std::uint16_t port_of(const std::string& listen) {
+  return static_cast<std::uint16_t>(std::stoi(listen.substr(listen.rfind(':') + 1)));
+}
+
+std::string body_of(const std::string& reply) {
+  const auto split = reply.find("\r\n\r\n");
+  return split == std::string::npos ? std::string() : reply.substr(split + 4);
+}
+
 // Runs the exposition through prometheus_client's parser; returns its
 // "name{labels} value" lines, or "ERROR: ..." (or "SKIP" without the parser).
 std::string parse_with_prometheus_client(const std::string& text, const std::string& dir) {
@@ -81,14 +92,11 @@ TEST(Metrics, ScrapedOverHttpAndCtlAndParsedByPrometheusClient) {
   const nlohmann::json status = ctl(daemon.socket_path(), "status");
   const std::string listen = status["metrics"]["listen"].get<std::string>();
   ASSERT_THAT(listen, ::testing::StartsWith("127.0.0.1:")) << status.dump();
-  const auto port = static_cast<std::uint16_t>(std::stoi(listen.substr(listen.rfind(':') + 1)));
+  const std::uint16_t port = port_of(listen);
 
   std::string body;
   ASSERT_TRUE(eventually([&] {
-    const std::string reply = http_get(port, "/metrics");
-    const auto split = reply.find("\r\n\r\n");
-    if (split == std::string::npos) return false;
-    body = reply.substr(split + 4);
+    body = body_of(http_get(port, "/metrics"));
     return body.find("kind=\"evicted\"} 1\n") != std::string::npos;
   })) << body;
   EXPECT_THAT(http_get(port, "/nope"), HasSubstr("404 Not Found"));
@@ -137,15 +145,6 @@ std::pair<int, std::string> promtool_check(const std::string& text, const std::s
     status = ::pclose(p);
   }
   return {status, out};
-}
-
-std::uint16_t port_of(const std::string& listen) {
-  return static_cast<std::uint16_t>(std::stoi(listen.substr(listen.rfind(':') + 1)));
-}
-
-std::string body_of(const std::string& reply) {
-  const auto split = reply.find("\r\n\r\n");
-  return split == std::string::npos ? std::string() : reply.substr(split + 4);
 }
 
 TEST(Metrics, EachEngineGetsVllmNamesOnItsOwnEndpointAndPromtoolPassesThem) {

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "sim/node.h"
+#include "tests/sim/fixtures.h"
 
 namespace tandem::sim {
 namespace {
@@ -101,13 +102,10 @@ SessionSpec one_tool_session(std::string name, double arrival, const std::string
   return s;
 }
 
+// The fixtures' node with one engine.
 SimConfig config(std::string policy) {
-  SimConfig c;
-  c.preset = *find_preset("h100-llama3-8b");
-  c.limits = {c.preset.token_budget, c.preset.max_seqs};
+  SimConfig c = fixtures::config(std::move(policy));
   c.engines = 1;
-  c.tool_cores = 4;
-  c.policy = std::move(policy);
   return c;
 }
 
