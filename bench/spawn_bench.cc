@@ -21,15 +21,22 @@
 //                   on a hybrid host, one `tasks` write in the child per v1
 //                   hierarchy before exec. The mechanism without the daemon.
 //   warm            tandem_tool_spawn() + tandem_tool_wait() through a real
-//                   tandemd with its warm pool ([tools] defaults): ToolPrepare
-//                   on the socket → tandemd hands out a ready cgroup of the
-//                   session → ToolPlacement with the directory fds →
-//                   cpu::spawn into them → TOOL_START; after the exit, usage
-//                   read from the cgroup and TOOL_END.
-//   cold            the same through a second tandemd with pool_max = 0: each
-//                   call's cgroup is made, with its limits, on its ToolPrepare.
+//                   tandemd as shipped ([tools] defaults: the warm pool and
+//                   placement ahead): the cgroup libtandem asked for when the
+//                   session's last call started is here already (its
+//                   ToolPlacement with the directory fds read off the socket)
+//                   → cpu::spawn into it → TOOL_START, and ToolPrepare for the
+//                   next call; after the exit, usage read from the cgroup and
+//                   TOOL_END.
+//   warm_noahead    the same with [tools] ahead = false: ToolPrepare on the
+//                   socket → tandemd hands out a ready cgroup of the session →
+//                   ToolPlacement → cpu::spawn … (the round trip on the call).
+//   cold            the same through a tandemd with pool_max = 0 and ahead =
+//                   false: each call's cgroup is made, with its limits, on its
+//                   ToolPrepare.
 // The tandemds run side by side, each in its own runtime dir and subtree
-// (…-warm, …-cold), each with one runner handle and one session.
+// (…-warm, …-warm_noahead, …-cold), each with one runner handle and one
+// session.
 //
 // Phases. Isolated spawns first (--spawns per variant, each after a quiet
 // gap), then, on a hybrid host, the v1 joins by themselves (a forked child
@@ -171,6 +178,7 @@ constexpr auto kStartTimeout = std::chrono::seconds(5);
 constexpr auto kStopTimeout = std::chrono::seconds(10);
 constexpr auto kSettleTimeout = std::chrono::seconds(5);
 constexpr std::int64_t kSettlePollNs = 50'000;
+constexpr std::int64_t kSettleCtlPollNs = 1'000'000;  // asking tandemd's status costs a connection
 constexpr int kToolWaitMs = 10'000;
 constexpr int kKillTimeoutMs = 2000;
 
@@ -213,28 +221,31 @@ struct Options {
 };
 
 // The variants' keys (--only), in table order.
-constexpr std::array<std::string_view, 7> kVariantKeys = {"plain",  "posix_spawn", "cpu_nocg", "floor",
-                                                          "cpu_cg", "warm",        "cold"};
+constexpr std::array<std::string_view, 8> kVariantKeys = {"plain",  "posix_spawn", "cpu_nocg",     "floor",
+                                                          "cpu_cg", "warm",        "warm_noahead", "cold"};
 
 void print_usage(std::FILE* to) {
-  fmt::print(to,
-             "usage: spawn_bench [flags]\n"
-             "  --spawns N     timed spawns of /bin/true per variant (default {})\n"
-             "  --warmup N     untimed spawns per variant first (default {})\n"
-             "  --quick        {} spawns and {} warm-up per variant (the ctest smoke run)\n"
-             "  --gap-ms N     quiet time before every isolated spawn (default {}; 0: back to back)\n"
-             "  --burst N      then N spawns per variant back to back, in blocks of {} (default {}; 0: none)\n"
-             "  --no-settle    don't wait for tandemd to remove each call's cgroup (and refill its pool)\n"
-             "  --only K,...   run only these variants: plain, posix_spawn, cpu_nocg, floor, cpu_cg, warm, cold\n"
-             "  --json FILE    also write the rows as JSON: {{\"rows\": [{{\"name\", \"p50_ms\", \"p99_ms\", "
-             "\"burst_p50_ms\", ...}}]}}\n"
-             "  --keep         keep tandemd's runtime dirs (config, tandemd.log) and print their path\n"
-             "  --help         show this text\n"
-             "Variants: plain fork+execve, posix_spawn, cpu::spawn without a cgroup; as root also the floor\n"
-             "(clone3(CLONE_INTO_CGROUP) into a pre-made v2 cgroup, no daemon), cpu::spawn into a pre-made cgroup\n"
-             "in every hierarchy (cpu_cg: the floor plus the v1 joins of a hybrid host), and a real tandemd with its\n"
-             "warm pool (warm) and one with the pool off (cold).\n",
-             kDefaultSpawns, kDefaultWarmup, kQuickSpawns, kQuickWarmup, kDefaultGapMs, kBurstBlock, kDefaultBurst);
+  fmt::print(
+      to,
+      "usage: spawn_bench [flags]\n"
+      "  --spawns N     timed spawns of /bin/true per variant (default {})\n"
+      "  --warmup N     untimed spawns per variant first (default {})\n"
+      "  --quick        {} spawns and {} warm-up per variant (the ctest smoke run)\n"
+      "  --gap-ms N     quiet time before every isolated spawn (default {}; 0: back to back)\n"
+      "  --burst N      then N spawns per variant back to back, in blocks of {} (default {}; 0: none)\n"
+      "  --no-settle    don't wait for tandemd to remove each call's cgroup (and refill its pool)\n"
+      "  --only K,...   run only these variants: plain, posix_spawn, cpu_nocg, floor, cpu_cg, warm,\n"
+      "                 warm_noahead, cold\n"
+      "  --json FILE    also write the rows as JSON: {{\"rows\": [{{\"name\", \"p50_ms\", \"p99_ms\", "
+      "\"burst_p50_ms\", ...}}]}}\n"
+      "  --keep         keep tandemd's runtime dirs (config, tandemd.log) and print their path\n"
+      "  --help         show this text\n"
+      "Variants: plain fork+execve, posix_spawn, cpu::spawn without a cgroup; as root also the floor\n"
+      "(clone3(CLONE_INTO_CGROUP) into a pre-made v2 cgroup, no daemon), cpu::spawn into a pre-made cgroup\n"
+      "in every hierarchy (cpu_cg: the floor plus the v1 joins of a hybrid host), and real tandemds: as shipped\n"
+      "(warm: the warm pool and placement ahead), without placement ahead (warm_noahead), and with neither\n"
+      "(cold).\n",
+      kDefaultSpawns, kDefaultWarmup, kQuickSpawns, kQuickWarmup, kDefaultGapMs, kBurstBlock, kDefaultBurst);
 }
 
 // Returns 0 to run, 1 when --help was printed, 2 on a usage error (printed).
@@ -471,7 +482,7 @@ Result<Sample> spawn_cpu(const cpu::SpawnSpec& spec, const cpu::CgroupDirs& wher
 // cgroups (for settling). Members are destroyed runner → tandemd (which
 // sweeps its subtree when it is left behind).
 struct TandemSide {
-  std::string label;  // "warm" or "cold"
+  std::string label;  // "warm", "warm_noahead" or "cold"
   std::string runtime_dir;
   std::string log_path;
   std::unique_ptr<testbed::DaemonProcess> daemon;
@@ -524,6 +535,27 @@ std::vector<std::string> child_dirs(const std::string& dir) {
   return out;
 }
 
+// tandemd's `status` (ctl), or null if it cannot say.
+nlohmann::json ctl_status(const TandemSide& side) {
+  auto c = ipc::DaemonConnection::connect(side.runtime_dir + "/tandemd.sock");
+  if (!c || !c->hello(wire::Role::CtlRead, "spawn-bench-ctl", std::nullopt, std::chrono::milliseconds(3000))) {
+    return nullptr;
+  }
+  auto body = c->ctl("status");
+  if (!body) return nullptr;
+  return nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+}
+
+// host.<group>.<key> of a status, if it is a number.
+std::optional<std::uint64_t> host_number(const nlohmann::json& status, const char* group, const char* key) {
+  if (!status.is_object() || !status.contains("host") || !status["host"].is_object()) return std::nullopt;
+  const nlohmann::json& host = status["host"];
+  if (!host.contains(group) || !host[group].is_object() || !host[group].contains(key)) return std::nullopt;
+  const nlohmann::json& v = host[group][key];
+  if (!v.is_number()) return std::nullopt;
+  return v.get<std::uint64_t>();
+}
+
 // The name of the child of `dir` whose cgroup id is `id` ("" if none: gone).
 std::string child_with_id(const std::string& dir, std::uint64_t id) {
   for (const std::string& name : child_dirs(dir)) {
@@ -536,8 +568,9 @@ std::string child_with_id(const std::string& dir, std::uint64_t id) {
 }
 
 // Waits until tandemd has removed the call's cgroup (`id`) in every
-// hierarchy and, with a pool, made a ready one again; returns when that was
-// seen.
+// hierarchy and, with a pool, has a ready one again (its status says so: a
+// cgroup held ahead for the next call looks like a ready one on disk);
+// returns when that was seen.
 Result<std::int64_t> settle(const TandemSide& r, std::uint64_t id) {
   const std::int64_t deadline = now_ns() + std::chrono::nanoseconds(kSettleTimeout).count();
   const std::string name = r.session_dirs.empty() ? "" : child_with_id(r.session_dirs.front(), id);
@@ -545,16 +578,14 @@ Result<std::int64_t> settle(const TandemSide& r, std::uint64_t id) {
     const bool gone = name.empty() || std::ranges::none_of(r.session_dirs, [&](const std::string& d) {
                         return std::filesystem::exists(fmt::format("{}/{}", d, name));
                       });
-    const bool ready = !r.wait_for_pool || std::ranges::all_of(r.session_dirs, [&](const std::string& d) {
-      return std::ranges::any_of(child_dirs(d), [&](const std::string& c) { return c.starts_with("pool-"); });
-    });
+    const bool ready = !r.wait_for_pool || (gone && host_number(ctl_status(r), "pool", "ready").value_or(0) >= 1);
     if (gone && ready) return now_ns();
     if (now_ns() > deadline) {
       return base::make_error(ETIMEDOUT, fmt::format("{}: tandemd did not remove the call cgroup{} within {} s",
                                                      r.label, r.wait_for_pool ? " and refill its pool" : "",
                                                      std::chrono::seconds(kSettleTimeout).count()));
     }
-    sleep_ns(kSettlePollNs);
+    sleep_ns(gone ? kSettleCtlPollNs : kSettlePollNs);
   }
 }
 
@@ -827,27 +858,22 @@ Result<std::vector<std::int64_t>> time_v1_joins(const std::vector<int>& dirs, co
 }
 
 // The warm pool's counters from tandemd (ctl status: host.pool.hits and
-// .misses); nullopt if it cannot say.
+// .misses), and libtandem's count of calls placed ahead; nullopt if tandemd
+// cannot say.
 struct PoolCounts {
   std::uint64_t hits = 0;
   std::uint64_t misses = 0;
+  std::uint64_t ahead = 0;  // tandem_client_stats.tools_placed_ahead
 };
 std::optional<PoolCounts> pool_counts(const TandemSide& side) {
-  auto c = ipc::DaemonConnection::connect(side.runtime_dir + "/tandemd.sock");
-  if (!c || !c->hello(wire::Role::CtlRead, "spawn-bench-ctl", std::nullopt, std::chrono::milliseconds(3000))) {
-    return std::nullopt;
-  }
-  auto body = c->ctl("status");
-  if (!body) return std::nullopt;
-  const auto j = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
-  const nlohmann::json* pool = nullptr;
-  if (j.is_object() && j.contains("host") && j["host"].is_object() && j["host"].contains("pool")) {
-    pool = &j["host"]["pool"];
-  }
-  if (pool == nullptr || !pool->is_object() || !(*pool)["hits"].is_number() || !(*pool)["misses"].is_number()) {
-    return std::nullopt;
-  }
-  return PoolCounts{(*pool)["hits"].get<std::uint64_t>(), (*pool)["misses"].get<std::uint64_t>()};
+  if (side.client == nullptr) return std::nullopt;
+  const nlohmann::json status = ctl_status(side);
+  const auto hits = host_number(status, "pool", "hits");
+  const auto misses = host_number(status, "pool", "misses");
+  tandem_client_stats st{};
+  st.sz = sizeof st;
+  if (!hits || !misses || tandem_get_stats(side.client, &st) != 0) return std::nullopt;
+  return PoolCounts{*hits, *misses, st.tools_placed_ahead};
 }
 
 int run(const Options& o) {
@@ -873,14 +899,17 @@ int run(const Options& o) {
   std::unique_ptr<OwnedSubtree> cgroups;
   std::optional<cpu::Node> node;
   TandemSide warm;
+  TandemSide noahead;
   TandemSide cold;
   warm.label = "warm";
+  noahead.label = "warm_noahead";
   cold.label = "cold";
+  const std::array<TandemSide*, 3> sides{&warm, &noahead, &cold};
 
   auto fail = [&](const std::string& why) {
     std::fflush(stdout);
     fmt::print(stderr, "spawn_bench: {}\n", why);
-    for (const TandemSide* side : {&warm, &cold}) {
+    for (const TandemSide* side : sides) {
       if (!side->log_path.empty()) {
         fmt::print(stderr, "--- {} tandemd.log (tail) ---\n{}--------------------------\n", side->label,
                    tail_lines(read_text(side->log_path), 20));
@@ -909,11 +938,13 @@ int run(const Options& o) {
     if (auto f = cgroups->manager().favordynmods()) fmt::print("cgroup2 favordynmods: {}\n", *f ? "yes" : "no");
     if (placement.v2_dir < 0) fmt::print("no cgroup v2 here: the floor row is skipped\n");
   }
-  for (auto [side, key, tools] : {std::tuple{&warm, "warm", ""}, std::tuple{&cold, "cold", "pool_max = 0\n"}}) {
+  for (auto [side, tools] : {std::pair{&warm, ""}, std::pair{&noahead, "ahead = false\n"},
+                             std::pair{&cold, "pool_max = 0\nahead = false\n"}}) {
+    const std::string& key = side->label;
     if (!root || !selected(key)) continue;
     if (!dir) return fail(dir.error().message());
     side->runtime_dir = fmt::format("{}/{}", dir->path(), key);
-    side->wait_for_pool = side == &warm;
+    side->wait_for_pool = side != &cold;
     if (auto r =
             start_tandem(*side, fmt::format("{}-{}", subtree, key), tools, cgroups->manager().hierarchies(), subtree);
         !r) {
@@ -922,7 +953,7 @@ int run(const Options& o) {
     const std::string host = line_after(read_text(side->log_path), "host: cgroups ");
     fmt::print("cgroups (tandemd, {}): {}\n", key, host.empty() ? "(not in its log)" : host);
   }
-  if (o.keep && dir) fmt::print("runtime dirs: {}/{{warm,cold}}\n", dir->path());
+  if (o.keep && dir) fmt::print("runtime dirs: {}/{{warm,warm_noahead,cold}}\n", dir->path());
 
   const Command cmd;
   cpu::SpawnSpec spec;  // libtandem's defaults: a new session, other fds closed, environ inherited
@@ -931,9 +962,14 @@ int run(const Options& o) {
   std::optional<cpu::SpawnMethod> bare_method;
   std::optional<cpu::SpawnMethod> floor_method;
   std::optional<cpu::SpawnMethod> placed_method;
-  std::optional<PoolCounts> pool_start;  // warm tandemd's counters before the timed spawns, between phases, after
-  std::optional<PoolCounts> pool_mid;
-  std::optional<PoolCounts> pool_end;
+  // The pooled tandemds' counters (warm, warm_noahead) before the timed
+  // spawns, between the phases, and after.
+  std::array<std::optional<PoolCounts>, 2> pool_start;
+  std::array<std::optional<PoolCounts>, 2> pool_mid;
+  std::array<std::optional<PoolCounts>, 2> pool_end;
+  const auto count_pools = [&](std::array<std::optional<PoolCounts>, 2>& into) {
+    for (std::size_t i = 0; i < into.size(); ++i) into[i] = pool_counts(*sides[i]);
+  };
 
   std::vector<Variant> variants;
   auto add = [&](std::string key, std::string name, std::function<Result<Sample>()> spawn) -> Variant* {
@@ -956,10 +992,11 @@ int run(const Options& o) {
       add("floor", "floor: clone3 into v2 cgroup", [&] { return spawn_cpu(spec, floor_placement, floor_method); });
     }
     add("cpu_cg", "cpu::spawn, cgroup + v1 joins", [&] { return spawn_cpu(spec, placement, placed_method); });
-    for (auto [side, key, name] :
-         {std::tuple{&warm, "warm", "tandem, warm pool"}, std::tuple{&cold, "cold", "tandem, cold (no pool)"}}) {
+    for (auto [side, name] :
+         {std::pair{&warm, "tandem, warm pool + ahead"}, std::pair{&noahead, "tandem, warm pool, no ahead"},
+          std::pair{&cold, "tandem, cold (no pool)"}}) {
       TandemSide* t = side;
-      Variant* v = add(key, name, [t, &last_id] { return spawn_tandem(*t, last_id); });
+      Variant* v = add(t->label, name, [t, &last_id] { return spawn_tandem(*t, last_id); });
       if (v == nullptr) continue;
       v->after = [&o, t, &last_id](const Sample&, bool /*timed*/, bool burst) -> Result<void> {
         (void)tandem_poll(t->client, 0, 0, nullptr);  // the runner's event loop, between calls
@@ -977,7 +1014,7 @@ int run(const Options& o) {
   const int rounds = o.warmup + o.spawns;
   for (int round = 0; round < rounds; ++round) {
     const bool timed = round >= o.warmup;
-    if (round == o.warmup && warm.client != nullptr) pool_start = pool_counts(warm);
+    if (round == o.warmup) count_pools(pool_start);
     for (std::size_t k = 0; k < variants.size(); ++k) {
       if (g_interrupted != 0) return fail("interrupted");
       Variant& v = variants[(static_cast<std::size_t>(round) + k) % variants.size()];
@@ -997,7 +1034,7 @@ int run(const Options& o) {
   }
   // Bursts: blocks of kBurstBlock back-to-back spawns of one variant, a
   // quiet gap before each block, the variants alternating block by block.
-  if (warm.client != nullptr) pool_mid = pool_counts(warm);
+  count_pools(pool_mid);
   // The v1 joins alone, per hierarchy, through tasks (what cpu::spawn does)
   // and through cgroup.procs (what it did), alternating, each after the gap.
   std::vector<std::string> v1_names;
@@ -1039,10 +1076,10 @@ int run(const Options& o) {
     }
   }
   const double took_s = static_cast<double>(now_ns() - began) / 1e9;
-  if (warm.client != nullptr) pool_end = pool_counts(warm);
+  count_pools(pool_end);
 
   // The tandem handles stayed connected, and every call had its cgroup.
-  for (const TandemSide* side : {&warm, &cold}) {
+  for (const TandemSide* side : sides) {
     if (side->client == nullptr) continue;
     tandem_client_stats st{};
     st.sz = sizeof st;
@@ -1071,11 +1108,14 @@ int run(const Options& o) {
   if (bare_method) fmt::print("cpu::spawn without a cgroup used {}\n", method_name(*bare_method));
   if (floor_method) fmt::print("the floor used {}\n", method_name(*floor_method));
   if (placed_method) fmt::print("cpu::spawn into the cgroup used {}\n", method_name(*placed_method));
-  if (pool_start && pool_mid && pool_end) {
-    fmt::print("warm: tandemd's pool served {} of {} timed isolated calls and {} of {} burst calls (ctl status)\n",
-               pool_mid->hits - pool_start->hits,
-               pool_mid->hits - pool_start->hits + pool_mid->misses - pool_start->misses,
-               pool_end->hits - pool_mid->hits, pool_end->hits - pool_mid->hits + pool_end->misses - pool_mid->misses);
+  for (std::size_t i = 0; i < pool_start.size(); ++i) {
+    const auto &a = pool_start[i], &m = pool_mid[i], &e = pool_end[i];
+    if (!a || !m || !e) continue;
+    fmt::print(
+        "{}: tandemd's pool served {} of {} timed isolated ToolPrepares and {} of {} in the bursts (ctl status); "
+        "{} and {} calls started in a cgroup placed ahead\n",
+        sides[i]->label, m->hits - a->hits, m->hits - a->hits + m->misses - a->misses, e->hits - m->hits,
+        e->hits - m->hits + e->misses - m->misses, m->ahead - a->ahead, e->ahead - m->ahead);
   }
   fmt::print("{} spawns in {:.1f} s; load average now {}\n", (rounds + o.burst) * static_cast<int>(variants.size()),
              took_s, loadavg());
@@ -1088,7 +1128,7 @@ int run(const Options& o) {
   }
 
   // Tear down, checking each step.
-  for (TandemSide* side : {&warm, &cold}) {
+  for (TandemSide* side : sides) {
     if (side->runtime_dir.empty()) continue;
     if (auto r = stop_tandem(*side); !r) return fail(r.error().message());
   }

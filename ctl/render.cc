@@ -25,7 +25,7 @@ constexpr std::array<std::string_view, 15> kCommands = {"status", "engines",    
 
 // The keys `status` is documented to carry (docs/tandemctl.md), in display
 // order.
-constexpr std::array<std::string_view, 36> kStatusKeys = {
+constexpr std::array<std::string_view, 37> kStatusKeys = {
     // the daemon
     "version", "pid", "uptime_s", "runtime_dir", "policy.name", "policy.epoch", "admission_window", "metrics.listen",
     // connected clients by role
@@ -40,7 +40,7 @@ constexpr std::array<std::string_view, 36> kStatusKeys = {
     "host.cgroups", "host.telemetry_mode", "host.telemetry", "host.sessions", "host.tool_cgroups",
     "host.memory_pressure", "tools.prepared",
     // the warm pool of tool-call cgroups, and the cgroup2 mount's favordynmods
-    "host.pool.ready", "host.pool.hits", "host.pool.hit_rate", "host.favordynmods"};
+    "host.pool.ready", "host.pool.hits", "host.pool.hit_rate", "host.ahead.held", "host.favordynmods"};
 
 // The member `key` of `object`, or nullptr (also when `object` is not an
 // object).
@@ -448,7 +448,8 @@ base::Result<std::string> render_top_part(std::string_view command, std::string_
     return fmt::format(
         "tandemd {}  up {}  policy {} (window {}){}\n"
         "sessions {}: {} waiting, {} reasoning, {} acting, {} paused   clients: {} engines, {} runners\n"
-        "host: memory pressure {} (PSI {} %), {} tool cgroups, {} MiB; pool {} ready, hit rate {}; favordynmods {}\n\n",
+        "host: memory pressure {} (PSI {} %), {} tool cgroups, {} MiB; pool {} ready, hit rate {}; {} ahead; "
+        "favordynmods {}\n\n",
         at("version"), up != nullptr && up->is_number() ? format_age(up->get<double>()) : std::string(kMissing),
         at("policy.name"), at("admission_window"),
         draining != nullptr && draining->is_boolean() && draining->get<bool>() ? "  DRAINING" : "",
@@ -457,7 +458,7 @@ base::Result<std::string> render_top_part(std::string_view command, std::string_
         at("host.memory_psi_some_avg10"), at("host.tool_cgroups"),
         mem != nullptr && mem->is_number() ? fmt::format("{:.1f}", mem->get<double>() / (1024.0 * 1024.0))
                                            : std::string(kMissing),
-        at("host.pool.ready"), at("host.pool.hit_rate"), at("host.favordynmods"));
+        at("host.pool.ready"), at("host.pool.hit_rate"), at("host.ahead.held"), at("host.favordynmods"));
   }
   auto table = command == "engines" ? engines_table(reply) : sessions_table(reply);
   if (!table) return base::propagate(std::move(table.error()));

@@ -508,6 +508,8 @@ class Parser {
           h.pool_per_session = static_cast<std::uint32_t>(pct);
         } else if (name == "pool_idle") {
           ok = duration(v, key, h.pool_idle);
+        } else if (name == "ahead") {
+          ok = boolean(v, key, h.ahead);
         } else {
           ok = unknown(key, v, join(kToolKeys));
         }

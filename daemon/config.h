@@ -93,6 +93,7 @@ struct HostConfig {
   std::uint32_t pool_max = 64;         // ready cgroups over every session (0 = no pool: each call makes its own)
   std::uint32_t pool_per_session = 8;  // ready cgroups one session may have at most
   base::Duration pool_idle = std::chrono::seconds(30);  // a session without a tool call this long keeps none ready
+  bool ahead = true;  // runners may ask for a session's next call's cgroup early (ToolPrepare.ahead)
   // [memory]: degrade before killing
   double pressure_high = 10.0;      // node memory PSI some avg10 (%) from which tools are throttled
   double pressure_critical = 40.0;  // ... from which low-priority tools are frozen

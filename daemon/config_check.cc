@@ -215,10 +215,10 @@ std::string describe(const Config& c) {
                      h.on_restart, std::chrono::duration<double>(h.adopt_grace).count());
   out += fmt::format(
       "tools        memory_high {}, memory_max {}, pids_max {}, cpu_max_percent {}{}; "
-      "pool_max {}, pool_per_session {}, pool_idle {} s\n",
+      "pool_max {}, pool_per_session {}, pool_idle {} s, ahead {}\n",
       h.memory_high, h.memory_max, h.pids_max, h.cpu_max_percent,
       h.bubblewrap.empty() ? "" : fmt::format(", bubblewrap {}", h.bubblewrap), h.pool_max, h.pool_per_session,
-      std::chrono::duration<double>(h.pool_idle).count());
+      std::chrono::duration<double>(h.pool_idle).count(), h.ahead);
   out += fmt::format(
       "memory       pressure_high {} %, pressure_critical {} %, tools_budget {}, stall_kill_after {} s\n",
       h.pressure_high, h.pressure_critical, h.tools_budget, std::chrono::duration<double>(h.stall_kill_after).count());

@@ -62,9 +62,9 @@ inline constexpr std::string_view kKvEventsKeys[] = {"endpoint", "connect", "top
 inline constexpr std::int64_t kMaxKvEventsHwm = 100'000;
 inline constexpr std::string_view kCgroupKeys[] = {"mode",        "subtree",     "root",     "on_restart",
                                                    "adopt_grace", "engine_cpus", "tool_cpus"};
-inline constexpr std::string_view kToolKeys[] = {"memory_high",     "memory_max",       "pids_max",
-                                                 "cpu_max_percent", "bubblewrap",       "bubblewrap_args",
-                                                 "pool_max",        "pool_per_session", "pool_idle"};
+inline constexpr std::string_view kToolKeys[] = {
+    "memory_high",     "memory_max", "pids_max",         "cpu_max_percent", "bubblewrap",
+    "bubblewrap_args", "pool_max",   "pool_per_session", "pool_idle",       "ahead"};
 inline constexpr std::int64_t kMaxPool = 4096;           // tools.pool_max: empty cgroups tandemd keeps ready
 inline constexpr std::int64_t kMaxPoolPerSession = 256;  // tools.pool_per_session
 inline constexpr std::string_view kMemoryKeys[] = {"pressure_high", "pressure_critical", "tools_budget",

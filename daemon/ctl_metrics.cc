@@ -307,6 +307,11 @@ std::string CtlService::metrics_text(base::Time now) const {
   p.counter("tandem_tool_pool_hits_total", "tool calls given a ready cgroup from the pool", pool_num("hits"));
   p.counter("tandem_tool_pool_misses_total", "tool calls that made their cgroup (the pool had none ready)",
             pool_num("misses"));
+  const json ahead = host.is_object() && host.contains("ahead") ? host["ahead"] : json();
+  p.gauge("tandem_tool_ahead_held", "placements ahead: sessions holding their next call's cgroup",
+          number_at(ahead, "held"));
+  p.counter("tandem_tool_ahead_prepared_total", "tool-call cgroups handed out ahead of their call",
+            number_at(ahead, "prepared"));
   pressure_families(p, host);
 
   // GPUs, from NVML.

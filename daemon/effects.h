@@ -32,6 +32,7 @@ struct ToolRequest {
   std::uint32_t call = 0;
   sched::ToolKind kind = 0;
   ipc::ToolLimitsInfo limits;
+  bool ahead = false;  // ToolPrepare.ahead: the session's next call, not started yet
 };
 
 // The answer: what ToolPlacement says, and the directory fds it carries
@@ -78,6 +79,8 @@ class HostEffects {
   // Tool cgroups the session has now (running calls, and ended ones whose
   // processes linger): what limits.tools_per_session bounds.
   virtual std::size_t tool_cgroups(sched::SessionId /*session*/) const { return 0; }
+  // Whether the session holds a placement ahead that no TOOL_START has named yet.
+  virtual bool tool_ahead(sched::SessionId /*session*/) const { return false; }
 
   // ---- the control tick ----
   // Samples telemetry and pressure, applies the memory-pressure rules, reaps

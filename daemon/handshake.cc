@@ -97,6 +97,7 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
   welcome.max_name = static_cast<std::uint32_t>(base::kMaxNameBytes);
   welcome.sessions_per_client = cfg.limits.sessions_per_client;
   welcome.tools_per_session = cfg.limits.tools_per_session;
+  welcome.tool_ahead = cfg.host.ahead && c.role == Role::kRunner;
   if (c.role == Role::kEngine || c.role == Role::kRunner) {
     auto channel = ipc::Channel::create(ipc::ChannelConfig{cfg.event_slots, cfg.directive_slots},
                                         fmt::format("tandem-{}-{}", to_string(c.role), c.id));
@@ -292,15 +293,25 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
     return;
   }
   // Every cgroup a runner makes the daemon hold is bounded: per session, and
-  // over all the sessions of its handle.
+  // over all the sessions of its handle; a placement ahead (the session's
+  // next call, asked early) is one per session on top, until TOOL_START.
   const Limits& limits = config_->config().limits;
-  if (effects_->tool_cgroups(tp.session()) >= limits.tools_per_session) {
+  if (tp.ahead()) {
+    if (!config_->config().host.ahead) {
+      answer_error(ENOTSUP, "placement ahead is off here ([tools] ahead = false)");
+      return;
+    }
+    if (effects_->tool_ahead(tp.session())) {
+      answer_error(EBUSY, fmt::format("session {:#018x} has a placement ahead already", tp.session()));
+      return;
+    }
+  } else if (effects_->tool_cgroups(tp.session()) >= limits.tools_per_session) {
     answer_error(ENOSPC, fmt::format("session {:#018x} has {} tool cgroups already: limits.tools_per_session = {}",
                                      tp.session(), effects_->tool_cgroups(tp.session()), limits.tools_per_session));
     return;
   }
   std::size_t held = 0;
-  if (auto o = owners_.find(c.owner); o != owners_.end()) {
+  if (auto o = owners_.find(c.owner); o != owners_.end() && !tp.ahead()) {
     for (sched::SessionId id : o->second.sessions) held += effects_->tool_cgroups(id);
   }
   if (held >= limits.tools_per_client) {
@@ -313,6 +324,7 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
   req.session = tp.session();
   req.call = tp.call();
   req.kind = tp.tool_kind();
+  req.ahead = tp.ahead();
   if (const wire::ToolLimits* l = tp.limits()) {
     req.limits = ipc::ToolLimitsInfo{l->cpu_quota_us(), l->cpu_period_us(), l->memory_high(),
                                      l->memory_max(),   l->pids_max(),      l->low_priority()};

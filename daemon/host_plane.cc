@@ -79,10 +79,17 @@ HostPlane::~HostPlane() {
   if (!lock_) return;  // never started: the subtree may be another tandemd's
   // Sessions still running tools stay for the next tandemd to adopt; empty
   // folders, and the subtree itself when no process is left in it, go. Ready
-  // cgroups of the pool go in any case: the next tandemd makes its own.
+  // cgroups of the pool go in any case: the next tandemd makes its own; so
+  // does a placement ahead no tool started in (its runner drops it when the
+  // connection goes).
   for (auto& [id, s] : sessions_) {
     for (cpu::Node& n : s.ready) (void)drop_ready(std::move(n));
     s.ready.clear();
+    if (ahead_call(s) != nullptr) {
+      auto c = s.calls.find(*s.ahead);
+      auto in = cgroups_->processes(c->second.node);
+      if (in && in->empty()) (void)cgroups_->remove(c->second.node);
+    }
     auto procs = cgroups_->processes(s.node);
     if (procs && procs->empty()) (void)cgroups_->remove(s.node);
   }
@@ -430,6 +437,10 @@ base::Result<ToolGrant> HostPlane::prepare_tool(const ToolRequest& req) {
   c.low_priority = req.limits.low_priority;
   auto& entry = s->calls.emplace(req.call, std::move(c)).first->second;
   ++tools_prepared_;
+  if (req.ahead) {
+    s->ahead = req.call;
+    ++tools_ahead_;
+  }
 
   ToolGrant g;
   g.info.cgroup_id = entry.node.id;
@@ -486,6 +497,7 @@ void HostPlane::tool_started(sched::SessionId session, std::uint32_t call, std::
   if (s == nullptr) return;
   auto it = s->calls.find(call);
   if (it != s->calls.end()) it->second.pid = pid;
+  if (s->ahead == call) s->ahead.reset();  // from now on an ordinary call
 }
 
 void HostPlane::tool_ended(sched::SessionId session, std::uint32_t call) {
@@ -501,9 +513,22 @@ void HostPlane::tool_ended(sched::SessionId session, std::uint32_t call) {
   ++ended_waiting_;
 }
 
+const HostPlane::Call* HostPlane::ahead_call(const SessionCg& s) {
+  if (!s.ahead) return nullptr;
+  auto it = s.calls.find(*s.ahead);
+  return it == s.calls.end() || it->second.ended ? nullptr : &it->second;
+}
+
+bool HostPlane::tool_ahead(sched::SessionId session) const {
+  auto it = sessions_.find(session);
+  return it != sessions_.end() && ahead_call(it->second) != nullptr;
+}
+
 std::size_t HostPlane::tool_cgroups(sched::SessionId session) const {
   auto it = sessions_.find(session);
-  return it == sessions_.end() ? 0 : it->second.calls.size() + it->second.leftovers.size();
+  if (it == sessions_.end()) return 0;
+  const SessionCg& s = it->second;
+  return s.calls.size() + s.leftovers.size() - (ahead_call(s) != nullptr ? 1 : 0);
 }
 
 void HostPlane::on_events() {
@@ -517,9 +542,11 @@ void HostPlane::on_events() {
 void HostPlane::status(nlohmann::json& out) const {
   std::uint64_t calls = 0;
   std::uint64_t orphans = 0;
+  std::uint64_t ahead = 0;
   for (const auto& [id, s] : sessions_) {
     calls += s.calls.size() + s.leftovers.size();
     orphans += s.orphan ? 1 : 0;
+    ahead += ahead_call(s) != nullptr ? 1 : 0;
   }
   out = {
       {"cgroups", cgroups_->describe()},
@@ -564,6 +591,7 @@ void HostPlane::status(nlohmann::json& out) const {
         {"made", pool_made_},
         {"dropped", pool_dropped_},
         {"errors", pool_errors_}}},
+      {"ahead", {{"enabled", config_.ahead}, {"held", ahead}, {"prepared", tools_ahead_}}},
   };
 }
 
@@ -575,6 +603,7 @@ void HostPlane::tools(nlohmann::json& out) const {
       calls.push_back({{"call", call},
                        {"pid", c.pid},
                        {"ended", c.ended},
+                       {"ahead", s.ahead == call && c.pid == 0 && !c.ended},
                        {"memory_bytes", c.memory_bytes},
                        {"throttled", c.throttled},
                        {"frozen", c.frozen},

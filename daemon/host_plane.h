@@ -129,6 +129,7 @@ class HostPlane final : public HostEffects {
   void tool_started(sched::SessionId session, std::uint32_t call, std::int32_t pid) override;
   void tool_ended(sched::SessionId session, std::uint32_t call) override;
   std::size_t tool_cgroups(sched::SessionId session) const override;
+  bool tool_ahead(sched::SessionId session) const override;
 
   std::optional<sched::CpuView> host_tick(base::Time now, const sched::NodeModel& model) override;
   std::optional<sched::HostMemoryView> host_memory() const override;
@@ -185,7 +186,11 @@ class HostPlane final : public HostEffects {
     double rate = 0.0;  // tool calls a second, EWMA over kHostPeriod
     base::Time last_call{};
     bool called = false;  // a tool call seen by this run (orphans found at start have none)
+    // The call prepared ahead (ToolPrepare.ahead) until a TOOL_START names it.
+    std::optional<std::uint32_t> ahead;
   };
+  // The session's placement ahead, if it has one no TOOL_START named yet.
+  static const Call* ahead_call(const SessionCg& s);
   // Mirrors sched::MemoryLevel (the rule's levels), for status.
   enum class Pressure : std::uint8_t { kNormal, kHigh, kCritical };
 
@@ -241,6 +246,7 @@ class HostPlane final : public HostEffects {
   sched::CpuView view_;
   // Counters for tandemctl status.
   std::uint64_t tools_prepared_ = 0;
+  std::uint64_t tools_ahead_ = 0;  // of those, placements ahead
   std::uint64_t tools_killed_ = 0;
   std::uint64_t sessions_reaped_ = 0;
   std::uint64_t sessions_adopted_ = 0;

@@ -227,9 +227,9 @@ std::vector<std::uint8_t> build_hello(wire::Role role, std::string_view name, st
 
 std::vector<std::uint8_t> build_welcome(const WelcomeInfo& info) {
   flatbuffers::FlatBufferBuilder fbb;
-  auto welcome =
-      wire::CreateWelcome(fbb, kProtocolVersion, info.client_id, info.segment_size, info.event_slots,
-                          info.directive_slots, info.max_name, info.sessions_per_client, info.tools_per_session);
+  auto welcome = wire::CreateWelcome(fbb, kProtocolVersion, info.client_id, info.segment_size, info.event_slots,
+                                     info.directive_slots, info.max_name, info.sessions_per_client,
+                                     info.tools_per_session, info.tool_ahead);
   return finish(fbb, wire::Payload::Welcome, welcome.Union());
 }
 
@@ -313,11 +313,11 @@ std::vector<std::uint8_t> build_ctl_response(std::int32_t status, std::string_vi
 }
 
 std::vector<std::uint8_t> build_tool_prepare(std::uint32_t request, std::uint64_t session, std::uint32_t call,
-                                             std::uint64_t tool_kind, const ToolLimitsInfo& l) {
+                                             std::uint64_t tool_kind, const ToolLimitsInfo& l, bool ahead) {
   flatbuffers::FlatBufferBuilder fbb;
   auto limits = wire::CreateToolLimits(fbb, l.cpu_quota_us, l.cpu_period_us, l.memory_high, l.memory_max, l.pids_max,
                                        l.low_priority);
-  auto prepare = wire::CreateToolPrepare(fbb, request, session, call, tool_kind, limits);
+  auto prepare = wire::CreateToolPrepare(fbb, request, session, call, tool_kind, limits, ahead);
   return finish(fbb, wire::Payload::ToolPrepare, prepare.Union());
 }
 

@@ -95,6 +95,7 @@ struct WelcomeInfo {
   std::uint32_t max_name = 0;
   std::uint32_t sessions_per_client = 0;
   std::uint32_t tools_per_session = 0;
+  bool tool_ahead = false;  // the daemon takes ToolPrepare.ahead
 };
 
 // Hello carries kProtocolVersion. `engine` should be set iff role == Engine.
@@ -166,9 +167,11 @@ struct ToolLimitsInfo {
   std::uint64_t memory_max = 0;
   std::uint64_t pids_max = 0;
   bool low_priority = false;
+  friend bool operator==(const ToolLimitsInfo&, const ToolLimitsInfo&) = default;
 };
+// `ahead`: for the session's next call, before it starts (ToolPrepare.ahead).
 std::vector<std::uint8_t> build_tool_prepare(std::uint32_t request, std::uint64_t session, std::uint32_t call,
-                                             std::uint64_t tool_kind, const ToolLimitsInfo& limits);
+                                             std::uint64_t tool_kind, const ToolLimitsInfo& limits, bool ahead = false);
 // Mirrors wire::ToolPlacement. has_v2 … cpu_fd say which of the attached
 // fds is which: cpu/cgroup_dirs.h's DirsLayout, field for field, made by
 // encode_dirs() and checked by decode_dirs() (ipc/ cannot name cpu/'s types).

@@ -272,6 +272,7 @@ bool Client::on_welcome(const wire::Welcome& welcome, std::vector<base::UniqueFd
   client_id_ = welcome.client_id();
   daemon_sessions_ = welcome.sessions_per_client();
   daemon_tools_ = welcome.tools_per_session();
+  daemon_ahead_ = welcome.tool_ahead();
   state_ = ConnState::kConnected;
   backoff_ = config_.reconnect_min;
   connection_error_.clear();
@@ -339,6 +340,9 @@ void Client::on_policy_config(const wire::PolicyConfig& config) {
 void Client::lose(std::string reason) {
   if (state_ == ConnState::kConnected) ++stats_.disconnects;
   for (auto& [pid, t] : procs_) t.daemon_lost = true;  // its ToolKilled, if any, may never come
+  // Placements asked on this connection: their answers will not come now.
+  aheads_.clear();
+  placements_.clear();
   connection_error_ = std::move(reason);
   drop_connection();
   next_attempt_ = clock_.now() + backoff_;
@@ -708,6 +712,7 @@ int Client::session_close(std::uint64_t session, std::uint8_t reason) {
   r.reason = reason;
   send_record(r, session);
   sessions_.erase(session);
+  drop_ahead(session);  // tandemd removes its cgroup with the session's
   reap_tools(session);  // tandemd kills what its cgroups hold; these are ours to reap
   return 0;
 }

@@ -230,6 +230,14 @@ class Client {
     ipc::ToolPlacementInfo info;
     std::vector<base::UniqueFd> fds;
   };
+  // The placement asked for a session's next tool call as soon as one starts
+  // (ToolPrepare.ahead), with that call's limits; its answer, once here,
+  // waits in placements_ under `request`.
+  struct Ahead {
+    std::uint32_t request = 0;
+    std::uint32_t call = 0;
+    ipc::ToolLimitsInfo limits;
+  };
   // What ToolKilled said about a call.
   struct Kill {
     std::uint8_t reason = 0;
@@ -240,6 +248,19 @@ class Client {
   // Sends ToolPrepare and waits for its answer (nullopt: none in time, or not connected).
   std::optional<Placement> request_placement(std::uint64_t session, std::uint32_t call, std::uint64_t kind,
                                              const ipc::ToolLimitsInfo& limits, std::string& why, int& why_code);
+  // Sends ToolPrepare; returns its request id (0: not connected, or lost).
+  std::uint32_t ask_placement(std::uint64_t session, std::uint32_t call, std::uint64_t kind,
+                              const ipc::ToolLimitsInfo& limits, bool ahead, std::string& why, int& why_code);
+  // Waits for the answer to `request` (nullopt: none in time, or the connection was lost).
+  std::optional<Placement> await_placement(std::uint32_t request, std::string& why, int& why_code);
+  // The session's placement ahead if it was asked with `limits` (it is then
+  // the caller's); one asked with other limits stays for a later call.
+  std::optional<Ahead> take_ahead(std::uint64_t session, const ipc::ToolLimitsInfo& limits);
+  // Forgets the session's placement ahead and closes its fds (its cgroup goes
+  // with the session, or with the connection's sessions on a daemon restart).
+  void drop_ahead(std::uint64_t session);
+  // Next tool-call number of tool_spawn.
+  std::uint32_t new_call();
   // Kills and reaps every tool of `session` (0: all), without records.
   void reap_tools(std::uint64_t session);
 
@@ -296,7 +317,8 @@ class Client {
   // The daemon's limits from its Welcome (0: not told).
   std::uint32_t daemon_sessions_ = 0;
   std::uint32_t daemon_tools_ = 0;
-  std::string daemon_error_;  // the last per-request Error's text
+  bool daemon_ahead_ = false;  // Welcome.tool_ahead: placements may be asked ahead
+  std::string daemon_error_;   // the last per-request Error's text
   Coordinator coordinator_;
   base::MonotonicClock clock_;
   std::string last_error_;
@@ -335,6 +357,7 @@ class Client {
   // tools (libclient/tools.cc)
   std::unordered_map<std::int32_t, ToolProc> procs_;  // by pid
   std::map<std::uint32_t, Placement> placements_;     // by request
+  std::unordered_map<std::uint64_t, Ahead> aheads_;   // by session: at most one each
   std::map<std::pair<std::uint64_t, std::uint32_t>, Kill> kills_;
   std::uint32_t next_request_ = 1;
   std::uint32_t next_call_ = kFirstSpawnCall;

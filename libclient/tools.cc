@@ -28,23 +28,26 @@ void copy_message(tandem_tool_result& out, std::string_view text) {
 
 }  // namespace
 
-std::optional<Client::Placement> Client::request_placement(std::uint64_t session, std::uint32_t call,
-                                                           std::uint64_t kind, const ipc::ToolLimitsInfo& limits,
-                                                           std::string& why, int& why_code) {
-  drive(true);
+std::uint32_t Client::ask_placement(std::uint64_t session, std::uint32_t call, std::uint64_t kind,
+                                    const ipc::ToolLimitsInfo& limits, bool ahead, std::string& why, int& why_code) {
   if (state_ != ConnState::kConnected) {
     why = connection_error_.empty() ? "not connected to tandemd"
                                     : fmt::format("not connected to tandemd: {}", connection_error_);
     why_code = ENOTCONN;
-    return std::nullopt;
+    return 0;
   }
   const std::uint32_t request = next_request_++;
-  queue_message(ipc::build_tool_prepare(request, session, call, kind, limits));
+  if (next_request_ == 0) next_request_ = 1;
+  queue_message(ipc::build_tool_prepare(request, session, call, kind, limits, ahead));
   if (!flush_outbox()) {
     why = "the connection to tandemd was lost";
     why_code = ENOTCONN;
-    return std::nullopt;
+    return 0;
   }
+  return request;
+}
+
+std::optional<Client::Placement> Client::await_placement(std::uint32_t request, std::string& why, int& why_code) {
   const base::Time deadline = clock_.now() + kPlacementTimeout;
   for (;;) {
     if (auto it = placements_.find(request); it != placements_.end()) {
@@ -56,7 +59,13 @@ std::optional<Client::Placement> Client::request_placement(std::uint64_t session
     if (now >= deadline || state_ != ConnState::kConnected) {
       why = state_ != ConnState::kConnected ? "the connection to tandemd was lost" : "tandemd did not answer in time";
       why_code = state_ != ConnState::kConnected ? ENOTCONN : ETIMEDOUT;
-      placements_.erase(placements_.begin(), placements_.lower_bound(request + 1));  // a late answer is dropped
+      // Late answers are dropped: this one's and earlier ones', but not
+      // those of placements asked ahead, which their sessions still wait for.
+      for (auto it = placements_.begin(); it != placements_.end() && it->first <= request;) {
+        const bool ahead =
+            std::any_of(aheads_.begin(), aheads_.end(), [&](const auto& a) { return a.second.request == it->first; });
+        it = ahead ? std::next(it) : placements_.erase(it);
+      }
       return std::nullopt;
     }
     pollfd pfd{sock_.get(), POLLIN, 0};
@@ -64,6 +73,36 @@ std::optional<Client::Placement> Client::request_placement(std::uint64_t session
     (void)::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(1, ms)));
     if (!pump_socket()) continue;  // lost: the loop reports it
   }
+}
+
+std::optional<Client::Placement> Client::request_placement(std::uint64_t session, std::uint32_t call,
+                                                           std::uint64_t kind, const ipc::ToolLimitsInfo& limits,
+                                                           std::string& why, int& why_code) {
+  drive(true);
+  const std::uint32_t request = ask_placement(session, call, kind, limits, false, why, why_code);
+  if (request == 0) return std::nullopt;
+  return await_placement(request, why, why_code);
+}
+
+std::optional<Client::Ahead> Client::take_ahead(std::uint64_t session, const ipc::ToolLimitsInfo& limits) {
+  auto it = aheads_.find(session);
+  if (it == aheads_.end() || !(it->second.limits == limits)) return std::nullopt;
+  Ahead a = it->second;
+  aheads_.erase(it);
+  return a;
+}
+
+void Client::drop_ahead(std::uint64_t session) {
+  auto it = aheads_.find(session);
+  if (it == aheads_.end()) return;
+  placements_.erase(it->second.request);  // closes its fds, if it came
+  aheads_.erase(it);
+}
+
+std::uint32_t Client::new_call() {
+  const std::uint32_t call = next_call_++;
+  if (next_call_ == 0) next_call_ = kFirstSpawnCall;
+  return call;
 }
 
 int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolSpec& spec, std::int32_t& ret_pid) {
@@ -79,15 +118,29 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
   if (s->tools.size() >= tools_limit) {
     return fail(ENOSPC, fmt::format("tandem_tool_spawn: {} tool calls running already", tools_limit));
   }
-  const std::uint32_t call = next_call_++;
-  if (next_call_ == 0) next_call_ = kFirstSpawnCall;
   const std::uint64_t kind = base::tool_kind_id(tool);
 
   // Sandboxing is never dropped silently: a tool that cannot be placed in
   // its cgroup is not started, unless the caller said it may run unplaced.
+  // The cgroup asked ahead when the session's last call started, if its
+  // limits are this call's: its answer is usually here already, so this
+  // call skips the round trip to tandemd. A refused one (the session over a
+  // limit then, say) is asked again the ordinary way.
   std::string why;
   int why_code = ENOTCONN;
-  std::optional<Placement> placement = request_placement(session, call, kind, spec.limits, why, why_code);
+  std::uint32_t call = 0;
+  std::optional<Placement> placement;
+  if (std::optional<Ahead> ahead = take_ahead(session, spec.limits)) {
+    drive(true);
+    call = ahead->call;
+    placement = await_placement(ahead->request, why, why_code);
+    if (placement && placement->info.code != 0) placement.reset();
+    if (placement) ++stats_.tools_placed_ahead;
+  }
+  if (!placement) {
+    call = new_call();
+    placement = request_placement(session, call, kind, spec.limits, why, why_code);
+  }
   if (placement && placement->info.code != 0) {
     why = fmt::format("tandemd: {}", base::escape(placement->info.message, 512));
     why_code = placement->info.code;
@@ -175,6 +228,16 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
   send_record(r, session);
   procs_.emplace(pid, std::move(proc));
   ret_pid = pid;
+  // Ask for the next call's cgroup now, while this tool runs. Not when the
+  // next call would be over the tools limit (tandemd would refuse it).
+  if (placement && daemon_ahead_ && !aheads_.contains(session) && s->tools.size() + 1 < tools_limit) {
+    std::string ignored;
+    int ignored_code = 0;
+    const std::uint32_t next = new_call();
+    if (const std::uint32_t request = ask_placement(session, next, kind, spec.limits, true, ignored, ignored_code)) {
+      aheads_[session] = Ahead{request, next, spec.limits};
+    }
+  }
   return 0;
 }
 

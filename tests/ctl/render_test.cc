@@ -75,6 +75,7 @@ TEST(RenderStatus, SampleIsAlignedKeyValueLines) {
             "host.pool.ready:      -\n"
             "host.pool.hits:       -\n"
             "host.pool.hit_rate:   -\n"
+            "host.ahead.held:      -\n"
             "host.favordynmods:    -\n");
 }
 
@@ -250,11 +251,13 @@ TEST(RenderTop, StatusSummaryAndTables) {
   auto head = render_top_part("status", R"({"version":"0.1.0","uptime_s":65,"policy":{"name":"tandem"},
       "admission_window":12,"draining":true,"sessions":{"total":3,"waiting":1,"reasoning":1,"acting":1,"paused":0},
       "clients":{"engine":2,"runner":1},"host":{"memory_pressure":"normal","memory_psi_some_avg10":0.5,
-      "tool_cgroups":4,"tools_memory_bytes":1048576,"favordynmods":false,"pool":{"ready":3,"hit_rate":0.5}}})");
+      "tool_cgroups":4,"tools_memory_bytes":1048576,"favordynmods":false,"pool":{"ready":3,"hit_rate":0.5},
+      "ahead":{"held":2}}})");
   ASSERT_TRUE(head) << head.error().message();
   EXPECT_NE(head->find("policy tandem (window 12)  DRAINING"), std::string::npos) << *head;
   EXPECT_NE(head->find("sessions 3: 1 waiting, 1 reasoning, 1 acting, 0 paused"), std::string::npos) << *head;
-  EXPECT_NE(head->find("4 tool cgroups, 1.0 MiB; pool 3 ready, hit rate 0.5; favordynmods no"), std::string::npos)
+  EXPECT_NE(head->find("4 tool cgroups, 1.0 MiB; pool 3 ready, hit rate 0.5; 2 ahead; favordynmods no"),
+            std::string::npos)
       << *head;
   auto sparse = render_top_part("status", "{}");
   ASSERT_TRUE(sparse) << "missing keys are dashes, not errors";

@@ -97,11 +97,12 @@ class HostPlaneFake : public ::testing::Test {
     (*p)->set_notice_sink([this](const ToolNotice& n) { notices_.push_back(n); });
     return std::move(*p);
   }
-  base::Result<ToolGrant> prepare(std::uint32_t call, ipc::ToolLimitsInfo limits = {}) {
+  base::Result<ToolGrant> prepare(std::uint32_t call, ipc::ToolLimitsInfo limits = {}, bool ahead = false) {
     ToolRequest r;
     r.session = kSession;
     r.call = call;
     r.limits = limits;
+    r.ahead = ahead;
     return plane_->prepare_tool(r);
   }
   // One host period later.
@@ -502,6 +503,46 @@ TEST_F(HostPlaneFake, EndedCallsAreRemovedOnceEmpty) {
   ASSERT_TRUE(tick());
   EXPECT_FALSE(fs_->has("memory", call_dir(2)));
   EXPECT_EQ(plane_->tool_cgroups(kSession), 0u);
+}
+
+// A placement ahead (the session's next call, asked early) is a call cgroup
+// like any other, but outside tools_per_session's count until TOOL_START
+// names it; a stop removes it when no tool started in it.
+TEST_F(HostPlaneFake, APlacementAheadCountsOnceItsToolStartsAndGoesAtStopIfUnused) {
+  open(FakeCgroupfs::pure_v2());
+  ASSERT_TRUE(prepare(1));
+  plane_->tool_started(kSession, 1, 100);
+  EXPECT_FALSE(plane_->tool_ahead(kSession));
+  auto g = prepare(2, tight(), /*ahead=*/true);
+  ASSERT_TRUE(g) << g.error().message();
+  EXPECT_EQ(fs_->read("cgroup", call_dir(2), "pids.max"), "100");
+  EXPECT_TRUE(plane_->tool_ahead(kSession));
+  EXPECT_EQ(plane_->tool_cgroups(kSession), 1u) << "the ahead call is not counted yet";
+  nlohmann::json s = status();
+  EXPECT_EQ(s["ahead"]["held"], 1);
+  EXPECT_EQ(s["ahead"]["prepared"], 1);
+  EXPECT_EQ(s["tool_cgroups"], 2);
+
+  plane_->tool_started(kSession, 2, 101);
+  EXPECT_FALSE(plane_->tool_ahead(kSession));
+  EXPECT_EQ(plane_->tool_cgroups(kSession), 2u);
+  EXPECT_EQ(status()["ahead"]["held"], 0);
+
+  // A TOOL_END for an ahead call no tool started in ends it too.
+  ASSERT_TRUE(prepare(3, {}, true));
+  EXPECT_TRUE(plane_->tool_ahead(kSession));
+  plane_->tool_ended(kSession, 3);
+  EXPECT_FALSE(plane_->tool_ahead(kSession));
+  ASSERT_TRUE(tick());
+  EXPECT_FALSE(fs_->has("cgroup", call_dir(3)));
+
+  // At stop: an unused ahead cgroup goes; the calls with tools stay for adoption.
+  ASSERT_TRUE(prepare(4, {}, true));
+  Sleeper tool;
+  fs_->set_procs("cgroup", call_dir(1), {tool.pid()});
+  plane_.reset();
+  EXPECT_FALSE(fs_->has("cgroup", call_dir(4)));
+  EXPECT_TRUE(fs_->has("cgroup", call_dir(1)));
 }
 
 TEST_F(HostPlaneFake, OneTandemdPerSubtree) {

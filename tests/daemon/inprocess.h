@@ -100,6 +100,8 @@ class InProcessClient {
   bool closed();
 
   std::uint32_t id() const { return id_; }
+  // Welcome.tool_ahead: the daemon takes placements ahead from this client.
+  bool tool_ahead() const { return tool_ahead_; }
   int fd() const { return sock_.get(); }
   // The daemon closed the connection (seen by poll() or next()).
   bool eof() const { return eof_; }
@@ -121,6 +123,7 @@ class InProcessClient {
   InProcessDaemon* daemon_;
   base::UniqueFd sock_;
   std::uint32_t id_ = 0;
+  bool tool_ahead_ = false;
   std::optional<ipc::Channel> channel_;
   ipc::RingProducer events_;
   std::optional<ipc::RingConsumer> directives_;
@@ -282,6 +285,7 @@ inline bool InProcessClient::hello(wire::Role role, std::string_view name, const
     if (msg->payload_type() == wire::Payload::Error) return false;
     if (msg->payload_type() != wire::Payload::Welcome) continue;
     id_ = msg->payload_as_Welcome()->client_id();
+    tool_ahead_ = msg->payload_as_Welcome()->tool_ahead();
     if (m->fds.size() == 3) {
       auto ch = ipc::Channel::attach(std::move(m->fds[0]), std::move(m->fds[1]), std::move(m->fds[2]));
       if (!ch) return false;

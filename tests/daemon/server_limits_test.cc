@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -141,7 +143,11 @@ class CountingEffects final : public daemon::HostEffects {
   void set_sm_partition(sched::EngineId, std::uint32_t) override {}
   void session_gone(sched::SessionId s) override { calls_.erase(s); }
   base::Result<daemon::ToolGrant> prepare_tool(const daemon::ToolRequest& r) override {
-    ++calls_[r.session];
+    if (r.ahead) {
+      ahead_.insert(r.session);
+    } else {
+      ++calls_[r.session];
+    }
     ++granted;
     return daemon::ToolGrant{};
   }
@@ -149,10 +155,12 @@ class CountingEffects final : public daemon::HostEffects {
     auto it = calls_.find(s);
     return it == calls_.end() ? 0 : it->second;
   }
+  bool tool_ahead(sched::SessionId s) const override { return ahead_.contains(s); }
   std::size_t granted = 0;
 
  private:
   std::map<sched::SessionId, std::size_t> calls_;
+  std::set<sched::SessionId> ahead_;
 };
 
 TEST(ServerLimits, ToolPreparesAreBoundedPerSessionAndPerClient) {
@@ -183,6 +191,41 @@ TEST(ServerLimits, ToolPreparesAreBoundedPerSessionAndPerClient) {
   EXPECT_EQ(refused, 3000 - 120);
   EXPECT_EQ(effects.tool_cgroups(sessions[0]), 50u);
   EXPECT_FALSE(runner.closed());
+}
+
+// A placement ahead is one per session, on top of tools_per_session, and is
+// refused (answered, not dropped) when [tools] ahead is off. Only runners
+// are told they may ask one.
+TEST(ServerLimits, PlacementsAheadAreOnePerSessionAndOffWhenConfiguredOff) {
+  for (const bool on : {true, false}) {
+    SCOPED_TRACE(on ? "ahead on" : "ahead off");
+    CountingEffects effects;
+    InProcessDaemon d(
+        std::string("[limits]\ntools_per_session = 2\n[tools]\nahead = ") + (on ? "true" : "false") + "\n", &effects);
+    ASSERT_TRUE(d.ok()) << d.error();
+    auto runner = d.connect();
+    ASSERT_TRUE(runner.hello(wire::Role::Runner, "runner"));
+    EXPECT_EQ(runner.tool_ahead(), on);
+    auto engine = d.connect();
+    ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", test_engine_info()));
+    EXPECT_FALSE(engine.tool_ahead());
+    const std::uint64_t s = base::session_id("ahead");
+    ASSERT_TRUE(runner.push(ipc::SessionOpen{}, s));
+    std::uint32_t request = 1;
+    auto answer = [&](std::uint32_t call, bool ahead) -> int {
+      if (!runner.send(ipc::build_tool_prepare(request++, s, call, 1, {}, ahead))) return -1;
+      while (auto m = runner.next(20)) {
+        if (const auto* p = m->message()->payload_as_ToolPlacement()) return p->code();
+      }
+      return -2;
+    };
+    EXPECT_EQ(answer(1, false), 0);
+    EXPECT_EQ(answer(2, false), 0);
+    EXPECT_EQ(answer(3, false), ENOSPC) << "tools_per_session";
+    EXPECT_EQ(answer(4, true), on ? 0 : ENOTSUP) << "ahead: outside tools_per_session";
+    EXPECT_EQ(answer(5, true), on ? EBUSY : ENOTSUP) << "one per session";
+    EXPECT_FALSE(runner.closed());
+  }
 }
 
 // Over its session limit a runner is told, per session, and stays.

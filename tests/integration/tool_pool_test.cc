@@ -122,7 +122,7 @@ class ToolPool : public ToolRunnerTest {
 // A pooled cgroup is made ahead with [tools]' limits, and gets the runner's
 // tighter ones when it is handed out.
 TEST_F(ToolPool, AHandedOutCgroupAlreadyCarriesItsLimits) {
-  start("[tools]\nmemory_max = \"256M\"\npids_max = 100\ncpu_max_percent = 50\n");
+  start("[tools]\nmemory_max = \"256M\"\npids_max = 100\ncpu_max_percent = 50\nahead = false\n");
   const auto s = open_session("pool-limits");
   EXPECT_EQ(wait(spawn(s, {"exit", "0"})).exit_code, 0);  // the session's first call: cold
   EXPECT_EQ(pool()["misses"], 1);
@@ -234,7 +234,7 @@ TEST_F(ToolPool, NoCgroupIsHandedOutTwiceAndEachStartsEmpty) {
 // With no pool (pool_max = 0) every call makes its cgroup, counted as a
 // miss, named for its call and limited as before.
 TEST_F(ToolPool, AnEmptyPoolFallsBackToTheColdPathAndCountsIt) {
-  start("[tools]\npool_max = 0\npids_max = 77\n");
+  start("[tools]\npool_max = 0\npids_max = 77\nahead = false\n");
   const auto s = open_session("pool-cold");
   for (int i = 0; i < 3; ++i) {
     const pid_t pid = spawn(s, {"sleep", "30"});
@@ -267,7 +267,7 @@ TEST_F(ToolPool, AnEmptyPoolFallsBackToTheColdPathAndCountsIt) {
 // run of calls lifts the target, and a session idle for pool_idle keeps
 // none. (Grows: within a tick of the run; shrinks: over seconds.)
 TEST_F(ToolPool, ThePoolGrowsWithTheCallRateAndEmptiesWhenIdle) {
-  start("[tools]\npool_idle = \"1s\"\npool_per_session = 8\n");
+  start("[tools]\npool_idle = \"1s\"\npool_per_session = 8\nahead = false\n");
   const auto s = open_session("pool-adapt");
   EXPECT_EQ(wait(spawn(s, {"exit", "0"})).exit_code, 0);
   ASSERT_TRUE(pool_ready()) << status().dump();
@@ -279,6 +279,81 @@ TEST_F(ToolPool, ThePoolGrowsWithTheCallRateAndEmptiesWhenIdle) {
   EXPECT_TRUE(eventually([&] { return pool()["ready"] == 0 && pool()["target"] == 0; }, 10s)) << status().dump();
   EXPECT_GE(pool()["dropped"].get<int>(), 3);
   for (const Hier& h : hier_) EXPECT_TRUE(pool_dirs(h, session_rel(s)).empty()) << h.path;
+}
+
+// Placement ahead ([tools] ahead, on by default): once a session's tool call
+// starts, libtandem asks for its next call's cgroup; the next call with the
+// same limits starts in that one, which carries them, without a round trip.
+// A call with other limits asks the ordinary way and leaves it for later;
+// the session's close removes it.
+TEST_F(ToolPool, TheNextCallStartsInTheCgroupAskedAhead) {
+  start("[tools]\npids_max = 77\n");
+  const auto s = open_session("pool-ahead");
+  EXPECT_EQ(wait(spawn(s, {"exit", "0"})).exit_code, 0);
+  ASSERT_TRUE(eventually([&] { return status()["host"]["ahead"]["held"] == 1; })) << status().dump();
+  std::uint64_t ahead_id = 0;
+  const auto tools = ctl(daemon_->socket_path(), "tools");
+  for (const auto& c : tools["sessions"][0]["calls"]) {
+    if (c["ahead"] == true) {
+      EXPECT_EQ(c["pid"], 0);
+      ahead_id = c["cgroup_id"].get<std::uint64_t>();
+    }
+  }
+  ASSERT_NE(ahead_id, 0u) << tools.dump();
+
+  const pid_t pid = spawn(s, {"sleep", "30"});
+  ASSERT_GT(pid, 0);
+  tandem_tool_info info{};
+  info.sz = sizeof info;
+  ASSERT_EQ(tandem_tool_info_get(runner_, pid, &info), 0);
+  EXPECT_EQ(info.cgroup_id, ahead_id);
+  if (serving("pids") != nullptr) {
+    EXPECT_EQ(knob("pids", session_rel(s) + "/" + cgroup_name(pid), "pids.max"), "77");
+  }
+  tandem_client_stats st{};
+  st.sz = sizeof st;
+  ASSERT_EQ(tandem_get_stats(runner_, &st), 0);
+  EXPECT_EQ(st.tools_placed_ahead, 1u);
+  // The next one is asked as this one starts.
+  EXPECT_TRUE(eventually([&] {
+    const auto a = status()["host"]["ahead"];
+    return a["held"] == 1 && a["prepared"] == 2;
+  })) << status().dump();
+
+  tandem_tool_options tighter{};
+  tighter.sz = sizeof tighter;
+  tighter.pids_max = 50;
+  const pid_t other = spawn(s, {"sleep", "30"}, &tighter);
+  ASSERT_GT(other, 0);
+  ASSERT_EQ(tandem_tool_info_get(runner_, other, &info), 0);
+  EXPECT_NE(info.cgroup_id, ahead_id);
+  if (serving("pids") != nullptr) {
+    EXPECT_EQ(knob("pids", session_rel(s) + "/" + cgroup_name(other), "pids.max"), "50");
+  }
+  ASSERT_EQ(tandem_get_stats(runner_, &st), 0);
+  EXPECT_EQ(st.tools_placed_ahead, 1u);
+  EXPECT_EQ(status()["host"]["ahead"]["held"], 1) << "kept for a later call with its limits";
+
+  ASSERT_EQ(tandem_session_close(runner_, s, TANDEM_CLOSE_NORMAL), 0);
+  for (const Hier& h : hier_) {
+    EXPECT_TRUE(eventually([&] { return !std::filesystem::exists(h.path + "/" + session_rel(s)); })) << h.path;
+  }
+  EXPECT_EQ(status()["host"]["ahead"]["held"], 0);
+}
+
+// With [tools] ahead = false nothing is asked ahead.
+TEST_F(ToolPool, PlacementAheadOffAsksEachCallWhenItStarts) {
+  start("[tools]\nahead = false\n");
+  const auto s = open_session("pool-no-ahead");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(wait(spawn(s, {"exit", "0"})).exit_code, 0);
+  const auto st = status();
+  EXPECT_EQ(st["host"]["ahead"]["enabled"], false);
+  EXPECT_EQ(st["host"]["ahead"]["prepared"], 0);
+  EXPECT_EQ(st["host"]["tools_prepared"], 3);
+  tandem_client_stats cs{};
+  cs.sz = sizeof cs;
+  ASSERT_EQ(tandem_get_stats(runner_, &cs), 0);
+  EXPECT_EQ(cs.tools_placed_ahead, 0u);
 }
 
 // A tool from a pooled cgroup that moves itself out still dies with its

@@ -84,10 +84,13 @@ TEST_F(Tools, SpawnPlacesTheToolInItsCgroupInEveryHierarchy) {
   EXPECT_EQ(res.reason, TANDEM_TOOL_SIGNALED);
   EXPECT_NE(res.cgroup_id, 0u);
   EXPECT_EQ(tandem_tool_wait(runner_, pid, 0, &res), -ECHILD);
-  // TOOL_END: the empty call cgroup goes.
+  // TOOL_END: the empty call cgroup goes. What stays is the next call's,
+  // asked ahead ([tools] ahead), with no tool in it yet.
   EXPECT_TRUE(eventually([&] {
     auto t = ctl(daemon_->socket_path(), "tools");
-    return t["sessions"].size() == 1 && t["sessions"][0]["calls"].empty();
+    if (t["sessions"].size() != 1) return false;
+    const auto& calls = t["sessions"][0]["calls"];
+    return calls.size() == 1 && calls[0]["ahead"] == true && calls[0]["pid"] == 0;
   }));
 }
 

@@ -121,7 +121,9 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(ctypes.sizeof(_ffi.ToolOptions), self.sizes["tandem_tool_options"])
         self.assertEqual(ctypes.sizeof(_ffi.ToolResultC), self.sizes["tandem_tool_result"])
         stats = [name for name, _, _ in self.fields["tandem_client_stats"]]
-        self.assertEqual(stats[-4:], ["tools_spawned", "tools_unplaced", "daemon_errors", "sessions_refused"])
+        self.assertEqual(
+            stats[-5:], ["tools_spawned", "tools_unplaced", "daemon_errors", "sessions_refused", "tools_placed_ahead"]
+        )
 
     def test_tool_flags_and_directives_match_c(self):
         self.assertEqual(
@@ -237,6 +239,7 @@ class FailOpenTest(unittest.TestCase):
                     "tools_unplaced",
                     "daemon_errors",
                     "sessions_refused",
+                    "tools_placed_ahead",
                 },
             )
             self.assertEqual(stats["tools_spawned"], 0)

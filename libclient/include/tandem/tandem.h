@@ -117,8 +117,9 @@ typedef struct tandem_client_stats {
   uint64_t tools_spawned;   /* tandem_tool_spawn successes */
   uint64_t tools_unplaced;  /* ... of which started without a cgroup (TANDEM_TOOL_ALLOW_UNPLACED) */
   /* Appended (older callers' sz ends before them): */
-  uint64_t daemon_errors;    /* requests tandemd refused; the connection stayed */
-  uint64_t sessions_refused; /* sessions tandemd did not take (over a limit, another runner's, ended) */
+  uint64_t daemon_errors;      /* requests tandemd refused; the connection stayed */
+  uint64_t sessions_refused;   /* sessions tandemd did not take (over a limit, another runner's, ended) */
+  uint64_t tools_placed_ahead; /* tandem_tool_spawn calls whose cgroup was asked ahead ([tools] ahead) */
 } tandem_client_stats;
 TANDEM_API int tandem_get_stats(const tandem_client* client, tandem_client_stats* ret_stats) TANDEM_NOEXCEPT;
 

@@ -79,6 +79,7 @@ class ClientStats(_Sized):
         ("tools_unplaced", c_uint64),
         ("daemon_errors", c_uint64),
         ("sessions_refused", c_uint64),
+        ("tools_placed_ahead", c_uint64),
     ]
 
 
