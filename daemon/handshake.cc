@@ -293,8 +293,10 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
     return;
   }
   // Every cgroup a runner makes the daemon hold is bounded: per session, and
-  // over all the sessions of its handle; a placement ahead (the session's
-  // next call, asked early) is one per session on top, until TOOL_START.
+  // over all the sessions of its handle. A placement ahead (the session's
+  // next call, asked early) must fit them as an ordinary call would, one per
+  // session; until TOOL_START names it, it is not counted, so a session may
+  // hold it beside tools_per_session calls (one cgroup over, at most).
   const Limits& limits = config_->config().limits;
   if (tp.ahead()) {
     if (!config_->config().host.ahead) {
@@ -305,13 +307,14 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
       answer_error(EBUSY, fmt::format("session {:#018x} has a placement ahead already", tp.session()));
       return;
     }
-  } else if (effects_->tool_cgroups(tp.session()) >= limits.tools_per_session) {
+  }
+  if (effects_->tool_cgroups(tp.session()) >= limits.tools_per_session) {
     answer_error(ENOSPC, fmt::format("session {:#018x} has {} tool cgroups already: limits.tools_per_session = {}",
                                      tp.session(), effects_->tool_cgroups(tp.session()), limits.tools_per_session));
     return;
   }
   std::size_t held = 0;
-  if (auto o = owners_.find(c.owner); o != owners_.end() && !tp.ahead()) {
+  if (auto o = owners_.find(c.owner); o != owners_.end()) {
     for (sched::SessionId id : o->second.sessions) held += effects_->tool_cgroups(id);
   }
   if (held >= limits.tools_per_client) {

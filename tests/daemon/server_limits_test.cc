@@ -151,6 +151,9 @@ class CountingEffects final : public daemon::HostEffects {
     ++granted;
     return daemon::ToolGrant{};
   }
+  void tool_started(sched::SessionId s, std::uint32_t, std::int32_t) override {
+    if (ahead_.erase(s) != 0) ++calls_[s];  // the ahead one is an ordinary call from now on
+  }
   std::size_t tool_cgroups(sched::SessionId s) const override {
     auto it = calls_.find(s);
     return it == calls_.end() ? 0 : it->second;
@@ -193,15 +196,17 @@ TEST(ServerLimits, ToolPreparesAreBoundedPerSessionAndPerClient) {
   EXPECT_FALSE(runner.closed());
 }
 
-// A placement ahead is one per session, on top of tools_per_session, and is
-// refused (answered, not dropped) when [tools] ahead is off. Only runners
-// are told they may ask one.
-TEST(ServerLimits, PlacementsAheadAreOnePerSessionAndOffWhenConfiguredOff) {
+// A placement ahead is one per session and must fit tools_per_session as an
+// ordinary call would; unused, it is not counted, so a session holds at most
+// one cgroup over the limit, whatever a runner does with TOOL_START. It is
+// refused (answered, not dropped) when [tools] ahead is off. Only runners are
+// told they may ask one.
+TEST(ServerLimits, PlacementsAheadAreOnePerSessionWithinTheLimitsAndOffWhenConfiguredOff) {
   for (const bool on : {true, false}) {
     SCOPED_TRACE(on ? "ahead on" : "ahead off");
     CountingEffects effects;
     InProcessDaemon d(
-        std::string("[limits]\ntools_per_session = 2\n[tools]\nahead = ") + (on ? "true" : "false") + "\n", &effects);
+        std::string("[limits]\ntools_per_session = 3\n[tools]\nahead = ") + (on ? "true" : "false") + "\n", &effects);
     ASSERT_TRUE(d.ok()) << d.error();
     auto runner = d.connect();
     ASSERT_TRUE(runner.hello(wire::Role::Runner, "runner"));
@@ -221,9 +226,22 @@ TEST(ServerLimits, PlacementsAheadAreOnePerSessionAndOffWhenConfiguredOff) {
     };
     EXPECT_EQ(answer(1, false), 0);
     EXPECT_EQ(answer(2, false), 0);
-    EXPECT_EQ(answer(3, false), ENOSPC) << "tools_per_session";
-    EXPECT_EQ(answer(4, true), on ? 0 : ENOTSUP) << "ahead: outside tools_per_session";
-    EXPECT_EQ(answer(5, true), on ? EBUSY : ENOTSUP) << "one per session";
+    EXPECT_EQ(answer(3, true), on ? 0 : ENOTSUP);
+    EXPECT_EQ(answer(4, true), on ? EBUSY : ENOTSUP) << "one per session";
+    EXPECT_EQ(answer(5, false), 0) << "the unused ahead one is not counted";
+    EXPECT_EQ(answer(6, false), ENOSPC) << "tools_per_session";
+    EXPECT_EQ(effects.tool_cgroups(s) + (effects.tool_ahead(s) ? 1 : 0), on ? 4u : 3u);
+    if (on) {
+      // A runner that starts every ahead one and asks again gets no further.
+      ipc::ToolStart start;
+      start.tool_kind = 1;
+      start.tool_call = 3;
+      ASSERT_TRUE(runner.push(start, s));
+      EXPECT_TRUE(d.until([&] { return effects.tool_cgroups(s) == 4u; }));
+      EXPECT_EQ(answer(7, true), ENOSPC);
+      EXPECT_EQ(effects.tool_cgroups(s), 4u);
+      EXPECT_FALSE(effects.tool_ahead(s));
+    }
     EXPECT_FALSE(runner.closed());
   }
 }
