@@ -249,5 +249,42 @@ TEST(TandemHostAdmission, KillsCutTheWindowAndItRegrowsOnlyUnderTheFit) {
   EXPECT_EQ(c.host_window(), 11);  // no cut below host_high, no growth above host_low; round(30 − 2/3 × 29)
 }
 
+// host_peaks (off by default, docs/results.md): the projection counts the
+// highest use of the last host_mean_s, so a session is not admitted into the
+// lull between two tool bursts.
+TEST(TandemHostAdmission, WithHostPeaksTheRecentPeakOfUseCounts) {
+  HostMemoryView mem;
+  mem.capacity_bytes = 10000 * kMiB;
+  mem.session_baseline_bytes = 1000 * kMiB;
+  mem.tool_peak_p95_bytes = 1000 * kMiB;
+  mem.psi_some_avg10 = 0;
+  for (bool peaks : {false, true}) {
+    SCOPED_TRACE(peaks ? "host_peaks" : "use now");
+    TandemParams p = host_only(true);
+    p.host_peaks = peaks;
+    // 0.9 × 10000 = 9000 MiB: n baselines + 1000 fit for n ≤ 8 on the use
+    // now (0), for n ≤ 3 on the burst's 5000 a second ago...
+    MemNode node;
+    TandemControl c({}, p);
+    mem.used_bytes = 5000 * kMiB;
+    node.model.set_host_memory(mem);
+    (void)node.admitted(c, at(0));
+    mem.used_bytes = 0;
+    node.model.set_host_memory(mem);
+    for (SessionId s = 1; s <= 10; ++s) node.open(s, at(1000));
+    EXPECT_EQ(node.admitted(c, at(1000)), peaks ? 3u : 8u);
+    // ...and once the burst is older than host_mean_s (30 s), on the use now.
+    MemNode later;
+    TandemControl c2({}, p);
+    mem.used_bytes = 5000 * kMiB;
+    later.model.set_host_memory(mem);
+    (void)later.admitted(c2, at(0));
+    mem.used_bytes = 0;
+    later.model.set_host_memory(mem);
+    for (SessionId s = 1; s <= 10; ++s) later.open(s, at(30500));
+    EXPECT_EQ(later.admitted(c2, at(30500)), 8u);
+  }
+}
+
 }  // namespace
 }  // namespace tandem::sched
