@@ -26,21 +26,53 @@ MemoryLevel HostMemoryRule::decide(Time now, double psi, std::uint64_t used, std
   }
 
   const std::uint64_t budget = config_.tools_budget;
+  const double calm_psi = config_.pressure_high / 2;
+  // Recovery. The kernel counts the time a task sleeps in memory.high's
+  // penalty as a memory stall, so while the rule throttles, PSI is partly its
+  // own doing and cannot say when to stop. Besides calm pressure (as before),
+  // headroom ends a degraded level: the tools below 80 % of the mark, which
+  // is the budget, or, when pressure raised the level, what the tools held
+  // then (never above the budget). With nothing held then, only calm
+  // pressure recovers.
+  if (level_ != MemoryLevel::kNormal) {
+    const bool calm = psi < calm_psi && (budget == 0 || used * 10 < budget * 8);
+    const bool headroom = used * 10 < mark_ * 8;
+    if (calm || headroom) {
+      level_ = MemoryLevel::kNormal;
+      // The throttle's own stall decays out of PSI over ~10 s: pressure may
+      // raise the level again once it was calm, or once it rises again (a
+      // new stall, not the throttle's), not while it merely decays.
+      armed_ = psi < calm_psi;
+      psi_low_ = psi;
+    }
+  }
+  if (!armed_) {
+    psi_low_ = std::min(psi_low_, psi);
+    if (psi < calm_psi || psi >= psi_low_ + calm_psi) armed_ = true;
+  }
+  const bool degraded = level_ != MemoryLevel::kNormal;
   MemoryLevel level = MemoryLevel::kNormal;
-  if (psi >= config_.pressure_high) level = MemoryLevel::kHigh;
-  if (psi >= config_.pressure_critical) level = MemoryLevel::kCritical;
+  if (armed_ || degraded) {
+    if (psi >= config_.pressure_high) level = MemoryLevel::kHigh;
+    if (psi >= config_.pressure_critical) level = MemoryLevel::kCritical;
+  }
+  bool by_budget = false;
   if (budget != 0) {
     if (used >= budget) {
       level = MemoryLevel::kCritical;
-    } else if (used * 10 >= budget * 9 && level == MemoryLevel::kNormal) {
-      level = MemoryLevel::kHigh;
+      by_budget = true;
+    } else if (used * 10 >= budget * 9) {
+      if (level == MemoryLevel::kNormal) level = MemoryLevel::kHigh;
+      by_budget = true;
     }
   }
-  // Hysteresis: stay degraded until pressure falls below half of "high" (and
-  // the tools below 80 % of the budget).
-  if (level == MemoryLevel::kNormal && level_ != MemoryLevel::kNormal) {
-    const bool calm = psi < config_.pressure_high / 2 && (budget == 0 || used * 10 < budget * 8);
-    if (!calm) level = MemoryLevel::kHigh;
+  if (degraded) {
+    // Not recovered: at least "high" until headroom or calm says otherwise.
+    level = std::max(level, MemoryLevel::kHigh);
+  } else if (level != MemoryLevel::kNormal) {
+    // Entering: the mark is the budget if it raised the level, else what the
+    // tools hold now (never above the budget).
+    mark_ = by_budget ? budget : (budget != 0 ? std::min(budget, used) : used);
   }
   level_ = level;
 

@@ -11,6 +11,12 @@
 //     (priority class ≥ 2, or a call flagged low_priority);
 //   - kill: a call stalled at its memory limit for `stall_kill_after` is
 //     killed (the daemon reports kKilledMemory).
+// Recovery: once pressure is calm (below half of pressure_high, the tools
+// below 80 % of the budget), or on headroom alone — the tools below 80 % of
+// the mark (the budget, or what they held when pressure raised the level).
+// The throttle's own stall counts as memory pressure, so pressure alone
+// would keep the throttle on; and after a recovery on headroom, pressure
+// raises the level again only once it has been calm or rises again.
 // Sessions whose KV is pinned are protected: never throttled or frozen (their
 // tool is on the critical path of KV the GPU is holding).
 //
@@ -87,6 +93,9 @@ class HostMemoryRule {
  private:
   HostMemoryConfig config_;
   MemoryLevel level_ = MemoryLevel::kNormal;
+  std::uint64_t mark_ = 0;  // the tools' memory against which headroom ends a degraded level
+  bool armed_ = true;       // pressure may raise the level (not while the throttle's own stall decays)
+  double psi_low_ = 0;      // the lowest pressure since the last recovery, while not armed
 };
 
 }  // namespace tandem::sched

@@ -72,6 +72,7 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.host_high = std::max(p.get("host_high"), t.host_low);
   t.host_interval_s = p.get("host_interval_s");
   t.host_mean_s = p.get("host_mean_s");
+  t.host_peaks = p.flag("host_peaks");
   t.max_remaining_s = p.get("max_remaining_s");
   return t;
 }
@@ -168,7 +169,8 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
     if (static_cast<double>(live) >= host_window_) return false;
     // Projected: what is used now, the baselines of the sessions admitted
     // this tick and of this one, and room for one more tool burst.
-    const double projected = static_cast<double>(mem.used_bytes) +
+    const std::uint64_t used = p_.host_peaks ? std::max(host_use_, mem.used_bytes) : mem.used_bytes;
+    const double projected = static_cast<double>(used) +
                              static_cast<double>((host_admitted + 1) * mem.session_baseline_bytes) +
                              static_cast<double>(mem.tool_peak_p95_bytes);
     return projected <= p_.host_high * static_cast<double>(mem.capacity_bytes);
@@ -211,6 +213,16 @@ bool TandemControl::host_control(const NodeModel& model, Time now) {
   last_host_control_ = now;
   const double capacity = static_cast<double>(mem.capacity_bytes);
   const double use = static_cast<double>(mem.used_bytes) / capacity;
+  // With host_peaks the projection and the fit count the highest use of the
+  // last host_mean_s: the running tools' bursts come and go within seconds,
+  // and a session admitted between two of them meets the next.
+  host_use_ = mem.used_bytes;
+  if (p_.host_peaks) {
+    while (!host_recent_.empty() && host_recent_.back().second <= mem.used_bytes) host_recent_.pop_back();
+    host_recent_.emplace_back(now, mem.used_bytes);
+    while (now - host_recent_.front().first > base::from_seconds(p_.host_mean_s)) host_recent_.pop_front();
+    host_use_ = host_recent_.front().second;
+  }
   const bool killed = mem.kills > host_kills_;
   host_kills_ = mem.kills;
   // What a live session holds on average (its baseline and its share of the
@@ -220,7 +232,7 @@ bool TandemControl::host_control(const NodeModel& model, Time now) {
   const std::uint64_t live =
       table.count(SessionState::kReasoning) + table.count(SessionState::kActing) + table.count(SessionState::kPaused);
   if (live > 0) {
-    const double per = static_cast<double>(mem.used_bytes) / static_cast<double>(live);
+    const double per = static_cast<double>(host_use_) / static_cast<double>(live);
     const double dt = last_host_mean_ ? base::to_seconds(now - *last_host_mean_) : p_.host_mean_s;
     const double a = 1.0 - std::exp(-dt / std::max(1e-3, p_.host_mean_s));
     host_mean_ = host_mean_ > 0 ? host_mean_ + a * (per - host_mean_) : per;

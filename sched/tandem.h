@@ -110,6 +110,7 @@
 // priority order (MARS's own victim order is kept).
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -160,6 +161,7 @@ struct TandemParams {
   double host_high = 0.9;        // at or above which it is cut; also the projection's ceiling
   double host_interval_s = 0.2;  // AIMD control interval (MARS's T_ctl)
   double host_mean_s = 30;       // smoothing of the memory a live session holds
+  bool host_peaks = false;       // judge by the highest use of the last host_mean_s, not the use now
   double max_remaining_s = 3600;
 };
 
@@ -214,6 +216,9 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"host_high", 0.9, 0, 1, "host memory use at or above which the host window is cut, and the projection's ceiling"},
     {"host_interval_s", 0.2, 0.01, 60, "host window control interval (seconds; MARS's T_ctl)"},
     {"host_mean_s", 30, 0.1, 3600, "time constant (seconds) of the average memory a live session holds"},
+    {"host_peaks", 0, 0, 1,
+     "addition 18's projection and fit count the highest host memory use of the last host_mean_s (the running "
+     "tools' bursts), not the use now"},
     {"residency_budget", 1024, 1, 1 << 24,
      "acting sessions (re)scored per tick besides those whose state changed: bounds a tick at scale; a full "
      "rotation takes acting/budget ticks"},
@@ -272,6 +277,10 @@ class TandemControl final : public ControlPolicy {
   std::optional<Time> last_host_control_;
   double host_mean_ = 0;  // bytes a live session holds, smoothed
   std::optional<Time> last_host_mean_;
+  // host_peaks: the use sampled every host_interval_s over the last
+  // host_mean_s, as a sliding maximum (decreasing use from the front).
+  std::deque<std::pair<Time, std::uint64_t>> host_recent_;
+  std::uint64_t host_use_ = 0;  // what the gate counts as used: now, or the recent peak
 
  public:
   double host_window() const { return host_window_; }  // for tests

@@ -40,6 +40,8 @@ void add_counters(RunCounters& into, const RunCounters& c) {
   into.capped_rounds += c.capped_rounds;
   into.host_memory = into.host_memory || c.host_memory;
   into.oom_kills += c.oom_kills;
+  into.oom_kills_over_host += c.oom_kills_over_host;
+  into.oom_kills_over_room += c.oom_kills_over_room;
   into.memory_kills += c.memory_kills;
   into.rerun_tool_s += c.rerun_tool_s;
   into.frozen_s += c.frozen_s;

@@ -107,6 +107,8 @@ Metrics compute_metrics(std::span<const SessionRecord> sessions, const RunCounte
   m.capped_rounds = counters.capped_rounds;
   m.host_memory = counters.host_memory;
   m.oom_kills = counters.oom_kills;
+  m.oom_kills_over_host = counters.oom_kills_over_host;
+  m.oom_kills_over_room = counters.oom_kills_over_room;
   m.memory_kills = counters.memory_kills;
   m.rerun_tool_s = counters.rerun_tool_s;
   m.frozen_s = counters.frozen_s;

@@ -59,7 +59,12 @@ struct RunCounters {
   std::uint64_t capped_rounds = 0;
   // Host memory (only when modelled).
   bool host_memory = false;
-  std::uint64_t oom_kills = 0;     // tool calls the kernel OOM-killed
+  std::uint64_t oom_kills = 0;  // tool calls the kernel OOM-killed
+  // Of those, by the victim's drawn peak: above the node's whole capacity
+  // (killed whatever else runs), or above what the admitted sessions'
+  // baselines left of it; the rest overflowed with the other tools.
+  std::uint64_t oom_kills_over_host = 0;
+  std::uint64_t oom_kills_over_room = 0;
   std::uint64_t memory_kills = 0;  // tool calls the host rule killed (stalled at their limit)
   double rerun_tool_s = 0;         // nominal tool seconds lost to kills and run again
   double frozen_s = 0;             // Σ over tool calls of time frozen
@@ -101,6 +106,8 @@ struct Metrics {
   // Host memory (JSON, CSV and the table carry these only when modelled).
   bool host_memory = false;
   std::uint64_t oom_kills = 0;
+  std::uint64_t oom_kills_over_host = 0;
+  std::uint64_t oom_kills_over_room = 0;
   std::uint64_t memory_kills = 0;
   double rerun_tool_s = 0;
   double frozen_s = 0;

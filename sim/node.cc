@@ -799,6 +799,12 @@ void Node::host_step(Time now) {
       if (victim == host_tools_.end() || it->second.resident > victim->second.resident) victim = it;
     }
     if (victim == host_tools_.end()) break;
+    const double peak = victim->second.draw.peak_bytes;
+    if (peak > mem_capacity_) {
+      ++result_.counters.oom_kills_over_host;
+    } else if (peak > mem_capacity_ - baselines) {
+      ++result_.counters.oom_kills_over_room;
+    }
     tools -= victim->second.resident;
     kill_host_tool(victim->first, victim->second, now, true);
   }

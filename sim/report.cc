@@ -156,6 +156,8 @@ std::vector<std::pair<std::string_view, Number>> all_metric_fields(const Metrics
     return v;
   }
   v.insert(v.end(), {{"oom_kills", m.oom_kills},
+                     {"oom_kills_over_host", m.oom_kills_over_host},
+                     {"oom_kills_over_room", m.oom_kills_over_room},
                      {"memory_kills", m.memory_kills},
                      {"rerun_tool_s", m.rerun_tool_s},
                      {"frozen_s", m.frozen_s},

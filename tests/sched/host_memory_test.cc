@@ -59,10 +59,55 @@ TEST(HostMemoryRule, BudgetSetsLevelsAndHysteresisHolds) {
   EXPECT_EQ(rule.decide(at(2), 0, 1000, calls, v), MemoryLevel::kCritical);
   // Below "high" but not calm (tools ≥ 80 % of the budget): stays high.
   EXPECT_EQ(rule.decide(at(3), 0, 850, calls, v), MemoryLevel::kHigh);
-  // PSI ≥ half of "high": still not calm.
-  EXPECT_EQ(rule.decide(at(4), 5.0, 100, calls, v), MemoryLevel::kHigh);
-  EXPECT_EQ(rule.decide(at(5), 4.9, 799, calls, v), MemoryLevel::kNormal);
+  EXPECT_EQ(rule.decide(at(4), 0, 800, calls, v), MemoryLevel::kHigh);
+  EXPECT_TRUE(v[0].throttle);
+  EXPECT_EQ(rule.decide(at(5), 0, 799, calls, v), MemoryLevel::kNormal);
   EXPECT_FALSE(v[0].throttle);
+}
+
+// The kernel counts the time a throttled call sleeps in memory.high's penalty
+// as a memory stall, so PSI stays up while the rule throttles. Headroom ends
+// the level whatever PSI says; afterwards PSI raises it again only once it
+// was calm or rises again, not while the throttle's own stall decays.
+TEST(HostMemoryRule, TheThrottlesOwnStallDoesNotHoldTheLevel) {
+  HostMemoryRule rule({});  // no budget: the mark is what the tools held when pressure rose
+  std::vector<MemoryCall> calls{call(1, 100)};
+  std::vector<MemoryVerdict> v;
+  EXPECT_EQ(rule.decide(at(0), 20, 1000, calls, v), MemoryLevel::kHigh);
+  EXPECT_EQ(rule.decide(at(250), 25, 801, calls, v), MemoryLevel::kHigh);
+  EXPECT_EQ(rule.decide(at(500), 45, 801, calls, v), MemoryLevel::kCritical);  // pressure still escalates
+  // A fifth given back: over, although PSI is still far above "high".
+  EXPECT_EQ(rule.decide(at(750), 45, 799, calls, v), MemoryLevel::kNormal);
+  EXPECT_FALSE(v[0].throttle || v[0].freeze);
+  // PSI decaying from the throttle's stall does not bring it back...
+  EXPECT_EQ(rule.decide(at(1000), 30, 1000, calls, v), MemoryLevel::kNormal);
+  EXPECT_EQ(rule.decide(at(1250), 12, 1000, calls, v), MemoryLevel::kNormal);
+  // ...a new stall does (5 points, half of "high", above its lowest since).
+  EXPECT_EQ(rule.decide(at(1500), 16.9, 1000, calls, v), MemoryLevel::kNormal);
+  EXPECT_EQ(rule.decide(at(1750), 17, 1000, calls, v), MemoryLevel::kHigh);
+  EXPECT_TRUE(v[0].throttle);
+  // And so does pressure after it was calm.
+  EXPECT_EQ(rule.decide(at(2000), 30, 700, calls, v), MemoryLevel::kNormal);
+  EXPECT_EQ(rule.decide(at(2250), 4.9, 700, calls, v), MemoryLevel::kNormal);
+  EXPECT_EQ(rule.decide(at(2500), 10, 700, calls, v), MemoryLevel::kHigh);
+}
+
+TEST(HostMemoryRule, WithABudgetHeadroomIsJudgedAgainstTheBudgetOrWhatPressureFound) {
+  HostMemoryConfig config;
+  config.tools_budget = 1000;
+  HostMemoryRule rule(config);
+  std::vector<MemoryCall> calls{call(1, 1)};
+  std::vector<MemoryVerdict> v;
+  // The budget reached: critical; PSI fed by the throttle does not hold it
+  // once the tools are below 80 % of the budget.
+  EXPECT_EQ(rule.decide(at(0), 0, 1000, calls, v), MemoryLevel::kCritical);
+  EXPECT_EQ(rule.decide(at(1), 60, 850, calls, v), MemoryLevel::kCritical);
+  EXPECT_EQ(rule.decide(at(2), 60, 799, calls, v), MemoryLevel::kNormal);
+  // Pressure at half the budget: the mark is what the tools held then.
+  EXPECT_EQ(rule.decide(at(3), 4, 500, calls, v), MemoryLevel::kNormal);  // calm: armed again
+  EXPECT_EQ(rule.decide(at(4), 20, 500, calls, v), MemoryLevel::kHigh);
+  EXPECT_EQ(rule.decide(at(5), 20, 400, calls, v), MemoryLevel::kHigh);
+  EXPECT_EQ(rule.decide(at(6), 20, 399, calls, v), MemoryLevel::kNormal);
 }
 
 TEST(HostMemoryRule, PinnedSessionsAreNeverThrottledOrFrozen) {
@@ -202,6 +247,43 @@ TEST(TandemHostAdmission, KillsCutTheWindowAndItRegrowsOnlyUnderTheFit) {
   node.model.set_host_memory(mem);
   (void)node.admitted(c, at(1200));
   EXPECT_EQ(c.host_window(), 11);  // no cut below host_high, no growth above host_low; round(30 − 2/3 × 29)
+}
+
+// host_peaks (off by default, docs/results.md): the projection counts the
+// highest use of the last host_mean_s, so a session is not admitted into the
+// lull between two tool bursts.
+TEST(TandemHostAdmission, WithHostPeaksTheRecentPeakOfUseCounts) {
+  HostMemoryView mem;
+  mem.capacity_bytes = 10000 * kMiB;
+  mem.session_baseline_bytes = 1000 * kMiB;
+  mem.tool_peak_p95_bytes = 1000 * kMiB;
+  mem.psi_some_avg10 = 0;
+  for (bool peaks : {false, true}) {
+    SCOPED_TRACE(peaks ? "host_peaks" : "use now");
+    TandemParams p = host_only(true);
+    p.host_peaks = peaks;
+    // 0.9 × 10000 = 9000 MiB: n baselines + 1000 fit for n ≤ 8 on the use
+    // now (0), for n ≤ 3 on the burst's 5000 a second ago...
+    MemNode node;
+    TandemControl c({}, p);
+    mem.used_bytes = 5000 * kMiB;
+    node.model.set_host_memory(mem);
+    (void)node.admitted(c, at(0));
+    mem.used_bytes = 0;
+    node.model.set_host_memory(mem);
+    for (SessionId s = 1; s <= 10; ++s) node.open(s, at(1000));
+    EXPECT_EQ(node.admitted(c, at(1000)), peaks ? 3u : 8u);
+    // ...and once the burst is older than host_mean_s (30 s), on the use now.
+    MemNode later;
+    TandemControl c2({}, p);
+    mem.used_bytes = 5000 * kMiB;
+    later.model.set_host_memory(mem);
+    (void)later.admitted(c2, at(0));
+    mem.used_bytes = 0;
+    later.model.set_host_memory(mem);
+    for (SessionId s = 1; s <= 10; ++s) later.open(s, at(30500));
+    EXPECT_EQ(later.admitted(c2, at(30500)), 8u);
+  }
 }
 
 }  // namespace

@@ -105,7 +105,7 @@ head -1 "$dir/m.csv" | grep -q "oom_kills" || fail "the CSV lacks oom_kills"
 python3 - "$dir/m.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-for key in ("oom_kills", "memory_kills", "rerun_tool_s", "frozen_s", "throttled_s", "stranded_block_s",
+for key in ("oom_kills", "oom_kills_over_host", "oom_kills_over_room", "memory_kills", "rerun_tool_s", "frozen_s", "throttled_s", "stranded_block_s",
             "host_mem_peak_gib", "mem_psi_some_pct", "mem_psi_full_pct"):
     assert all(key in run["metrics"] for run in r["runs"]), key
     assert all(key in s["mean"] for s in r["summary"]), key

@@ -160,11 +160,34 @@ TEST(NodeHostMemory, ABurstAboveCapacityIsKilledAndRunAgain) {
   auto ok = simulate(many, d, ideal_times(many, d));
   ASSERT_TRUE(ok) << ok.error().context();
   EXPECT_GT(ok->counters.oom_kills, 0u);
+  // One session at a time and no baselines: every kill is of a call whose
+  // own peak is above the whole host.
+  EXPECT_EQ(ok->counters.oom_kills_over_host, ok->counters.oom_kills);
+  EXPECT_EQ(ok->counters.oom_kills_over_room, 0u);
   EXPECT_GT(ok->counters.rerun_tool_s, 0);
   EXPECT_LE(ok->counters.host_mem_peak_bytes, 1073741824.0);
   double stretched = 0;
   for (const auto& t : ok->tool_calls) stretched = std::max(stretched, t.wall_s / t.nominal_s);
   EXPECT_GT(stretched, 1.0 + 5.0 / 4.0);  // a killed call took its retry delay and ran again
+}
+
+TEST(NodeHostMemory, KillsAreCountedByWhatTheVictimsPeakExceeds) {
+  // A 1 GiB node (1073.7 MB) whose one admitted session holds a 400 MiB
+  // baseline: 654 MB of room. The calls peak at a median of 653.7 MB (P95
+  // 908 MB, σ 0.2): about half exceed the room, almost none the host.
+  SimConfig d = config("fcfs");
+  d.tool_mem = true;
+  d.session_mem_mib = 400;
+  d.host_mem_gib = 1;
+  ASSERT_TRUE(d.tool_mem_table.apply("pytest=908:0.2"));
+  Workload many;
+  for (int i = 0; i < 8; ++i)
+    many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
+  auto ok = simulate(many, d, ideal_times(many, d));
+  ASSERT_TRUE(ok) << ok.error().context();
+  EXPECT_GT(ok->counters.oom_kills_over_room, 0u);
+  // One session at a time: no kill is the other tools' doing.
+  EXPECT_EQ(ok->counters.oom_kills_over_room + ok->counters.oom_kills_over_host, ok->counters.oom_kills);
 }
 
 }  // namespace
