@@ -125,19 +125,22 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
   // The cgroup asked ahead when the session's last call started, if its
   // limits are this call's: its answer is usually here already, so this
   // call skips the round trip to tandemd. A refused one (the session over a
-  // limit then, say) is asked again the ordinary way.
+  // limit then, say) is asked again the ordinary way; no answer in time, or
+  // a lost connection, is this call's answer too.
   std::string why;
   int why_code = ENOTCONN;
   std::uint32_t call = 0;
   std::optional<Placement> placement;
+  bool ask = true;
   if (std::optional<Ahead> ahead = take_ahead(session, spec.limits)) {
     drive(true);
     call = ahead->call;
     placement = await_placement(ahead->request, why, why_code);
-    if (placement && placement->info.code != 0) placement.reset();
+    ask = placement && placement->info.code != 0;
+    if (ask) placement.reset();
     if (placement) ++stats_.tools_placed_ahead;
   }
-  if (!placement) {
+  if (ask) {
     call = new_call();
     placement = request_placement(session, call, kind, spec.limits, why, why_code);
   }
@@ -230,7 +233,7 @@ int Client::tool_spawn(std::uint64_t session, std::string_view tool, const ToolS
   ret_pid = pid;
   // Ask for the next call's cgroup now, while this tool runs. Not when the
   // next call would be over the tools limit (tandemd would refuse it).
-  if (placement && daemon_ahead_ && !aheads_.contains(session) && s->tools.size() + 1 < tools_limit) {
+  if (placement && daemon_ahead_ && !aheads_.contains(session) && s->tools.size() < tools_limit) {
     std::string ignored;
     int ignored_code = 0;
     const std::uint32_t next = new_call();
