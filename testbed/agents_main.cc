@@ -45,6 +45,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "base/ids.h"
 #include "base/unique_fd.h"
 #include "ipc/daemon_connection.h"
 #include "sched/registry.h"
@@ -59,6 +60,10 @@
 
 namespace tandem::testbed {
 namespace {
+
+// Attempts of one tool step killed for memory (--tool-mem) before the
+// session gives up on it.
+constexpr std::uint64_t kMemoryRetries = 5;
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -356,6 +361,7 @@ struct Shared {
   std::string host;  // "127.0.0.1:8000" part of the URL
   Runner& runner;
   sim::ToolCpuTable cpus;
+  std::optional<sim::ToolMemTable> mem;  // --tool-mem: each call's peak drawn as the simulator draws it
   std::string toolburn;
   Clock::time_point t0;
   std::atomic<std::size_t> done{0};
@@ -484,19 +490,50 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
     log.rounds.push_back(rl);
     if (round.tool.empty()) continue;
 
-    const ToolStep step = tool_step(round, sh.cpus, c, sh.flags.tool_mem_mb);
-    std::vector<std::string> argv = {sh.toolburn,
-                                     "--cpu-seconds",
-                                     fmt::format("{:.6f}", step.cpu_s),
-                                     "--wall-seconds",
-                                     fmt::format("{:.6f}", step.wall_s),
-                                     "--mem-mb",
-                                     std::to_string(step.mem_mb),
-                                     "--report"};
-    const auto asked = Clock::now();
-    ToolOutcome out = sh.runner.spawn(session, round.tool, std::move(argv)).get();
-    const double call_s = std::chrono::duration<double>(Clock::now() - asked).count();
-    sh.tools.fetch_add(1);
+    ToolStep step = tool_step(round, sh.cpus, c, sh.flags.tool_mem_mb);
+    // With --tool-mem, the call's peak as tandem-sim draws it (sim/node.cc:
+    // keyed by the session and the round, re-drawn per attempt), held for
+    // the whole call. A tool killed for memory runs again after the retry
+    // delay, as the simulator's agents do; every kill is logged.
+    const std::uint64_t key = sim::mix64(base::session_id(log.name) ^ sim::mix64(static_cast<std::uint64_t>(r) + 1));
+    ToolOutcome out;
+    double call_s = 0;
+    for (std::uint64_t attempt = 0;; ++attempt) {
+      if (sh.mem) {
+        const sim::ToolMemDraw draw = sh.mem->draw(round.tool, sim::mix64(key + attempt), round.tool_seconds);
+        const double peak = draw.peak_bytes * spec.mem_scale * sh.flags.tool_mem_scale;
+        step.mem_mb = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(peak / (1024.0 * 1024.0))));
+      }
+      std::vector<std::string> argv = {sh.toolburn,
+                                       "--cpu-seconds",
+                                       fmt::format("{:.6f}", step.cpu_s),
+                                       "--wall-seconds",
+                                       fmt::format("{:.6f}", step.wall_s),
+                                       "--mem-mb",
+                                       std::to_string(step.mem_mb),
+                                       "--report"};
+      const auto asked = Clock::now();
+      out = sh.runner.spawn(session, round.tool, std::move(argv)).get();
+      call_s = std::chrono::duration<double>(Clock::now() - asked).count();
+      sh.tools.fetch_add(1);
+      const bool memory_kill = out.rc == 0 && (out.result.reason == TANDEM_TOOL_OOM_KILLED ||
+                                               out.result.reason == TANDEM_TOOL_KILLED_MEMORY);
+      if (!memory_kill || !sh.mem || attempt + 1 >= kMemoryRetries || g_stop.load()) break;
+      ToolLog killed;
+      killed.kind = round.tool;
+      killed.nominal_s = step.wall_s;
+      killed.wall_s = static_cast<double>(out.result.wall_ns) * 1e-9;
+      killed.call_s = call_s;
+      killed.run_s = killed.wall_s;
+      killed.peak_mb = static_cast<double>(out.result.peak_memory_bytes) / (1024.0 * 1024.0);
+      killed.exit_code = out.result.exit_code;
+      killed.reason = out.result.reason;
+      killed.placed = out.result.cgroup_id != 0;
+      killed.memory_kill = true;
+      killed.retried = true;
+      log.tools.push_back(killed);
+      std::this_thread::sleep_for(std::chrono::duration<double>(sh.flags.retry_delay_s / c));
+    }
     if (out.rc != 0) {
       log.error = fmt::format("round {}: tool {}: {} ({})", r, round.tool, out.error, std::strerror(-out.rc));
       break;
@@ -512,6 +549,7 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
     t.peak_mb = static_cast<double>(out.result.peak_memory_bytes) / (1024.0 * 1024.0);
     t.exit_code = out.result.exit_code;
     t.reason = out.result.reason;
+    t.memory_kill = t.reason == TANDEM_TOOL_OOM_KILLED || t.reason == TANDEM_TOOL_KILLED_MEMORY;
     t.placed = out.result.cgroup_id != 0;
     t.verified = t.placed && (report.in_session_cgroup ||
                               out.cgroup_at_spawn.find(fmt::format("/tools/{:016x}/", session)) != std::string::npos);
@@ -669,7 +707,14 @@ int run(const ReplayFlags& flags) {
                monitor.first() ? "reachable" : "not reachable (tools run without cgroups)");
   }
 
-  Shared sh{flags, host, runner, cpus, toolburn, Clock::now(), {}, {}};
+  std::optional<sim::ToolMemTable> mem;
+  if (!flags.tool_mem.empty()) {
+    mem.emplace();
+    if (flags.tool_mem != "on") {
+      if (auto r = mem->apply(flags.tool_mem); !r) return fail("--tool-mem: " + r.error().message());
+    }
+  }
+  Shared sh{flags, host, runner, cpus, mem, toolburn, Clock::now(), {}, {}};
   std::vector<SessionLog> logs(workload->sessions.size());
   std::vector<std::thread> threads;
   threads.reserve(logs.size());
@@ -733,7 +778,19 @@ int run(const ReplayFlags& flags) {
   config.engines = 1;
   config.tool_cores = flags.tool_cores;
   config.policy = policy;
+  for (const auto& [name, v] : flags.params) config.params[name] = v;
   config.tool_cpu = cpus;
+  if (mem) {
+    // Host memory as the live run has it: the tools' budget is tandemd's
+    // ([memory] tools_budget, given here as --host-mem-gib); the agents'
+    // own processes sit outside it, so sessions hold no baseline.
+    config.tool_mem = true;
+    config.tool_mem_table = *mem;
+    config.tool_mem_scale = flags.tool_mem_scale;
+    config.host_mem_gib = flags.host_mem_gib;
+    config.session_mem_mib = 0;
+    config.retry_delay_s = flags.retry_delay_s;
+  }
   const std::vector<double> ideal = sim::ideal_times(*workload, config);
   EngineTotals engine = minus(totals(*after), totals(*before));
   if (realtime) engine.busy_s *= flags.compress;
@@ -742,7 +799,8 @@ int run(const ReplayFlags& flags) {
   RunSummary summary;
   summary.preset = std::string(preset->name);
   summary.workload = workload_name;
-  summary.policy = policy;
+  summary.policy = policy;  // with its --param settings, the run's label in compare
+  for (const auto& [name, v] : flags.params) summary.policy += fmt::format(" {}={}", name, v);
   summary.rate = flags.rate;
   summary.compress = flags.compress;
   summary.sessions = logs.size();
@@ -822,7 +880,7 @@ int agents_main(int argc, char** argv) {
         realtime = *p;
       }
       auto c = daemon_config(flags->policy, flags->compress, flags->subtree, flags->tool_cpus,
-                             realtime ? &*realtime : nullptr);
+                             realtime ? &*realtime : nullptr, flags->params, flags->tools_budget_mib);
       if (!c) {
         fmt::print(stderr, "tandem-agents: {}\n", c.error());
         return 2;

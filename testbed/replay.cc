@@ -10,6 +10,7 @@
 
 #include "base/parse.h"
 #include "sched/registry.h"
+#include "sim/host_memory.h"
 #include "testbed/flags.h"
 
 namespace tandem::testbed {
@@ -43,6 +44,7 @@ bool time_valued(std::string_view name) { return name.ends_with("_s") || name.fi
 std::string replay_usage() {
   return R"(usage: tandem-agents run (--trace FILE | --synthetic NAME) --tool-cores N [options]
        tandem-agents daemon-config --policy NAME [--compress C] [--subtree NAME] [--tool-cpus LIST] [--preset-file FILE]
+                                   [--param NAME=VALUE]... [--tools-budget-mib N]
        tandem-agents compare RUN.json... [--json FILE] [--sim-json FILE] [--plot FILE.png]
 
 Replays agent sessions through the live stack: each round is an HTTP request
@@ -63,6 +65,13 @@ run
   --tool-cores N        cores the tool processes get (for the simulator's prediction)
   --tool-cpu SPEC       CPU demand per tool kind, "pytest=1,Read=0.05,*=0.5" (as tandem-sim)
   --tool-mem-mb M       MiB a tool touches per core of its demand (default 64)
+  --tool-mem SPEC       instead, each call's memory peak drawn as tandem-sim --tool-mem draws it ("on", or
+                        "kind=P95MiB,..."), held for the whole call; a tool killed for memory runs again
+  --tool-mem-scale X    multiplies every drawn peak (default 1)
+  --host-mem-gib G      the prediction's host memory per engine (default: the preset's)
+  --retry-delay S       trace seconds before a tool killed for memory runs again (default 5)
+  --param NAME=VALUE    a parameter of the policy, as tandemd runs it (daemon-config --param): for the
+                        prediction, and in the run's label
   --url URL             the engine's HTTP endpoint (default http://127.0.0.1:8000)
   --runtime-dir DIR     tandemd's runtime dir (default $TANDEM_RUNTIME_DIR, else /run/tandem)
   --toolburn PATH       the tool stand-in (default: tandem-toolburn next to this binary)
@@ -108,6 +117,12 @@ std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::
       {"--tool-cores", Mode::kRun, true},
       {"--tool-cpu", Mode::kRun, true},
       {"--tool-mem-mb", Mode::kRun, true},
+      {"--tool-mem", Mode::kRun, true},
+      {"--tool-mem-scale", Mode::kRun, true},
+      {"--host-mem-gib", Mode::kRun, true},
+      {"--retry-delay", Mode::kRun, true},
+      {"--param", Mode::kRun, true},
+      {"--tools-budget-mib", Mode::kDaemonConfig, true},
       {"--url", Mode::kRun, true},
       {"--runtime-dir", Mode::kRun, true},
       {"--toolburn", Mode::kRun, true},
@@ -137,8 +152,9 @@ std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::
     for (const Known& c : kKnown) {
       if (c.flag == flag) k = &c;
     }
-    // --compress and --preset-file belong to run and daemon-config.
-    const bool shared = (flag == "--compress" || flag == "--preset-file") && f.mode == Mode::kDaemonConfig;
+    // --compress, --preset-file and --param belong to run and daemon-config.
+    const bool shared =
+        (flag == "--compress" || flag == "--preset-file" || flag == "--param") && f.mode == Mode::kDaemonConfig;
     if (k == nullptr || (k->mode != f.mode && !shared)) {
       return std::unexpected(fmt::format("unknown flag '{}' for '{}' (see --help)", flag, cmd));
     }
@@ -192,6 +208,33 @@ std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::
       if (!x) return std::unexpected(x.error());
       if (*x > 65536) return std::unexpected(fmt::format("--tool-mem-mb: {} is above 65536", value));
       f.tool_mem_mb = *x;
+    } else if (flag == "--tool-mem") {
+      if (value != "on") {
+        sim::ToolMemTable table;
+        if (auto r = table.apply(value); !r) return std::unexpected("--tool-mem: " + r.error().message());
+      }
+      f.tool_mem = value;
+    } else if (flag == "--tool-mem-scale" || flag == "--host-mem-gib" || flag == "--retry-delay") {
+      auto x = positive(flag, value, flag == "--retry-delay");
+      if (!x) return std::unexpected(x.error());
+      if (*x > 1e6) return std::unexpected(fmt::format("{}: {} is above 1e6", flag, value));
+      (flag == "--tool-mem-scale" ? f.tool_mem_scale
+       : flag == "--host-mem-gib" ? f.host_mem_gib
+                                  : f.retry_delay_s) = *x;
+    } else if (flag == "--param") {
+      const std::size_t eq = value.find('=');
+      if (eq == std::string_view::npos || eq == 0) {
+        return std::unexpected(fmt::format("--param: '{}' is not NAME=VALUE", value));
+      }
+      auto x = base::parse_double(value.substr(eq + 1));
+      if (!x || !std::isfinite(*x)) return std::unexpected(fmt::format("--param: '{}' has no number", value));
+      f.params[std::string(value.substr(0, eq))] = *x;
+    } else if (flag == "--tools-budget-mib") {
+      auto n = base::parse_int<std::uint64_t>(value);
+      if (!n || *n > (std::uint64_t{1} << 30)) {
+        return std::unexpected(fmt::format("--tools-budget-mib: '{}' is not a size in MiB", value));
+      }
+      f.tools_budget_mib = *n;
     } else if (flag == "--url") {
       if (!value.starts_with("http://")) {
         return std::unexpected(fmt::format("--url: '{}' is not an http:// URL", value));
@@ -290,7 +333,9 @@ std::map<std::string, double> cost_params(const sim::Preset& p, double scale) {
 
 std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, double compress,
                                                        std::string_view subtree, std::string_view tool_cpus,
-                                                       const sim::Preset* realtime) {
+                                                       const sim::Preset* realtime,
+                                                       const std::map<std::string, double>& overrides,
+                                                       std::uint64_t tools_budget_mib) {
   const sched::PolicyEntry* entry = sched::find_policy(policy);
   if (entry == nullptr) {
     std::string known;
@@ -316,6 +361,16 @@ std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, 
     }
     c.params[std::string(p.name)] = v;
   }
+  for (const auto& [name, v] : overrides) {
+    const auto spec = std::ranges::find(entry->params, name, &sched::ParamSpec::name);
+    if (spec == entry->params.end()) {
+      return std::unexpected(fmt::format("--param: policy '{}' has no parameter '{}'", policy, name));
+    }
+    if (v < spec->min || v > spec->max) {
+      return std::unexpected(fmt::format("--param: {} = {} is outside {} .. {}", name, v, spec->min, spec->max));
+    }
+    c.params[name] = v;
+  }
   std::string t = fmt::format(
       "# tandemd for a tandem-agents run compressed {}x (tandem-agents daemon-config):\n"
       "# the policy's durations{}, and the tick, divided by {}.\n"
@@ -330,6 +385,7 @@ std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, 
   t += "\n[cgroups]\nmode = \"auto\"\n";
   if (!subtree.empty()) t += fmt::format("subtree = {}\n", toml_string(subtree));
   if (!tool_cpus.empty()) t += fmt::format("tool_cpus = {}\n", toml_string(tool_cpus));
+  if (tools_budget_mib != 0) t += fmt::format("\n[memory]\ntools_budget = \"{}M\"\n", tools_budget_mib);
   c.toml = std::move(t);
   return c;
 }

@@ -57,6 +57,13 @@ struct ReplayFlags {
   double tool_cores = 0;    // cores the tools get; required for run
   std::string tool_cpu;     // sim::ToolCpuTable::apply spec
   double tool_mem_mb = 64;  // MiB a tool touches per core of CPU demand
+  // run: tool memory as the simulator draws it (docs/sim.md "Host memory"):
+  // "" = tool_mem_mb's rule; "on" or "kind=P95MiB,..." = each call's drawn
+  // peak, held for the whole call.
+  std::string tool_mem;
+  double tool_mem_scale = 1;  // multiplies every drawn peak
+  double host_mem_gib = 0;    // the prediction's host memory (0: the preset's)
+  double retry_delay_s = 5;   // trace seconds before a tool killed for memory runs again
   // run: the live stack.
   std::string url = "http://127.0.0.1:8000";
   std::string runtime_dir;  // "" = $TANDEM_RUNTIME_DIR, else /run/tandem
@@ -67,8 +74,10 @@ struct ReplayFlags {
 
   // daemon-config: the policy whose tandemd.toml to print.
   std::string policy;
-  std::string subtree;    // [cgroups] subtree ("" = the default)
-  std::string tool_cpus;  // [cgroups] tool_cpus ("" = all)
+  std::string subtree;                   // [cgroups] subtree ("" = the default)
+  std::string tool_cpus;                 // [cgroups] tool_cpus ("" = all)
+  std::map<std::string, double> params;  // --param NAME=VALUE (run and daemon-config): the policy's, set as given
+  std::uint64_t tools_budget_mib = 0;    // [memory] tools_budget in MiB (0: none)
 
   // compare: run files in, a table out, and the merged files.
   std::vector<std::string> inputs;
@@ -117,9 +126,14 @@ struct DaemonConfig {
 };
 // With `realtime` (a real-time engine's preset), tandem's cost parameters
 // are that preset's, undivided: the engine's steps are not compressed.
+// `overrides` set parameters as given, after compression (errors name an
+// unknown one or one out of its range); `tools_budget_mib` writes [memory]
+// tools_budget.
 std::expected<DaemonConfig, std::string> daemon_config(std::string_view policy, double compress,
                                                        std::string_view subtree, std::string_view tool_cpus,
-                                                       const sim::Preset* realtime = nullptr);
+                                                       const sim::Preset* realtime = nullptr,
+                                                       const std::map<std::string, double>& overrides = {},
+                                                       std::uint64_t tools_budget_mib = 0);
 
 // ---- what a run recorded ----------------------------------------------------------
 
@@ -140,9 +154,11 @@ struct ToolLog {
   double cpu_s = 0;
   double peak_mb = 0;
   int exit_code = 0;
-  int reason = 0;         // tandem_tool_exit_reason
-  bool placed = false;    // it ran in a cgroup of its own
-  bool verified = false;  // its /proc/self/cgroup named its session's tools/ folder
+  int reason = 0;            // tandem_tool_exit_reason
+  bool placed = false;       // it ran in a cgroup of its own
+  bool verified = false;     // its /proc/self/cgroup named its session's tools/ folder
+  bool memory_kill = false;  // OOM-killed, or killed by tandemd's memory rules
+  bool retried = false;      // killed for memory and run again (--tool-mem)
 };
 struct SessionLog {
   std::string name;

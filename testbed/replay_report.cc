@@ -51,6 +51,8 @@ T get_or(const J& j, std::initializer_list<const char*> path, T fallback) {
 
 struct ToolTotals {
   std::uint64_t calls = 0, placed = 0, verified = 0, nonzero = 0, killed = 0;
+  std::uint64_t memory_kills = 0;  // OOM-killed, or killed by tandemd's memory rules
+  std::uint64_t reruns = 0;        // of those, run again (--tool-mem)
   double peak_mb_max = 0, peak_mb_sum = 0, cpu_s = 0;
   std::vector<double> overhead_ms;  // call − run, wall milliseconds
 };
@@ -64,6 +66,8 @@ ToolTotals tool_totals(const std::vector<SessionLog>& logs) {
       t.verified += tool.verified;
       t.nonzero += tool.exit_code != 0;
       t.killed += tool.reason != 0;
+      t.memory_kills += tool.memory_kill;
+      t.reruns += tool.retried;
       t.peak_mb_max = std::max(t.peak_mb_max, tool.peak_mb);
       t.peak_mb_sum += tool.peak_mb;
       t.cpu_s += tool.cpu_s;
@@ -132,6 +136,8 @@ ordered_json run_document(const RunSummary& r) {
                  {"verified_in_session_cgroup", t.verified},
                  {"nonzero_exit", t.nonzero},
                  {"killed", t.killed},
+                 {"memory_kills", t.memory_kills},
+                 {"rerun_after_memory_kill", t.reruns},
                  {"cpu_s", t.cpu_s},
                  {"peak_mb_max", t.peak_mb_max},
                  {"peak_mb_mean", t.calls ? t.peak_mb_sum / static_cast<double>(t.calls) : 0.0},
@@ -315,6 +321,11 @@ base::Result<void> compare_runs(std::FILE* out, std::span<const std::string> inp
          return get_or<double>(tb, {"tools", "peak_mb_max"}, NAN);
        },
        nullptr},
+      {"tool calls killed for memory",
+       [](const ordered_json&, const ordered_json& tb) {
+         return get_or<double>(tb, {"tools", "memory_kills"}, NAN);
+       },
+       metric("oom_kills")},
       {"tool call overhead p50 (wall ms)",
        [](const ordered_json&, const ordered_json& tb) {
          return get_or<double>(tb, {"tools", "overhead_ms_p50"}, NAN);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,59 @@ TEST(ReplayFlags, CompareAndDaemonConfig) {
   EXPECT_EQ(d->tool_cpus, "1");
   EXPECT_FALSE(parse({"daemon-config"}));
   EXPECT_EQ(parse({"run", "--help"})->mode, ReplayFlags::Mode::kHelp);
+}
+
+// Host memory (issue 22): drawn tool peaks for the run, a policy's
+// parameters for the run's prediction and tandemd, and the tools' budget.
+TEST(ReplayFlags, HostMemoryAndPolicyParameters) {
+  auto f = parse({"run", "--synthetic", "agentic", "--tool-cores", "1", "--tool-mem", "pytest=900,*=20",
+                  "--tool-mem-scale", "2", "--host-mem-gib", "0.5", "--retry-delay=0", "--param", "host_admission=0"});
+  ASSERT_TRUE(f) << f.error();
+  EXPECT_EQ(f->tool_mem, "pytest=900,*=20");
+  EXPECT_EQ(f->tool_mem_scale, 2);
+  EXPECT_EQ(f->host_mem_gib, 0.5);
+  EXPECT_EQ(f->retry_delay_s, 0);
+  EXPECT_EQ(f->params, (std::map<std::string, double>{{"host_admission", 0}}));
+  auto d = parse({"daemon-config", "--policy", "tandem", "--param", "host_admission=0", "--tools-budget-mib", "512"});
+  ASSERT_TRUE(d) << d.error();
+  EXPECT_EQ(d->tools_budget_mib, 512u);
+  EXPECT_EQ(d->params.at("host_admission"), 0);
+
+  const std::vector<std::pair<std::vector<std::string_view>, std::string>> bad = {
+      {{"run", "--synthetic", "a", "--tool-cores", "1", "--tool-mem", "pytest=lots"}, "--tool-mem"},
+      {{"run", "--synthetic", "a", "--tool-cores", "1", "--tool-mem-scale", "0"}, "--tool-mem-scale"},
+      {{"run", "--synthetic", "a", "--tool-cores", "1", "--param", "host_admission"}, "--param"},
+      {{"run", "--synthetic", "a", "--tool-cores", "1", "--param", "=1"}, "--param"},
+      {{"run", "--synthetic", "a", "--tool-cores", "1", "--param", "x=nan"}, "--param"},
+      {{"daemon-config", "--policy", "fcfs", "--tools-budget-mib", "lots"}, "--tools-budget-mib"},
+      {{"run", "--synthetic", "a", "--tool-cores", "1", "--tools-budget-mib", "1"}, "--tools-budget-mib"},
+  };
+  for (const auto& [args, name] : bad) {
+    auto e = parse(args);
+    ASSERT_FALSE(e) << name;
+    EXPECT_NE(e.error().find(name), std::string::npos) << e.error();
+  }
+}
+
+TEST(DaemonConfigTest, ParametersAsGivenAndTheToolsBudgetReachTandemd) {
+  auto c = daemon_config("tandem", 16, "", "", nullptr, {{"host_admission", 0}}, 512);
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->params.at("host_admission"), 0);
+  auto parsed = daemon::parse_config(c->toml, "daemon-config");
+  ASSERT_TRUE(parsed) << parsed.error().message() << "\n" << c->toml;
+  EXPECT_DOUBLE_EQ(parsed->policy_params.at("host_admission"), 0);
+  EXPECT_DOUBLE_EQ(parsed->policy_params.at("horizon_s"), 1.0 / 16) << "the others still compressed";
+  EXPECT_EQ(parsed->host.tools_budget, std::uint64_t{512} << 20);
+
+  auto unknown = daemon_config("tandem", 1, "", "", nullptr, {{"nope", 1}});
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().find("'nope'"), std::string::npos) << unknown.error();
+  auto range = daemon_config("tandem", 1, "", "", nullptr, {{"host_admission", 7}});
+  ASSERT_FALSE(range);
+  EXPECT_NE(range.error().find("host_admission"), std::string::npos) << range.error();
+  auto none = daemon_config("fcfs", 1, "", "");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->toml.find("[memory]"), std::string::npos);
 }
 
 TEST(ToolStepTest, DemandSetsCpuAndMemoryCompressionTheTime) {
