@@ -24,7 +24,7 @@ std::uint64_t TokenBucket::available(Time now) {
 
 Client* Clients::find(std::uint32_t id) {
   auto it = map_.find(id);
-  return it == map_.end() || it->second.doomed ? nullptr : &it->second;
+  return it == map_.end() || it->second.doomed() ? nullptr : &it->second;
 }
 
 const Client* Clients::entry(std::uint32_t id) const {
@@ -42,20 +42,20 @@ Client& Clients::add(base::UniqueFd sock, const ucred& cred, Time now, const Lim
   c.gid = cred.gid;
   c.connected_at = now;
   c.last_request = now;
-  c.message_budget = TokenBucket(limits.messages_per_s, now);
+  c.budgets.messages = TokenBucket(limits.messages_per_s, now);
   return c;
 }
 
 std::size_t Clients::of_uid(uid_t uid) const {
   std::size_t n = 0;
-  for (const auto& [id, c] : map_) n += !c.doomed && c.uid == uid ? 1 : 0;
+  for (const auto& [id, c] : map_) n += !c.doomed() && c.uid == uid ? 1 : 0;
   return n;
 }
 
 std::string Clients::refusal(const Limits& limits, const ucred& cred, bool serves, bool trusted,
                              std::size_t held) const {
   std::size_t live = 0;
-  for (const auto& [id, c] : map_) live += c.doomed ? 0 : 1;
+  for (const auto& [id, c] : map_) live += c.doomed() ? 0 : 1;
   if (live >= limits.max_clients) return fmt::format("too many clients: limits.max_clients = {}", limits.max_clients);
   if (!serves && live >= limits.max_clients - limits.reserved()) {
     return fmt::format(
@@ -74,7 +74,7 @@ std::string Clients::refusal(const Limits& limits, const ucred& cred, bool serve
 std::string Clients::ctl_refusal(const Limits& limits) const {
   std::size_t ctl = 0;
   for (const auto& [id, other] : map_) {
-    ctl += !other.doomed && other.phase == Phase::kActive &&
+    ctl += !other.doomed() && other.phase == Phase::kActive &&
                    (other.role == Role::kCtlRead || other.role == Role::kCtlAdmin)
                ? 1
                : 0;
@@ -87,12 +87,12 @@ std::string Clients::ctl_refusal(const Limits& limits) const {
 }
 
 bool Clients::take_error(Client& c, Time now) {
-  if (now - c.errors.since >= std::chrono::seconds(1)) {
-    c.errors.since = now;
-    c.errors.sent = 0;
+  if (now - c.budgets.errors.since >= std::chrono::seconds(1)) {
+    c.budgets.errors.since = now;
+    c.budgets.errors.sent = 0;
   }
-  if (c.errors.sent >= kErrorsPerSecond) return false;
-  ++c.errors.sent;
+  if (c.budgets.errors.sent >= kErrorsPerSecond) return false;
+  ++c.budgets.errors.sent;
   return true;
 }
 

@@ -55,10 +55,9 @@ class TokenBucket {
 // Where a connection is: waiting for its Hello, or past it.
 enum class Phase : std::uint8_t { kHello, kActive };
 
-// One connection: its peer, socket and pidfd; for engines and runners its
-// segment (rings, status page, doorbells) and directive backlog; its rate
-// buckets and error budget; engines' parameters and GPU choice; a runner's
-// handle; once-only warnings. Thread-safety: the loop thread only.
+// One connection: who the peer is and its socket and pidfd, then one group
+// per concern (rings, io_uring arms, removal, rate budgets, engine state,
+// resync, counters, once-only warnings). Thread-safety: the loop thread only.
 struct Client {
   std::uint32_t id = 0;
   Phase phase = Phase::kHello;
@@ -70,36 +69,68 @@ struct Client {
   base::UniqueFd sock;
   base::UniqueFd pidfd;
   base::Time connected_at{};
-  bool has_channel = false;
-  ipc::Channel channel;
-  ipc::RingConsumer events;
-  ipc::RingProducer directives;
-  ipc::StatusWriter<ipc::EngineStatus> status;
-  ipc::Doorbell event_bell;
-  ipc::Doorbell directive_bell;
-  ipc::RecordDecoder decoder{ipc::Direction::kToDaemon};
-  std::deque<ipc::Slot> backlog;  // directives that did not fit in the ring
-  std::uint64_t bell_buf = 0;     // target of the doorbell read
-  bool bell_armed = false;        // a doorbell read is outstanding
-  bool sock_armed = false;        // a POLLIN on the socket is outstanding
-  bool pidfd_armed = false;       // a POLLIN on the pidfd is outstanding
-  bool pending = false;           // the pump should look at its ring
-  bool bell_due = false;          // directives pushed since its doorbell was last rung
-  bool doomed = false;            // to be removed by sweep()
-  bool misbehaved = false;        // removed for breaking the protocol or the limits
-  bool process_gone = false;      // its pidfd fired: the process exited
-  std::string doom_reason;
+  std::uint64_t instance = 0;  // Hello.instance
+  std::uint32_t owner = 0;     // runners: its Owner (owners_), which holds its sessions
+  base::Time last_request{};   // ctl: when it last sent something (ctl_idle_timeout_s)
   std::unordered_map<sched::SessionId, std::string> pending_names;  // names before their session
-  TokenBucket record_budget;
-  TokenBucket message_budget;
-  sched::EngineParams engine;  // engines
-  std::int32_t gpu_index = -1;
-  std::uint32_t saturating_tokens = 0;
-  std::uint32_t sessions = 0;       // engines: sessions opened by submitting, no runner took (sessions_per_client)
-  std::uint64_t instance = 0;       // Hello.instance
-  std::uint32_t owner = 0;          // runners: its Owner (owners_), which holds its sessions
-  base::Time last_request{};        // ctl: when it last sent something (ctl_idle_timeout_s)
-  std::uint64_t records_taken = 0;  // event-ring slots taken (Resync.ring_position's counterpart)
+
+  // Engines and runners: the segment's rings, status page and doorbells, and the directives waiting for room.
+  struct Rings {
+    bool attached = false;  // it has a segment (the rest is empty without one)
+    ipc::Channel channel;
+    ipc::RingConsumer events;
+    ipc::RingProducer directives;
+    ipc::StatusWriter<ipc::EngineStatus> status;
+    ipc::Doorbell event_bell;
+    ipc::Doorbell directive_bell;
+    ipc::RecordDecoder decoder{ipc::Direction::kToDaemon};
+    std::deque<ipc::Slot> backlog;  // directives that did not fit in the ring
+    bool pending = false;           // the pump should look at its ring
+    bool bell_due = false;          // directives pushed since its doorbell was last rung
+  } rings;
+
+  // The io_uring operations outstanding for it.
+  struct Armed {
+    std::uint64_t bell_buf = 0;  // target of the doorbell read
+    bool bell = false;           // a doorbell read
+    bool sock = false;           // a POLLIN on the socket
+    bool pidfd = false;          // a POLLIN on the pidfd
+  } armed;
+
+  // The end of the connection: marked by Server::doom, removed by the sweep.
+  struct Doom {
+    bool marked = false;        // to be removed by sweep()
+    bool misbehaved = false;    // removed for breaking the protocol or the limits
+    bool process_gone = false;  // its pidfd fired: the process exited
+    std::string reason;
+  } doom;
+  bool doomed() const { return doom.marked; }
+
+  // What it may send: records and messages a second, and per-request Errors
+  // in this second (at most kErrorsPerSecond).
+  struct Budgets {
+    TokenBucket records;
+    TokenBucket messages;
+    struct Errors {
+      std::uint32_t sent = 0;
+      base::Time since{};
+    } errors;
+  } budgets;
+
+  // Engines only: their parameters, what the GPU plane chose for them
+  // (published on the status page), and their KV_BLOCKS events not yet
+  // published with the sequence number of their next batch ([kv_events],
+  // daemon/kv_events.h).
+  struct EngineSide {
+    sched::EngineParams params;
+    std::int32_t gpu_index = -1;
+    std::uint32_t saturating_tokens = 0;
+    std::uint32_t sessions = 0;  // sessions opened by submitting, no runner took (sessions_per_client)
+    GpuChoice gpu;
+    KvEventBatch kv_batch;
+    std::uint64_t kv_seq = 0;
+  } engine;
+
   // A Resync sequence being received (messages with `more`, then the last).
   struct Resync {
     bool open = false;
@@ -108,14 +139,16 @@ struct Client {
     std::uint32_t refused = 0;
     std::string problem;  // the first refusal's reason
   } resync;
-  // Per-request Errors in this second (at most kErrorsPerSecond).
-  struct ErrorBudget {
-    std::uint32_t sent = 0;
-    base::Time since{};
-  } errors;
-  std::uint64_t accepted = 0;
-  std::uint64_t rejected = 0;
-  std::uint64_t rejected_this_round = 0;
+
+  // Counters: records accepted and rejected (in all, and in this pump round),
+  // and event-ring slots taken (Resync.ring_position's counterpart).
+  struct Counts {
+    std::uint64_t accepted = 0;
+    std::uint64_t rejected = 0;
+    std::uint64_t rejected_this_round = 0;
+    std::uint64_t records_taken = 0;
+  } counts;
+
   // Warnings logged once per client.
   struct Warned {
     bool record = false;    // its first bad record
@@ -123,11 +156,6 @@ struct Client {
     bool throttle = false;  // hitting its message rate
     bool backlog = false;   // dropping directives
   } warned;
-  GpuChoice gpu;  // engines: what the GPU plane chose for it, published on its status page
-  // Engines: KV_BLOCKS events not yet published, and the sequence number of
-  // its next batch ([kv_events], daemon/kv_events.h).
-  KvEventBatch kv_batch;
-  std::uint64_t kv_seq = 0;
 };
 
 // Thread-safety: the loop thread only.

@@ -80,13 +80,13 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
       refuse(c, EINVAL, fmt::format("engine parameter {} must be > 0", bad));
       return;
     }
-    c.engine.block_size = p->block_size();
-    c.engine.total_blocks = p->total_blocks();
-    c.engine.max_seqs = p->max_seqs();
-    c.engine.token_budget = p->token_budget();
-    if (p->max_model_len() > 0) c.engine.max_model_len = p->max_model_len();
-    c.gpu_index = p->gpu_index();
-    c.saturating_tokens = p->saturating_tokens();
+    c.engine.params.block_size = p->block_size();
+    c.engine.params.total_blocks = p->total_blocks();
+    c.engine.params.max_seqs = p->max_seqs();
+    c.engine.params.token_budget = p->token_budget();
+    if (p->max_model_len() > 0) c.engine.params.max_model_len = p->max_model_len();
+    c.engine.gpu_index = p->gpu_index();
+    c.engine.saturating_tokens = p->saturating_tokens();
   } else if (hello.engine() != nullptr) {
     refuse(c, EINVAL, fmt::format("only an engine's Hello carries engine parameters, not a {}'s", to_string(c.role)));
     return;
@@ -106,35 +106,36 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
       refuse(c, channel.error().code(), "the daemon could not create the shared-memory segment");
       return;
     }
-    c.channel = std::move(*channel);
-    auto events = c.channel.event_consumer();
-    auto directives = c.channel.directive_producer();
-    auto status = c.channel.status_writer();
+    c.rings.channel = std::move(*channel);
+    auto events = c.rings.channel.event_consumer();
+    auto directives = c.rings.channel.directive_producer();
+    auto status = c.rings.channel.status_writer();
     if (!events || !directives || !status) {
       refuse(c, EIO, "the daemon could not set up the rings");
       return;
     }
-    c.events = *events;
-    c.directives = *directives;
-    c.status = *status;
-    c.event_bell = c.channel.event_doorbell();
-    c.directive_bell = c.channel.directive_doorbell();
-    c.has_channel = true;
-    welcome.segment_size = c.channel.segment().layout().total_size;
-    welcome.event_slots = c.channel.event_slots();
-    welcome.directive_slots = c.channel.directive_slots();
+    c.rings.events = *events;
+    c.rings.directives = *directives;
+    c.rings.status = *status;
+    c.rings.event_bell = c.rings.channel.event_doorbell();
+    c.rings.directive_bell = c.rings.channel.directive_doorbell();
+    c.rings.attached = true;
+    welcome.segment_size = c.rings.channel.segment().layout().total_size;
+    welcome.event_slots = c.rings.channel.event_slots();
+    welcome.directive_slots = c.rings.channel.directive_slots();
   }
-  const int fds[] = {c.channel.segment_fd(), c.channel.event_bell_fd(), c.channel.directive_bell_fd()};
+  const int fds[] = {c.rings.channel.segment_fd(), c.rings.channel.event_bell_fd(),
+                     c.rings.channel.directive_bell_fd()};
   auto sent = ipc::send_message(c.sock.get(), ipc::build_welcome(welcome),
-                                c.has_channel ? std::span<const int>(fds) : std::span<const int>());
+                                c.rings.attached ? std::span<const int>(fds) : std::span<const int>());
   if (!sent) {
     doom(c, fmt::format("Welcome not delivered: {}", sent.error().message()), false);
     return;
   }
   const Time now = clock_->now();
   c.phase = Phase::kActive;
-  c.record_budget = TokenBucket(cfg.limits.records_per_s, now);
-  c.pending = c.has_channel;
+  c.budgets.records = TokenBucket(cfg.limits.records_per_s, now);
+  c.rings.pending = c.rings.attached;
   spdlog::info("client {} connected: {} \"{}\" (pid {}, uid {})", c.id, to_string(c.role), base::escape(c.name), c.pid,
                c.uid);
   if (c.role == Role::kRunner) {
@@ -166,7 +167,7 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
     c.owner = o.id;
   }
   if (c.role == Role::kEngine) {
-    control_->feed(sched::EngineJoined{c.id, c.engine}, now);
+    control_->feed(sched::EngineJoined{c.id, c.engine.params}, now);
     send_policy_config(c);
     publish_status(c, now);
   }
@@ -274,12 +275,12 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
   // its records first (ToolPrepare comes over the socket, records over the
   // ring). Only this runner's: the other clients' rings, their backlogs and
   // the engines' bells wait for the loop's own pump, off the runner's path.
-  if (c.has_channel) {
-    c.pending = true;
+  if (c.rings.attached) {
+    c.rings.pending = true;
     const Time now = clock_->now();
-    for (int round = 0; round < kPumpRounds && !c.doomed && pump_client(c, now); ++round) {
+    for (int round = 0; round < kPumpRounds && !c.doomed() && pump_client(c, now); ++round) {
     }
-    if (c.doomed) return;
+    if (c.doomed()) return;
   }
   // The runner's own, open session only.
   auto m = meta_.find(tp.session());
@@ -351,7 +352,7 @@ void Server::send_tool_notice(const ToolNotice& n) {
   if (m == meta_.end()) return;
   auto o = owners_.find(m->second.owner);
   Client* owner = o == owners_.end() ? nullptr : find_client(o->second.client);
-  if (owner == nullptr || owner->doomed) return;
+  if (owner == nullptr || owner->doomed()) return;
   send_message(*owner, ipc::build_tool_killed(n.session, n.call, static_cast<std::uint8_t>(n.reason), n.message));
 }
 

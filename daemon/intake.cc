@@ -35,72 +35,73 @@ void Server::pump() {
   for (int round = 0; round < kPumpRounds; ++round) {
     bool more = false;
     for (auto& [id, c] : clients_) {
-      if (c.doomed || !c.pending || !c.has_channel) continue;
+      if (c.doomed() || !c.rings.pending || !c.rings.attached) continue;
       more |= pump_client(c, now);
     }
     if (!more) break;
   }
   for (auto& [id, c] : clients_) {
-    if (!c.doomed && c.has_channel && !c.backlog.empty()) flush_backlog(c);
-    if (!c.kv_batch.empty()) flush_kv_events(c);
+    if (!c.doomed() && c.rings.attached && !c.rings.backlog.empty()) flush_backlog(c);
+    if (!c.engine.kv_batch.empty()) flush_kv_events(c);
   }
   ring_directive_bells();
 }
 
 bool Server::pump_client(Client& c, Time now) {
   const Limits& limits = config_->config().limits;
-  const std::uint64_t allowed = std::min<std::uint64_t>(limits.pump_batch, c.record_budget.available(now));
+  const std::uint64_t allowed = std::min<std::uint64_t>(limits.pump_batch, c.budgets.records.available(now));
   if (allowed == 0) {
-    c.pending = false;  // over its record rate: the tick looks again
+    c.rings.pending = false;  // over its record rate: the tick looks again
     return false;
   }
   batch_.resize(allowed);
-  const std::size_t n = c.events.pop_batch(batch_);
-  c.record_budget.take(n);
-  c.rejected_this_round = 0;
-  for (std::size_t i = 0; i < n && !c.doomed; ++i) {
-    ++c.records_taken;
+  const std::size_t n = c.rings.events.pop_batch(batch_);
+  c.budgets.records.take(n);
+  c.counts.rejected_this_round = 0;
+  for (std::size_t i = 0; i < n && !c.doomed(); ++i) {
+    ++c.counts.records_taken;
     ipc::Record record;
     std::string_view problem;
-    const ipc::DecodeStatus st = c.decoder.decode(batch_[i], record, &problem);
+    const ipc::DecodeStatus st = c.rings.decoder.decode(batch_[i], record, &problem);
     if (st != ipc::DecodeStatus::kOk) {
       reject_record(c, problem.empty() ? std::string_view("undecodable record") : problem);
       continue;
     }
     take_record(c, record, now);
   }
-  if (c.doomed) return false;
-  if (c.events.corruption_count() > 0) {
+  if (c.doomed()) return false;
+  if (c.rings.events.corruption_count() > 0) {
     doom(c, "its event ring is corrupt (indices or slot sequence numbers were tampered with)", true);
     return false;
   }
-  if (c.rejected_this_round >= kHostileRejects) {
-    doom(c, fmt::format("sent {} bad records in one batch", c.rejected_this_round), true);
+  if (c.counts.rejected_this_round >= kHostileRejects) {
+    doom(c, fmt::format("sent {} bad records in one batch", c.counts.rejected_this_round), true);
     return false;
   }
-  if ((c.channel.segment().take_flags(ipc::kFlagResyncNeeded) & ipc::kFlagResyncNeeded) != 0) {
+  if ((c.rings.channel.segment().take_flags(ipc::kFlagResyncNeeded) & ipc::kFlagResyncNeeded) != 0) {
     send_message(c, ipc::build_resync_request("events were lost: the event ring and its overflow were full"));
   }
   if (n == allowed) return true;  // more may be waiting: another round
   // Drained: announce we sleep with a watermark, re-check, and wait on the
   // doorbell. The tick drains whatever stays below the watermark.
   const std::uint32_t watermark = wake_watermark(c);
-  c.event_bell.arm(watermark);
-  if (c.events.available() >= watermark) {
-    c.event_bell.disarm();
+  c.rings.event_bell.arm(watermark);
+  if (c.rings.events.available() >= watermark) {
+    c.rings.event_bell.disarm();
     return true;
   }
-  c.pending = false;
-  if (!c.bell_armed) {
-    loop_.uring().read(c.channel.event_bell_fd(), &c.bell_buf, sizeof c.bell_buf, Tag{Op::kClientBell, c.id});
-    c.bell_armed = true;
+  c.rings.pending = false;
+  if (!c.armed.bell) {
+    loop_.uring().read(c.rings.channel.event_bell_fd(), &c.armed.bell_buf, sizeof c.armed.bell_buf,
+                       Tag{Op::kClientBell, c.id});
+    c.armed.bell = true;
   }
   return false;
 }
 
 void Server::reject_record(Client& c, std::string_view why) {
-  ++c.rejected;
-  ++c.rejected_this_round;
+  ++c.counts.rejected;
+  ++c.counts.rejected_this_round;
   ++stats_.records_rejected;
   if (!c.warned.record) {
     spdlog::warn("client {} ({} \"{}\"): rejected a record: {} (further rejections are only counted)", c.id,
@@ -186,16 +187,16 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     // A new pool: the index published for the old one means nothing until
     // the next tick chooses one for this pool.
     if (*taken) {
-      c.gpu.sm_partition_set = false;
+      c.engine.gpu.sm_partition_set = false;
       publish_status(c, now);
     }
-    ++c.accepted;
+    ++c.counts.accepted;
     ++stats_.records_accepted;
     return;
   }
   if (r.type() == ipc::RecordType::kKvBlocks) {
     take_kv_blocks(c, r.as<ipc::KvBlocks>(), r.session());
-    ++c.accepted;
+    ++c.counts.accepted;
     ++stats_.records_accepted;
     return;
   }
@@ -216,8 +217,8 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
       SessionMeta& m = meta_for(c, r.session());
       if (m.owner != c.owner) log_event(now, LogKind::kSessionTakeover, r.session());
       set_owner(c, r.session(), m);
-      m.attached_at = c.records_taken;
-      ++c.accepted;
+      m.attached_at = c.counts.records_taken;
+      ++c.counts.accepted;
       ++stats_.records_accepted;
       return;
     }
@@ -241,7 +242,7 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     reject_record(c, fmt::format("{}: not legal in the session's state", ipc::record_type_name(r.type())));
     return;
   }
-  ++c.accepted;
+  ++c.counts.accepted;
   ++stats_.records_accepted;
   if (r.type() == ipc::RecordType::kKvStats) return;
   const sched::Session* s = control_->model().sessions().find(r.session());
@@ -249,7 +250,7 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
   SessionMeta& m = meta_for(c, r.session());
   if (c.role == Role::kRunner) {
     if (m.owner != c.owner) set_owner(c, r.session(), m);  // a runner takes over an engine-opened session
-    if (r.type() == ipc::RecordType::kSessionOpen) m.attached_at = c.records_taken;
+    if (r.type() == ipc::RecordType::kSessionOpen) m.attached_at = c.counts.records_taken;
   }
   if (r.type() == ipc::RecordType::kSessionClose) remember_closed(r.session(), Closed::kByOwner);
   if (r.type() == ipc::RecordType::kRoundSubmit && s->state == SessionState::kReasoning && m.steer.told != c.id) {
@@ -268,17 +269,17 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
 // records it may send at all (limits.records_per_s, pump_batch).
 void Server::take_kv_blocks(Client& c, const ipc::KvBlocks& r, std::uint64_t session) {
   if (kv_events_.endpoint.empty()) return;  // off: nothing to publish or count
-  if (c.kv_batch.full()) flush_kv_events(c);
-  c.kv_batch.add(r, session);
+  if (c.engine.kv_batch.full()) flush_kv_events(c);
+  c.engine.kv_batch.add(r, session);
 }
 
 void Server::flush_kv_events(Client& c) {
-  const std::size_t events = c.kv_batch.events();
+  const std::size_t events = c.engine.kv_batch.events();
   // vLLM stamps batches with time.time(): Unix seconds, wall clock (a
   // label for subscribers; nothing here decides by it).
   const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const std::string payload = c.kv_batch.take(ts);
-  const std::uint64_t seq = c.kv_seq++;  // a dropped batch leaves a gap subscribers can see
+  const std::string payload = c.engine.kv_batch.take(ts);
+  const std::uint64_t seq = c.engine.kv_seq++;  // a dropped batch leaves a gap subscribers can see
   if (kv_publisher_ && kv_publisher_->send(kv_topic(kv_events_.topic, c.name), seq, payload)) {
     stats_.kv_events_published += events;
   } else {

@@ -202,7 +202,8 @@ void Server::arm() {
 
 base::Result<void> Server::run_once(base::Duration timeout) {
   arm();
-  const bool busy = std::any_of(clients_.begin(), clients_.end(), [](const auto& kv) { return kv.second.pending; });
+  const bool busy =
+      std::any_of(clients_.begin(), clients_.end(), [](const auto& kv) { return kv.second.rings.pending; });
   const auto handler = [this](Tag tag, int res) { guarded("a completion", [&] { handle(tag, res); }); };
   auto n = loop_.uring().wait(busy ? base::Duration::zero() : timeout, handler);
   if (!n) return base::propagate(std::move(n.error()));
@@ -233,7 +234,7 @@ base::Result<void> Server::run() {
 
   notifier_->stopping();
   spdlog::info("stopping: {} clients, {} sessions", clients_.size(), control_->model().sessions().size());
-  for (auto& [id, c] : clients_) c.doomed = true;
+  for (auto& [id, c] : clients_) c.doom.marked = true;
   sweep();
   metrics_.close_all(loop_.uring());
   return {};
@@ -274,15 +275,15 @@ void Server::handle(Tag tag, int res) {
       break;
     case Op::kClientSock:
       if (Client* c = find_client(tag.client)) {
-        c->sock_armed = false;
+        c->armed.sock = false;
         on_client_socket(*c);
       }
       break;
     case Op::kClientPidfd:
       if (Client* c = find_client(tag.client)) {
-        c->pidfd_armed = false;
+        c->armed.pidfd = false;
         if (res >= 0) {
-          c->process_gone = true;
+          c->doom.process_gone = true;
           doom(*c, "its process exited", false);
         }
       }
@@ -295,9 +296,9 @@ void Server::handle(Tag tag, int res) {
       break;
     case Op::kClientBell:
       if (Client* c = find_client(tag.client)) {
-        c->bell_armed = false;
-        c->event_bell.disarm();
-        c->pending = true;
+        c->armed.bell = false;
+        c->rings.event_bell.disarm();
+        c->rings.pending = true;
       }
       break;
     case Op::kHostEvents:
@@ -354,7 +355,7 @@ void Server::on_timer() {
   }
   const auto idle = std::chrono::seconds(config_->config().limits.ctl_idle_timeout_s);
   for (auto& [id, c] : clients_) {
-    if (c.doomed) continue;
+    if (c.doomed()) continue;
     if (c.phase == Phase::kHello && now - c.connected_at > kHelloTimeout) {
       doom(c, "sent no Hello within 5 s", true);
       continue;
@@ -369,8 +370,8 @@ void Server::on_timer() {
     // watermark wait for it (policies decide only at ticks), and a lost
     // wake-up (only a client's own doing) stalls it one tick at most. A
     // throttled socket is read again.
-    if (c.has_channel) c.pending = true;
-    if (!c.sock_armed) arm_socket(c);
+    if (c.rings.attached) c.rings.pending = true;
+    if (!c.armed.sock) arm_socket(c);
   }
   pump();
   tick(clock_->now());  // the decision's time stamps the directives
@@ -383,7 +384,7 @@ void Server::tick_now() {
 
 void Server::arm_socket(Client& c) {
   loop_.uring().poll_in(c.sock.get(), Tag{Op::kClientSock, c.id});
-  c.sock_armed = true;
+  c.armed.sock = true;
 }
 
 void Server::on_accept(int fd) {
@@ -449,7 +450,7 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
     if (pidfd >= 0) {
       c.pidfd = base::UniqueFd(pidfd);
       loop_.uring().poll_in(c.pidfd.get(), Tag{Op::kClientPidfd, id});
-      c.pidfd_armed = true;
+      c.armed.pidfd = true;
     }
   }
   arm_socket(c);
@@ -457,8 +458,8 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
 
 void Server::on_client_socket(Client& c) {
   const Time now = clock_->now();
-  for (int i = 0; i < kMessagesPerWake && !c.doomed; ++i) {
-    if (c.message_budget.available(now) == 0) {
+  for (int i = 0; i < kMessagesPerWake && !c.doomed(); ++i) {
+    if (c.budgets.messages.available(now) == 0) {
       // Over its message rate: leave the rest in the socket; the tick reads on.
       if (!c.warned.throttle) {
         spdlog::warn("client {} ({}): over limits.messages_per_s = {}; throttled", c.id, c.name,
@@ -474,20 +475,20 @@ void Server::on_client_socket(Client& c) {
       if (code == ECONNRESET) {
         // A client that closes cleanly (tandem_close) leaves its last
         // records — its sessions' closes — in the ring: take them first.
-        if (c.has_channel && c.phase == Phase::kActive) {
+        if (c.rings.attached && c.phase == Phase::kActive) {
           const std::uint32_t rounds =
-              c.channel.event_slots() / std::max<std::uint32_t>(1, config_->config().limits.pump_batch) + 2;
-          c.pending = true;
-          for (std::uint32_t r = 0; r < rounds && !c.doomed && pump_client(c, now); ++r) {
+              c.rings.channel.event_slots() / std::max<std::uint32_t>(1, config_->config().limits.pump_batch) + 2;
+          c.rings.pending = true;
+          for (std::uint32_t r = 0; r < rounds && !c.doomed() && pump_client(c, now); ++r) {
           }
         }
-        if (!c.doomed) doom(c, "closed the connection", false);
+        if (!c.doomed()) doom(c, "closed the connection", false);
       } else {
         refuse(c, code, m.error().message());
       }
       return;
     }
-    c.message_budget.take(1);
+    c.budgets.messages.take(1);
     c.last_request = now;
     ++stats_.messages;
     const wire::Message* msg = m->message();
@@ -497,10 +498,10 @@ void Server::on_client_socket(Client& c) {
                fmt::format("the first message must be Hello, got {}", wire::EnumNamePayload(msg->payload_type())));
         return;
       }
-      if (!guarded("Hello", [&] { on_hello(c, *msg->payload_as_Hello()); }) && !c.doomed) {
+      if (!guarded("Hello", [&] { on_hello(c, *msg->payload_as_Hello()); }) && !c.doomed()) {
         refuse(c, EIO, "tandemd could not handle the Hello (an internal error, logged)");
       }
-    } else if (!guarded(wire::EnumNamePayload(msg->payload_type()), [&] { on_message(c, *msg); }) && !c.doomed) {
+    } else if (!guarded(wire::EnumNamePayload(msg->payload_type()), [&] { on_message(c, *msg); }) && !c.doomed()) {
       // The request failed inside tandemd, not because of the client: it is
       // told so, and stays connected.
       if (msg->payload_type() == wire::Payload::CtlRequest) {
@@ -511,7 +512,7 @@ void Server::on_client_socket(Client& c) {
       }
     }
   }
-  if (!c.doomed) arm_socket(c);
+  if (!c.doomed()) arm_socket(c);
 }
 
 void Server::send_message(Client& c, const std::vector<std::uint8_t>& bytes) {
@@ -528,35 +529,35 @@ void Server::refuse(Client& c, int code, const std::string& message) {
 }
 
 void Server::doom(Client& c, std::string why, bool misbehaved) {
-  if (c.doomed) return;
-  c.doomed = true;
-  c.doom_reason = std::move(why);
-  c.misbehaved = misbehaved;
+  if (c.doomed()) return;
+  c.doom.marked = true;
+  c.doom.reason = std::move(why);
+  c.doom.misbehaved = misbehaved;
 }
 
 void Server::sweep() {
   const Time now = clock_->now();
   for (auto it = clients_.begin(); it != clients_.end();) {
     Client& c = it->second;
-    if (!c.doomed) {
+    if (!c.doomed()) {
       ++it;
       continue;
     }
     const std::string who = c.phase == Phase::kActive
                                 ? fmt::format("client {} ({} \"{}\", pid {})", c.id, to_string(c.role), c.name, c.pid)
                                 : fmt::format("connection {} (pid {}, uid {})", c.id, c.pid, c.uid);
-    if (c.misbehaved) {
+    if (c.doom.misbehaved) {
       ++stats_.clients_dropped;
-      spdlog::warn("{} dropped: {}", who, c.doom_reason);
+      spdlog::warn("{} dropped: {}", who, c.doom.reason);
     } else if (!stopping_) {
-      spdlog::info("{} left: {}", who, c.doom_reason);
+      spdlog::info("{} left: {}", who, c.doom.reason);
     }
     // An armed operation holds its file: cancel before the fds close.
-    if (c.sock_armed) loop_.uring().cancel(Tag{Op::kClientSock, c.id});
-    if (c.pidfd_armed) loop_.uring().cancel(Tag{Op::kClientPidfd, c.id});
-    if (c.bell_armed) loop_.uring().cancel(Tag{Op::kClientBell, c.id});
+    if (c.armed.sock) loop_.uring().cancel(Tag{Op::kClientSock, c.id});
+    if (c.armed.pidfd) loop_.uring().cancel(Tag{Op::kClientPidfd, c.id});
+    if (c.armed.bell) loop_.uring().cancel(Tag{Op::kClientBell, c.id});
     if (c.phase == Phase::kActive) release_sessions(c, now);
-    if (!c.kv_batch.empty()) flush_kv_events(c);  // what it reported before it went
+    if (!c.engine.kv_batch.empty()) flush_kv_events(c);  // what it reported before it went
     it = clients_.erase(it);
   }
 }

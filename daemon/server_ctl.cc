@@ -25,15 +25,15 @@ constexpr int kKillCheckMs = 200;
 ClientCard Server::card(const Client& c) {
   ClientCard card;
   card.id = c.id;
-  card.active = !c.doomed && c.phase == Phase::kActive;
+  card.active = !c.doomed() && c.phase == Phase::kActive;
   card.role = c.role;
   card.name = c.name;
   card.pid = c.pid;
-  card.engine = c.engine;
-  card.gpu_index = c.gpu_index;
-  card.gpu = c.gpu;
-  card.accepted = c.accepted;
-  card.rejected = c.rejected;
+  card.engine = c.engine.params;
+  card.gpu_index = c.engine.gpu_index;
+  card.gpu = c.engine.gpu;
+  card.accepted = c.counts.accepted;
+  card.rejected = c.counts.rejected;
   return card;
 }
 
@@ -71,7 +71,7 @@ void Server::for_each_session(const std::function<void(sched::SessionId, const S
 // ---- CtlCommands ---------------------------------------------------------------
 
 void Server::refresh() {
-  for (auto& [id, c] : clients_) c.pending = c.has_channel && !c.doomed;
+  for (auto& [id, c] : clients_) c.rings.pending = c.rings.attached && !c.doomed();
   pump();
 }
 

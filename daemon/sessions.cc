@@ -72,7 +72,7 @@ void Server::release_sessions(Client& c, Time now) {
   if (it == owners_.end() || it->second.client != c.id) return;  // replaced by a newer connection of the handle
   Owner& o = it->second;
   o.client = 0;
-  if (c.process_gone || !o.pidfd) {
+  if (c.doom.process_gone || !o.pidfd) {
     // The runner is gone (or its exit could not be watched): its sessions
     // end with it, their tools killed.
     end_owner(o.id, Closed::kOwnerGone, now);
@@ -419,7 +419,7 @@ void Server::finish_resync(Client& c) {
 
 bool Server::admit_session(Client& c, sched::SessionId id) {
   const std::uint32_t limit = config_->config().limits.sessions_per_client;
-  std::size_t held = c.sessions;
+  std::size_t held = c.engine.sessions;
   if (c.role == Role::kRunner) {
     auto o = owners_.find(c.owner);
     held = o == owners_.end() ? 0 : o->second.sessions.size();
@@ -447,7 +447,7 @@ Server::SessionMeta& Server::meta_for(Client& c, sched::SessionId id) {
       set_owner(c, id, it->second);
     } else {
       it->second.creator = c.id;
-      ++c.sessions;
+      ++c.engine.sessions;
     }
     if (auto n = c.pending_names.find(id); n != c.pending_names.end()) {
       it->second.name = std::move(n->second);
@@ -465,7 +465,8 @@ void Server::set_owner(Client& c, sched::SessionId id, SessionMeta& m) {
     m.attached_conn = c.id;
     return;
   }
-  if (Client* creator = find_client(m.creator); creator != nullptr && creator->sessions > 0) --creator->sessions;
+  if (Client* creator = find_client(m.creator); creator != nullptr && creator->engine.sessions > 0)
+    --creator->engine.sessions;
   m.creator = 0;
   if (auto old = owners_.find(m.owner); old != owners_.end()) old->second.sessions.erase(id);
   m.owner = c.owner;

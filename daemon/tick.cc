@@ -44,7 +44,7 @@ void Server::tick(Time now) {
   control_->host_tick(now);
 
   for (auto& [id, c] : clients_) {
-    if (!c.doomed && c.role == Role::kEngine && c.has_channel) publish_status(c, now);
+    if (!c.doomed() && c.role == Role::kEngine && c.rings.attached) publish_status(c, now);
   }
   ring_directive_bells();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
@@ -55,8 +55,8 @@ void Server::tick(Time now) {
 void Server::session_done(sched::SessionId id) {
   auto m = meta_.find(id);
   if (m != meta_.end()) {
-    if (Client* creator = find_client(m->second.creator); creator != nullptr && creator->sessions > 0) {
-      --creator->sessions;
+    if (Client* creator = find_client(m->second.creator); creator != nullptr && creator->engine.sessions > 0) {
+      --creator->engine.sessions;
     }
     // The engine that ran it and its runner forget it (CLOSE): the engine
     // frees what it kept for it, and neither brings it back in a resync.
@@ -95,7 +95,7 @@ SessionSteer* Server::steer(sched::SessionId id) {
 
 GpuChoice* Server::gpu_choice(sched::EngineId engine) {
   Client* c = find_client(engine);
-  return c == nullptr || c->role != Role::kEngine ? nullptr : &c->gpu;
+  return c == nullptr || c->role != Role::kEngine ? nullptr : &c->engine.gpu;
 }
 
 void Server::note(Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v) {
@@ -109,13 +109,13 @@ void Server::send_directive(sched::EngineId engine, const ipc::Slot& record) {
 }
 
 void Server::push_directive(Client& c, const ipc::Slot& record) {
-  if (c.doomed || !c.has_channel) return;
+  if (c.doomed() || !c.rings.attached) return;
   ++stats_.directives;
-  if (c.backlog.empty() && c.directives.try_push(record)) {
-    c.bell_due = true;  // rung once for all of this tick's directives
+  if (c.rings.backlog.empty() && c.rings.directives.try_push(record)) {
+    c.rings.bell_due = true;  // rung once for all of this tick's directives
     return;
   }
-  if (c.backlog.size() >= kBacklogLimit) {
+  if (c.rings.backlog.size() >= kBacklogLimit) {
     ++stats_.directives_dropped;
     if (!c.warned.backlog) {
       spdlog::warn("client {} ({}): directive ring and backlog full (is it polling?); dropping directives", c.id,
@@ -124,40 +124,40 @@ void Server::push_directive(Client& c, const ipc::Slot& record) {
     }
     return;
   }
-  c.backlog.push_back(record);
+  c.rings.backlog.push_back(record);
 }
 
 void Server::flush_backlog(Client& c) {
   bool pushed = false;
-  while (!c.backlog.empty() && c.directives.try_push(c.backlog.front())) {
-    c.backlog.pop_front();
+  while (!c.rings.backlog.empty() && c.rings.directives.try_push(c.rings.backlog.front())) {
+    c.rings.backlog.pop_front();
     pushed = true;
   }
-  if (pushed) c.bell_due = true;
+  if (pushed) c.rings.bell_due = true;
 }
 
 void Server::ring_directive_bells() {
   for (auto& [id, c] : clients_) {
-    if (!c.bell_due || c.doomed) continue;
-    c.directive_bell.notify();
-    c.bell_due = false;
+    if (!c.rings.bell_due || c.doomed()) continue;
+    c.rings.directive_bell.notify();
+    c.rings.bell_due = false;
   }
 }
 
 std::uint32_t Server::wake_watermark(const Client& c) {
   // An eighth of the ring: a client far below it waits at most one tick; one
   // that sends faster wakes the loop about eight times per ring's worth.
-  return std::max<std::uint32_t>(1, c.channel.event_slots() / 8);
+  return std::max<std::uint32_t>(1, c.rings.channel.event_slots() / 8);
 }
 
 void Server::publish_status(Client& c, Time now) {
   ipc::EngineStatus st;
   st.policy_epoch = control_->epoch();
   st.updated_ns = base::to_ns(now);
-  st.sm_partition = c.gpu.sm_partition;
-  st.offload_plan = c.gpu.offload_plan;
-  st.offload_freed_bytes = c.gpu.offload_freed_bytes;
-  if (c.gpu.sm_partition_set) {
+  st.sm_partition = c.engine.gpu.sm_partition;
+  st.offload_plan = c.engine.gpu.offload_plan;
+  st.offload_freed_bytes = c.engine.gpu.offload_freed_bytes;
+  if (c.engine.gpu.sm_partition_set) {
     // The index is for the pool the daemon chose it for: an engine that
     // opened another since follows nothing until the next tick chooses.
     const EngineGpu* g = control_->gpu().engine(c.id);
@@ -166,7 +166,7 @@ void Server::publish_status(Client& c, Time now) {
       st.sm_partition_pool = g->pool_id;
     }
   }
-  c.status.publish(st);
+  c.rings.status.publish(st);
 }
 
 base::Result<void> Server::reload() {
@@ -221,7 +221,7 @@ base::Result<void> Server::apply_config(Compiled fresh, std::string_view why) {
   if (plan.gpu) control_->configure_gpu(config_->config().gpu);
   if (plan.policy) {
     for (auto& [id, c] : clients_) {
-      if (!c.doomed && c.role == Role::kEngine && c.phase == Phase::kActive) send_policy_config(c);
+      if (!c.doomed() && c.role == Role::kEngine && c.phase == Phase::kActive) send_policy_config(c);
     }
   }
   spdlog::info("{}: {} (policy {}{})", why, config_->config().source, config_->config().policy,

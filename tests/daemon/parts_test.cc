@@ -318,7 +318,7 @@ TEST(ClientsPart, LimitsAreJudgedFromTheRegistry) {
   EXPECT_EQ(clients.refusal(limits, bob, true, true, 0), "");
 
   // Marked for removal: listed until swept, but not found nor counted.
-  first.doomed = true;
+  first.doom.marked = true;
   EXPECT_EQ(clients.find(1), nullptr);
   EXPECT_NE(clients.entry(1), nullptr);
   EXPECT_EQ(clients.of_uid(1000), 1u);
