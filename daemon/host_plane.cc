@@ -85,10 +85,9 @@ HostPlane::~HostPlane() {
   for (auto& [id, s] : sessions_) {
     for (cpu::Node& n : s.ready) (void)drop_ready(std::move(n));
     s.ready.clear();
-    if (ahead_call(s) != nullptr) {
-      auto c = s.calls.find(*s.ahead);
-      auto in = cgroups_->processes(c->second.node);
-      if (in && in->empty()) (void)cgroups_->remove(c->second.node);
+    if (const Call* ahead = ahead_call(s)) {
+      auto in = cgroups_->processes(ahead->node);
+      if (in && in->empty()) (void)cgroups_->remove(ahead->node);
     }
     auto procs = cgroups_->processes(s.node);
     if (procs && procs->empty()) (void)cgroups_->remove(s.node);
@@ -599,11 +598,12 @@ void HostPlane::tools(nlohmann::json& out) const {
   out = nlohmann::json::array();
   for (const auto& [id, s] : sessions_) {
     nlohmann::json calls = nlohmann::json::array();
+    const Call* ahead = ahead_call(s);
     for (const auto& [call, c] : s.calls) {
       calls.push_back({{"call", call},
                        {"pid", c.pid},
                        {"ended", c.ended},
-                       {"ahead", s.ahead == call && c.pid == 0 && !c.ended},
+                       {"ahead", ahead == &c},
                        {"memory_bytes", c.memory_bytes},
                        {"throttled", c.throttled},
                        {"frozen", c.frozen},

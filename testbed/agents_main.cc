@@ -491,13 +491,32 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
     if (round.tool.empty()) continue;
 
     ToolStep step = tool_step(round, sh.cpus, c, sh.flags.tool_mem_mb);
+    // What one attempt of the step did, as the run records it.
+    const auto tool_log = [&](const ToolOutcome& out, double call_s) {
+      ToolLog t;
+      t.kind = round.tool;
+      t.nominal_s = step.wall_s;
+      t.wall_s = static_cast<double>(out.result.wall_ns) * 1e-9;
+      t.call_s = call_s;
+      const BurnReport report = read_report(out.output, session);
+      t.run_s = report.wall_s >= 0 ? report.wall_s : t.wall_s;
+      t.cpu_s = static_cast<double>(out.result.cpu_ns) * 1e-9;
+      t.peak_mb = static_cast<double>(out.result.peak_memory_bytes) / (1024.0 * 1024.0);
+      t.exit_code = out.result.exit_code;
+      t.reason = out.result.reason;
+      t.memory_kill = t.reason == TANDEM_TOOL_OOM_KILLED || t.reason == TANDEM_TOOL_KILLED_MEMORY;
+      t.placed = out.result.cgroup_id != 0;
+      t.verified = t.placed && (report.in_session_cgroup ||
+                                out.cgroup_at_spawn.find(fmt::format("/tools/{:016x}/", session)) != std::string::npos);
+      return t;
+    };
     // With --tool-mem, the call's peak as tandem-sim draws it (sim/node.cc:
     // keyed by the session and the round, re-drawn per attempt), held for
     // the whole call. A tool killed for memory runs again after the retry
     // delay, as the simulator's agents do; every kill is logged.
     const std::uint64_t key = sim::mix64(base::session_id(log.name) ^ sim::mix64(static_cast<std::uint64_t>(r) + 1));
     ToolOutcome out;
-    double call_s = 0;
+    ToolLog t;  // the last attempt's
     for (std::uint64_t attempt = 0;; ++attempt) {
       if (sh.mem) {
         const sim::ToolMemDraw draw = sh.mem->draw(round.tool, sim::mix64(key + attempt), round.tool_seconds);
@@ -514,45 +533,19 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
                                        "--report"};
       const auto asked = Clock::now();
       out = sh.runner.spawn(session, round.tool, std::move(argv)).get();
-      call_s = std::chrono::duration<double>(Clock::now() - asked).count();
+      const double call_s = std::chrono::duration<double>(Clock::now() - asked).count();
       sh.tools.fetch_add(1);
-      const bool memory_kill = out.rc == 0 && (out.result.reason == TANDEM_TOOL_OOM_KILLED ||
-                                               out.result.reason == TANDEM_TOOL_KILLED_MEMORY);
-      if (!memory_kill || !sh.mem || attempt + 1 >= kMemoryRetries || g_stop.load()) break;
-      ToolLog killed;
-      killed.kind = round.tool;
-      killed.nominal_s = step.wall_s;
-      killed.wall_s = static_cast<double>(out.result.wall_ns) * 1e-9;
-      killed.call_s = call_s;
-      killed.run_s = killed.wall_s;
-      killed.peak_mb = static_cast<double>(out.result.peak_memory_bytes) / (1024.0 * 1024.0);
-      killed.exit_code = out.result.exit_code;
-      killed.reason = out.result.reason;
-      killed.placed = out.result.cgroup_id != 0;
-      killed.memory_kill = true;
-      killed.retried = true;
-      log.tools.push_back(killed);
+      if (out.rc != 0) break;
+      t = tool_log(out, call_s);
+      if (!t.memory_kill || !sh.mem || attempt + 1 >= kMemoryRetries || g_stop.load()) break;
+      t.retried = true;
+      log.tools.push_back(t);
       std::this_thread::sleep_for(std::chrono::duration<double>(sh.flags.retry_delay_s / c));
     }
     if (out.rc != 0) {
       log.error = fmt::format("round {}: tool {}: {} ({})", r, round.tool, out.error, std::strerror(-out.rc));
       break;
     }
-    ToolLog t;
-    t.kind = round.tool;
-    t.nominal_s = step.wall_s;
-    t.wall_s = static_cast<double>(out.result.wall_ns) * 1e-9;
-    t.call_s = call_s;
-    const BurnReport report = read_report(out.output, session);
-    t.run_s = report.wall_s >= 0 ? report.wall_s : t.wall_s;
-    t.cpu_s = static_cast<double>(out.result.cpu_ns) * 1e-9;
-    t.peak_mb = static_cast<double>(out.result.peak_memory_bytes) / (1024.0 * 1024.0);
-    t.exit_code = out.result.exit_code;
-    t.reason = out.result.reason;
-    t.memory_kill = t.reason == TANDEM_TOOL_OOM_KILLED || t.reason == TANDEM_TOOL_KILLED_MEMORY;
-    t.placed = out.result.cgroup_id != 0;
-    t.verified = t.placed && (report.in_session_cgroup ||
-                              out.cgroup_at_spawn.find(fmt::format("/tools/{:016x}/", session)) != std::string::npos);
     log.tools.push_back(t);
     if (t.exit_code != 0) {
       log.error = fmt::format("round {}: tool {} ended with {} ({})", r, round.tool, t.exit_code, out.result.message);
