@@ -53,6 +53,18 @@ struct RecordRule {
 };
 RecordRule record_rule(ipc::RecordType type);
 
+// What ring intake makes of one record under its rule: taken, or refused
+// with a reason (counted, not answered), or refused at the client's session
+// limit (answered: the client is told which session was not taken).
+struct Verdict {
+  bool ok = true;
+  bool limit = false;
+  const char* why = "";
+  static Verdict taken() { return {}; }
+  static Verdict refused(const char* why) { return {false, false, why}; }
+  static Verdict over_limit(const char* why) { return {false, true, why}; }
+};
+
 // ---- resync ------------------------------------------------------------------
 
 // A step of a resync that is not an event: the engine runs the session's

@@ -148,8 +148,8 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
     OwnerKey key{c.uid, c.pid, 0, c.instance};
     if (c.pid > 0) key.start = process_start_time(kProcRoot, c.pid).value_or(0);
     if (key.instance == 0) {
-      auto k = owner_ids_.find(key);
-      Client* holder = k == owner_ids_.end() ? nullptr : find_client(owners_.at(k->second).client);
+      const Owner* handle = owners_.find(key);
+      Client* holder = handle == nullptr ? nullptr : find_client(handle->client);
       // A holder whose peer already closed (its EOF not yet read) is the
       // connection this one replaces.
       char byte = 0;
@@ -240,7 +240,7 @@ void Server::set_name(Client& c, sched::SessionId id, std::string_view name) {
   if (it == meta_.end()) {
     // The name may come before the record that opens the session — but not
     // after the session ended (a runner's name trailing its close).
-    if (!tombstone(id) && c.pending_names.size() < config_->config().limits.sessions_per_client) {
+    if (!ledger_.tombstone(id) && c.pending_names.size() < config_->config().limits.sessions_per_client) {
       c.pending_names[id] = std::string(name);
     }
     return;
@@ -315,8 +315,8 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
     return;
   }
   std::size_t held = 0;
-  if (auto o = owners_.find(c.owner); o != owners_.end()) {
-    for (sched::SessionId id : o->second.sessions) held += effects_->tool_cgroups(id);
+  if (const Owner* o = owners_.find(c.owner)) {
+    for (sched::SessionId id : o->sessions) held += effects_->tool_cgroups(id);
   }
   if (held >= limits.tools_per_client) {
     answer_error(ENOSPC,
@@ -350,8 +350,8 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
 void Server::send_tool_notice(const ToolNotice& n) {
   auto m = meta_.find(n.session);
   if (m == meta_.end()) return;
-  auto o = owners_.find(m->second.owner);
-  Client* owner = o == owners_.end() ? nullptr : find_client(o->second.client);
+  const Owner* o = owners_.find(m->second.owner);
+  Client* owner = o == nullptr ? nullptr : find_client(o->client);
   if (owner == nullptr || owner->doomed()) return;
   send_message(*owner, ipc::build_tool_killed(n.session, n.call, static_cast<std::uint8_t>(n.reason), n.message));
 }

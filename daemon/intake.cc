@@ -110,71 +110,56 @@ void Server::reject_record(Client& c, std::string_view why) {
   }
 }
 
-bool Server::authorize(Client& c, const ipc::Record& r, const RecordRule& rule, const char** why) {
-  if (rule.sender == Sender::kNobody) {
-    *why = "a directive on the event ring";
-    return false;
-  }
+Verdict Server::authorize(const Client& c, const ipc::Record& r, const RecordRule& rule) const {
+  if (rule.sender == Sender::kNobody) return Verdict::refused("a directive on the event ring");
   if ((rule.sender == Sender::kEngine) != (c.role == Role::kEngine)) {
-    *why = c.role == Role::kEngine ? "an engine sent a runner's record" : "a runner sent an engine's record";
-    return false;
+    return Verdict::refused(c.role == Role::kEngine ? "an engine sent a runner's record"
+                                                    : "a runner sent an engine's record");
   }
-  if (rule.session == SessionRule::kNone) return true;
+  if (rule.session == SessionRule::kNone) return Verdict::taken();
   const sched::SessionId id = r.session();
   const sched::Session* s = control_->model().sessions().find(id);
   auto m = meta_.find(id);
   switch (rule.session) {
     case SessionRule::kNone:
-      return true;
+      return Verdict::taken();
     case SessionRule::kSubmit:
       if (s != nullptr && s->round_in_flight && s->engine != c.id) {
-        *why = "ROUND_SUBMIT: the session has a round in flight on another engine";
-        return false;
+        return Verdict::refused("ROUND_SUBMIT: the session has a round in flight on another engine");
       }
-      if (m == meta_.end() && !admit_session(c, id)) {
-        *why = "ROUND_SUBMIT: over limits.sessions_per_client";
-        return false;
+      if (m == meta_.end() && !may_open_session(c)) {
+        return Verdict::over_limit("ROUND_SUBMIT: over limits.sessions_per_client");
       }
-      return true;
+      return Verdict::taken();
     case SessionRule::kRoundOnSender:
-      if (s == nullptr || s->engine != c.id) {
-        *why = "the session's round is not on this engine";
-        return false;
-      }
-      return true;
+      if (s == nullptr || s->engine != c.id) return Verdict::refused("the session's round is not on this engine");
+      return Verdict::taken();
     case SessionRule::kOpen:
       if (m != meta_.end() && m->second.owner != 0 && m->second.owner != c.owner) {
-        *why = "SESSION_OPEN: the session belongs to another runner";
-        return false;
+        return Verdict::refused("SESSION_OPEN: the session belongs to another runner");
       }
-      if ((m == meta_.end() || m->second.owner != c.owner) && !admit_session(c, id)) {
-        *why = "SESSION_OPEN: over limits.sessions_per_client";
-        return false;
+      if ((m == meta_.end() || m->second.owner != c.owner) && !may_open_session(c)) {
+        return Verdict::over_limit("SESSION_OPEN: over limits.sessions_per_client");
       }
-      return true;
+      return Verdict::taken();
     case SessionRule::kOwned:
-      if (m == meta_.end() || s == nullptr) {
-        *why = "unknown session";
-        return false;
-      }
+      if (m == meta_.end() || s == nullptr) return Verdict::refused("unknown session");
       if (m->second.owner != 0 && m->second.owner != c.owner) {
-        *why = "the session belongs to another runner";
-        return false;
+        return Verdict::refused("the session belongs to another runner");
       }
-      if (m->second.owner == 0 && !admit_session(c, id)) {  // taking over an engine's session: charged now
-        *why = "over limits.sessions_per_client";
-        return false;
+      if (m->second.owner == 0 && !may_open_session(c)) {  // taking over an engine's session: charged now
+        return Verdict::over_limit("over limits.sessions_per_client");
       }
-      return true;
+      return Verdict::taken();
   }
-  return false;
+  return Verdict::refused("unknown session rule");
 }
 
 void Server::take_record(Client& c, const ipc::Record& r, Time now) {
   const RecordRule rule = record_rule(r.type());
-  const char* why = "";
-  if (!authorize(c, r, rule, &why)) {
-    reject_record(c, why);
+  if (const Verdict v = authorize(c, r, rule); !v.ok) {
+    if (v.limit) refuse_session(c, r.session());  // answered: the client learns which session was not taken
+    reject_record(c, v.why);
     return;
   }
   if (rule.gpu_plane) {
@@ -252,7 +237,7 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     if (m.owner != c.owner) set_owner(c, r.session(), m);  // a runner takes over an engine-opened session
     if (r.type() == ipc::RecordType::kSessionOpen) m.attached_at = c.counts.records_taken;
   }
-  if (r.type() == ipc::RecordType::kSessionClose) remember_closed(r.session(), Closed::kByOwner);
+  if (r.type() == ipc::RecordType::kSessionClose) ledger_.ended(r.session(), Closed::kByOwner);
   if (r.type() == ipc::RecordType::kRoundSubmit && s->state == SessionState::kReasoning && m.steer.told != c.id) {
     // Admitted before this round reached this engine (a runner opened it and
     // the policy admitted it, or it moved engines): the engine has not been

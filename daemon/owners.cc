@@ -37,10 +37,27 @@ std::uint64_t checksum(const std::uint8_t* record) {
   return base::hash64(std::string_view(reinterpret_cast<const char*>(record), 40));
 }
 
+// Writes all of `bytes` to `fd`; false (errno set; ENOSPC for a write that
+// took nothing) when it could not.
+bool write_all(int fd, const std::vector<std::uint8_t>& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
 
-std::vector<std::uint8_t> journal_record(std::uint64_t session, const OwnerKey& key, std::uint8_t closed_reason) {
-  std::vector<std::uint8_t> r(kJournalRecordBytes, 0);
+std::array<std::uint8_t, kJournalRecordBytes> journal_record(std::uint64_t session, const OwnerKey& key,
+                                                             std::uint8_t closed_reason) {
+  std::array<std::uint8_t, kJournalRecordBytes> r{};
   put(r.data(), kMagic);
   r[4] = closed_reason == 0 ? kOpOwned : kOpClosed;
   r[5] = closed_reason;
@@ -167,18 +184,19 @@ base::Result<OwnerJournal> OwnerJournal::open(int dirfd, std::string name) {
 void OwnerJournal::append(std::uint64_t session, const OwnerKey& key, std::uint8_t closed_reason) {
   if (!ok()) return;
   const auto r = journal_record(session, key, closed_reason);
-  ssize_t n = 0;
-  do {
-    n = ::write(fd_.get(), r.data(), r.size());
-  } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(r.size())) {
-    failed_ = true;
-    spdlog::error("{}: write failed ({}): session ownership will not survive a restart", name_,
-                  n < 0 ? std::strerror(errno) : "short write");
-    return;
-  }
+  pending_.insert(pending_.end(), r.begin(), r.end());
   ++records_;
-  if (records_ > 1024 && records_ > 4 * (live_.size() + tombstones_.size())) compact();
+}
+
+void OwnerJournal::flush() {
+  if (!ok() || pending_.empty()) return;
+  const bool due = records_ > 1024 && records_ > 4 * (live_.size() + tombstones_.size());
+  // A compaction writes what is live, the pending records' effects included.
+  if ((!due || !compact()) && ok() && !write_all(fd_.get(), pending_)) {
+    failed_ = true;
+    spdlog::error("{}: write failed ({}): session ownership will not survive a restart", name_, std::strerror(errno));
+  }
+  pending_.clear();
 }
 
 void OwnerJournal::owned(std::uint64_t session, const OwnerKey& key) {
@@ -195,14 +213,14 @@ void OwnerJournal::closed(std::uint64_t session, Closed why) {
   append(session, OwnerKey{}, static_cast<std::uint8_t>(why));
 }
 
-void OwnerJournal::compact() {
+bool OwnerJournal::compact() {
   const std::string tmp = name_ + ".new";
   (void)::unlinkat(dirfd_, tmp.c_str(), 0);
   base::UniqueFd out(::openat(dirfd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!out) {
     spdlog::warn("{}: cannot compact ({}); it keeps growing", name_, std::strerror(errno));
     records_ = 0;  // try again after as many records again
-    return;
+    return false;
   }
   std::vector<std::uint8_t> bytes;
   bytes.reserve((live_.size() + tombstones_.size()) * kJournalRecordBytes);
@@ -214,32 +232,106 @@ void OwnerJournal::compact() {
     const auto r = journal_record(session, key, 0);
     bytes.insert(bytes.end(), r.begin(), r.end());
   }
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(out.get(), bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      spdlog::warn("{}: cannot compact ({}); it keeps growing", name_, std::strerror(errno));
-      (void)::unlinkat(dirfd_, tmp.c_str(), 0);
-      records_ = 0;
-      return;
-    }
-    done += static_cast<std::size_t>(n);
+  if (!write_all(out.get(), bytes)) {
+    spdlog::warn("{}: cannot compact ({}); it keeps growing", name_, std::strerror(errno));
+    (void)::unlinkat(dirfd_, tmp.c_str(), 0);
+    records_ = 0;
+    return false;
   }
   if (::renameat(dirfd_, tmp.c_str(), dirfd_, name_.c_str()) != 0) {
     spdlog::warn("{}: cannot compact ({}); it keeps growing", name_, std::strerror(errno));
     (void)::unlinkat(dirfd_, tmp.c_str(), 0);
     records_ = 0;
-    return;
+    return false;
   }
   base::UniqueFd fresh(::openat(dirfd_, name_.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC));
   if (!fresh) {
     failed_ = true;
     spdlog::error("{}: reopen after compaction failed ({})", name_, std::strerror(errno));
-    return;
+    return false;
   }
   fd_ = std::move(fresh);
   records_ = live_.size() + tombstones_.size();
+  return true;
+}
+
+base::Result<SessionLedger> SessionLedger::open(int dirfd) {
+  auto journal = OwnerJournal::open(dirfd);
+  if (!journal) return base::propagate(std::move(journal.error()), "ownership journal");
+  SessionLedger l;
+  l.journal_ = std::move(*journal);
+  for (const auto& [id, why] : l.journal_.loaded().closed) l.remember(id, why);
+  return l;
+}
+
+void SessionLedger::remember(std::uint64_t id, Closed why) {
+  closed_[id] = {why, ++seq_};
+  order_.emplace_back(id, seq_);
+  while (order_.size() > kTombstones) {
+    const auto [old, seq] = order_.front();
+    order_.pop_front();
+    if (const auto* c = closed_.find(old); c != nullptr && c->second == seq) closed_.erase(old);
+  }
+}
+
+void SessionLedger::ended(std::uint64_t id, Closed why) {
+  remember(id, why);
+  journal_.closed(id, why);
+}
+
+void SessionLedger::released(std::uint64_t id) {
+  if (!tombstone(id)) journal_.closed(id, Closed::kByOwner);
+}
+
+std::optional<Closed> SessionLedger::tombstone(std::uint64_t id) const {
+  const auto* c = closed_.find(id);
+  if (c == nullptr) return std::nullopt;
+  return c->first;
+}
+
+Owner* Owners::find(std::uint32_t id) {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &it->second;
+}
+
+const Owner* Owners::find(std::uint32_t id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &it->second;
+}
+
+Owner* Owners::find(const OwnerKey& key) {
+  auto k = by_key_.find(key);
+  return k == by_key_.end() ? nullptr : find(k->second);
+}
+
+Owner& Owners::add(const OwnerKey& key) {
+  const std::uint32_t id = next_++;
+  Owner& o = by_id_[id];
+  o.id = id;
+  o.key = key;
+  by_key_[key] = id;
+  return o;
+}
+
+void Owners::erase(std::uint32_t id) {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return;
+  by_key_.erase(it->second.key);
+  by_id_.erase(it);
+}
+
+std::size_t Owners::held(uid_t uid, pid_t pid) const {
+  // Held handles count, except the connecting process's own: it may be
+  // coming back for them.
+  std::size_t n = 0;
+  for (const auto& [id, o] : by_id_) n += o.client == 0 && o.key.uid == uid && o.key.pid != pid ? 1 : 0;
+  return n;
+}
+
+std::size_t Owners::detached() const {
+  std::size_t n = 0;
+  for (const auto& [id, o] : by_id_) n += o.client == 0 ? 1 : 0;
+  return n;
 }
 
 }  // namespace tandem::daemon

@@ -27,15 +27,21 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <compare>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
+#include "base/id_map.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
 
@@ -73,7 +79,8 @@ inline constexpr std::size_t kJournalTombstones = 4096;
 // Replays journal bytes. Pure; never fails: what it cannot read is skipped.
 JournalState parse_journal(std::span<const std::uint8_t> bytes);
 // One record's bytes ("owned": closed_reason 0).
-std::vector<std::uint8_t> journal_record(std::uint64_t session, const OwnerKey& key, std::uint8_t closed_reason);
+std::array<std::uint8_t, kJournalRecordBytes> journal_record(std::uint64_t session, const OwnerKey& key,
+                                                             std::uint8_t closed_reason);
 
 // The start time of process `pid` (field 22 of <proc_root>/<pid>/stat);
 // ENOENT when there is none.
@@ -94,18 +101,23 @@ class OwnerJournal {
 
   // What the file held when it was opened.
   const JournalState& loaded() const { return loaded_; }
-  // Records the owner of `session` / that it ended. A failed write is
+  // Records the owner of `session` / that it ended, in memory; flush()
+  // writes what was recorded since the last flush in one write. The server
+  // flushes once per loop iteration (and when it stops), so a burst of
+  // sessions costs one system call, not one each. A failed write is
   // reported once (the journal then stops; ownership still holds in memory
   // until the next restart).
   void owned(std::uint64_t session, const OwnerKey& key);
   void closed(std::uint64_t session, Closed why);
+  void flush();
   bool ok() const { return fd_.get() >= 0 && !failed_; }
   std::size_t records() const { return records_; }
 
  private:
   void append(std::uint64_t session, const OwnerKey& key, std::uint8_t closed_reason);
-  // Rewrites the file with what is live (renameat over the old one).
-  void compact();
+  // Rewrites the file with what is live (renameat over the old one); false
+  // (logged) when it could not, and the old file stays.
+  bool compact();
 
   int dirfd_ = -1;  // borrowed: the runtime dir's, held by the server
   std::string name_;
@@ -114,7 +126,93 @@ class OwnerJournal {
   JournalState loaded_;
   std::unordered_map<std::uint64_t, OwnerKey> live_;
   std::deque<std::pair<std::uint64_t, Closed>> tombstones_;
-  std::size_t records_ = 0;  // in the file now
+  std::size_t records_ = 0;            // in the file now, and pending
+  std::vector<std::uint8_t> pending_;  // recorded, not yet written
+};
+
+// A runner handle that owns sessions: its key, the connection it is
+// attached to (0: detached, its sessions held for it), and a pidfd of its
+// process, whose exit ends them.
+struct Owner {
+  std::uint32_t id = 0;
+  OwnerKey key;
+  base::UniqueFd pidfd;
+  bool pidfd_armed = false;  // a poll on pidfd is outstanding (the Server arms it)
+  std::uint32_t client = 0;
+  std::unordered_set<std::uint64_t> sessions;  // charged against sessions_per_client
+};
+
+// The runner handles that own sessions, by id (ids never reused) and by key.
+// A registry only: it opens no pidfd and ends no session (the Server does).
+//
+// Thread-safety: one thread.
+class Owners {
+ public:
+  using Map = std::map<std::uint32_t, Owner>;
+  Owner* find(std::uint32_t id);
+  const Owner* find(std::uint32_t id) const;
+  Owner* find(const OwnerKey& key);
+  // A new handle for `key`, which has none, with a fresh id.
+  Owner& add(const OwnerKey& key);
+  // Forgets handle `id` (both indexes); nothing if unknown.
+  void erase(std::uint32_t id);
+  // Detached handles of uid `uid` but those of process `pid` (the one
+  // connecting): they count against its clients_per_uid.
+  std::size_t held(uid_t uid, pid_t pid) const;
+  std::size_t detached() const;
+  std::size_t size() const { return by_id_.size(); }
+  Map::iterator begin() { return by_id_.begin(); }
+  Map::iterator end() { return by_id_.end(); }
+  Map::const_iterator begin() const { return by_id_.begin(); }
+  Map::const_iterator end() const { return by_id_.end(); }
+
+ private:
+  Map by_id_;
+  std::map<OwnerKey, std::uint32_t> by_key_;
+  std::uint32_t next_ = 1;
+};
+
+// Sessions that ended remembered as tombstones.
+inline constexpr std::size_t kTombstones = 16384;
+
+// What tandemd remembers of sessions beyond what the policy's table holds:
+// which ones ended and why (tombstones, the newest kTombstones: an engine's
+// snapshot cannot bring one back, nor a runner's one an operator's kill),
+// and, through the OwnerJournal, who owns each live one, so that a
+// restarted tandemd holds it for its runner. Pure bookkeeping: it kills,
+// tells and closes nothing (the Server does); its only I/O is the journal.
+//
+// Thread-safety: one thread.
+class SessionLedger {
+ public:
+  SessionLedger() = default;  // no journal: tombstones only (tests)
+  // The journal in the runtime dir `dirfd`, read back: what it says ended
+  // becomes tombstones; loaded() keeps what it says is owned.
+  static base::Result<SessionLedger> open(int dirfd);
+
+  const JournalState& loaded() const { return journal_.loaded(); }
+  // Session `id` is owned by the handle `key` (journal).
+  void owned(std::uint64_t id, const OwnerKey& key) { journal_.owned(id, key); }
+  // Session `id` ended, `why`: a tombstone, and the journal's record.
+  void ended(std::uint64_t id, Closed why);
+  // Session `id` ended without a tombstone (it finished, or its engine's
+  // last word closed it): the journal stops holding it for its runner,
+  // unless a tombstone already said why it ended.
+  void released(std::uint64_t id);
+  // Session `id` is live again (opened anew): its tombstone goes.
+  void revive(std::uint64_t id) { closed_.erase(id); }
+  std::optional<Closed> tombstone(std::uint64_t id) const;
+  std::size_t tombstones() const { return closed_.size(); }
+  // Writes what the journal recorded since the last flush (one write).
+  void flush() { journal_.flush(); }
+
+ private:
+  void remember(std::uint64_t id, Closed why);  // the tombstone alone
+
+  base::IdMap<std::pair<Closed, std::uint64_t>> closed_;       // why, sequence
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> order_;  // id, sequence: oldest first
+  std::uint64_t seq_ = 0;
+  OwnerJournal journal_;
 };
 
 }  // namespace tandem::daemon

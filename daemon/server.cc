@@ -110,10 +110,10 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   if (::fchmodat(dfd, "tandemd.sock", 0666, 0) != 0) return base::errno_error(fmt::format("chmod {}", s->socket_path_));
   if (::listen(s->listen_.get(), 128) != 0) return base::errno_error(fmt::format("listen {}", s->socket_path_));
 
-  // Who owned which session when a tandemd last ran here.
-  auto journal = OwnerJournal::open(dfd);
-  if (!journal) return base::propagate(std::move(journal.error()), "ownership journal");
-  s->journal_ = std::move(*journal);
+  // Who owned which session when a tandemd last ran here, and which ended.
+  auto ledger = SessionLedger::open(dfd);
+  if (!ledger) return base::propagate(std::move(ledger.error()));
+  s->ledger_ = std::move(*ledger);
 
   // The signalfd, the tick's timer and the ring.
   if (auto loop = s->loop_.open(cfg.tick); !loop) return base::propagate(std::move(loop.error()));
@@ -145,12 +145,13 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   s->started_ = s->clock_->now();
   s->log_ = EventLog(s->started_);
   s->watchdog_usec_ = notifier.watchdog_usec();
-  s->restore_owners(s->journal_.loaded(), s->started_);
+  s->restore_owners(s->ledger_.loaded(), s->started_);
   return s;
 }
 
 Server::~Server() {
   if (effects_ != nullptr) effects_->set_notice_sink(nullptr);
+  ledger_.flush();
   // Only our own socket: a successor may have bound its own there already.
   struct stat st {};
   if (listen_ && dir_fd_ && ::fstatat(dir_fd_.get(), "tandemd.sock", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -209,6 +210,7 @@ base::Result<void> Server::run_once(base::Duration timeout) {
   if (!n) return base::propagate(std::move(n.error()));
   guarded("the pump", [&] { pump(); });
   guarded("the sweep", [&] { sweep(); });
+  ledger_.flush();  // what this iteration changed of who owns which session: one write
   return {};
 }
 
@@ -236,6 +238,7 @@ base::Result<void> Server::run() {
   spdlog::info("stopping: {} clients, {} sessions", clients_.size(), control_->model().sessions().size());
   for (auto& [id, c] : clients_) c.doom.marked = true;
   sweep();
+  ledger_.flush();
   metrics_.close_all(loop_.uring());
   return {};
 }
@@ -289,8 +292,8 @@ void Server::handle(Tag tag, int res) {
       }
       break;
     case Op::kOwnerPidfd:
-      if (auto it = owners_.find(tag.client); it != owners_.end()) {
-        it->second.pidfd_armed = false;
+      if (Owner* o = owners_.find(tag.client)) {
+        o->pidfd_armed = false;
         if (res >= 0) end_owner(tag.client, Closed::kOwnerGone, clock_->now());
       }
       break;
@@ -413,14 +416,6 @@ void Server::quietly(Quiet& q, Time now, const std::string& text) {
   q.since = 0;
 }
 
-std::size_t Server::held_handles(uid_t uid, pid_t pid) const {
-  // Held handles count, except the connecting process's own: it may be
-  // coming back for them.
-  std::size_t n = 0;
-  for (const auto& [id, o] : owners_) n += o.client == 0 && o.key.uid == uid && o.key.pid != pid ? 1 : 0;
-  return n;
-}
-
 void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
   const Limits& limits = config_->config().limits;
   const Time now = clock_->now();
@@ -432,7 +427,7 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
   const bool serves = config_->allowed(Role::kEngine, cred.uid, cred.gid, euid) ||
                       config_->allowed(Role::kRunner, cred.uid, cred.gid, euid);
   const bool trusted = cred.uid == 0 || cred.uid == euid;
-  const std::string refusal = clients_.refusal(limits, cred, serves, trusted, held_handles(cred.uid, cred.pid));
+  const std::string refusal = clients_.refusal(limits, cred, serves, trusted, owners_.held(cred.uid, cred.pid));
   if (!refusal.empty()) {
     ++stats_.clients_refused;
     ++stats_.clients_refused_limits;

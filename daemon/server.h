@@ -11,7 +11,9 @@
 // (daemon/ctl_service.h: tandemctl's answers and the metrics text), which
 // reads the Server only through CtlView and steers it only through
 // CtlCommands. The Server implements those three interfaces (tick.cc,
-// server_ctl.cc).
+// server_ctl.cc). Two registries hold session bookkeeping of their own
+// (daemon/owners.h): Owners (the runner handles that own sessions) and
+// SessionLedger (tombstones and the ownership journal).
 //
 // One thread owns everything here. Inputs arrive as io_uring completions
 // (daemon/uring.h): the signalfd (SIGTERM/SIGINT stop, SIGHUP reloads), a
@@ -150,18 +152,6 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
     SessionSteer steer;           // what Control last told about it
   };
 
-  // A runner handle that owns sessions (daemon/owners.h): its key, the
-  // connection it is attached to (0: detached, its sessions held for it),
-  // and a pidfd of its process, whose exit ends them.
-  struct Owner {
-    std::uint32_t id = 0;
-    OwnerKey key;
-    base::UniqueFd pidfd;
-    bool pidfd_armed = false;
-    std::uint32_t client = 0;
-    std::unordered_set<sched::SessionId> sessions;  // charged against sessions_per_client
-  };
-
   Server() = default;
 
   // Loop plumbing.
@@ -190,9 +180,6 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   // Closes a live session: its tools killed with `reason`, the close fed
   // to the model, the journal told why (nullopt: not a tombstone).
   void close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, base::Time now);
-  // Detached runner handles of uid `uid`, but those of process `pid` (the
-  // one connecting): they count against its clients_per_uid.
-  std::size_t held_handles(uid_t uid, pid_t pid) const;
   // A per-request Error, at most kErrorsPerSecond a second per client.
   void tell(Client& c, int code, std::string_view message, sched::SessionId session = 0);
   // Sessions the ownership journal says were owned when tandemd last ran:
@@ -217,8 +204,11 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   void on_tool_prepare(Client& c, const wire::ToolPrepare& tp);
   void send_tool_notice(const ToolNotice& n);
   // Whether `c` may open one more session (sessions_per_client: its
-  // handle's for a runner); tells it if not.
-  bool admit_session(Client& c, sched::SessionId id);
+  // handle's for a runner). A check only: refuse_session() answers.
+  bool may_open_session(const Client& c) const;
+  // Tells `c` that session `id` was refused at sessions_per_client (and
+  // warns once per client).
+  void refuse_session(Client& c, sched::SessionId id);
   // The session's meta, created (and charged to `c`: to its handle for a
   // runner) on first use.
   SessionMeta& meta_for(Client& c, sched::SessionId id);
@@ -233,8 +223,9 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   bool pump_client(Client& c, base::Time now);
   void take_record(Client& c, const ipc::Record& r, base::Time now);
   // Whether client `c` may send record `r` under its type's rule
-  // (daemon/events.h record_rule); `why` names the reason if not.
-  bool authorize(Client& c, const ipc::Record& r, const RecordRule& rule, const char** why);
+  // (daemon/events.h record_rule). A check only: it changes nothing and
+  // sends nothing; take_record() acts on the verdict.
+  Verdict authorize(const Client& c, const ipc::Record& r, const RecordRule& rule) const;
   void reject_record(Client& c, std::string_view why);
 
   // The control tick (daemon/tick.cc): Control decides; directives go out,
@@ -347,19 +338,9 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   void track_unplaced(Client& c, sched::SessionId session, std::uint32_t call, std::int32_t pid);
   // Kills the session's unplaced tools; returns their pidfds, to check.
   std::vector<UnplacedTool> kill_unplaced(sched::SessionId session);
-  std::map<std::uint32_t, Owner> owners_;        // by id: runner handles owning sessions
-  std::map<OwnerKey, std::uint32_t> owner_ids_;  // by key
-  std::uint32_t next_owner_ = 1;
-  // Sessions that ended (by their runner, an operator, their runner's
-  // exit), newest last, at most kTombstones: an engine's snapshot cannot
-  // bring them back, nor a runner's one an operator's kill.
-  std::unordered_map<sched::SessionId, std::pair<Closed, std::uint64_t>> closed_;  // why, sequence
-  std::deque<std::pair<sched::SessionId, std::uint64_t>> closed_order_;
-  std::uint64_t closed_seq_ = 0;
-  // Remembers that `id` ended (tombstone and journal).
-  void remember_closed(sched::SessionId id, Closed why);
-  std::optional<Closed> tombstone(sched::SessionId id) const;
-  OwnerJournal journal_;
+  Owners owners_;  // runner handles owning sessions (daemon/owners.h)
+  // Tombstones and the ownership journal (daemon/owners.h).
+  SessionLedger ledger_;
   base::UniqueFd dir_fd_;  // the runtime dir (daemon/runtime_dir.h)
   dev_t socket_dev_ = 0;   // the socket file we bound, to remove only ours
   ino_t socket_ino_ = 0;

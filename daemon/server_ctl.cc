@@ -41,7 +41,7 @@ SessionCard Server::card(const SessionMeta& m) const {
   SessionCard card;
   card.name = m.name;
   card.owner = m.owner;
-  if (const auto o = owners_.find(m.owner); o != owners_.end()) card.owner_client = o->second.client;
+  if (const Owner* o = owners_.find(m.owner)) card.owner_client = o->client;
   card.priority = m.steer.priority;
   card.cpu_weight = m.steer.cpu_weight;
   card.cpu_quota = m.steer.cpu_quota;

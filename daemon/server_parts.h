@@ -52,8 +52,6 @@ constexpr base::Duration kAcceptBackoffMax = std::chrono::seconds(1);
 // Per-request Errors sent to one client in a second, at most (more are
 // counted, not sent: a client over a limit would otherwise flood its socket).
 constexpr std::uint32_t kErrorsPerSecond = 64;
-// Sessions that ended remembered as tombstones.
-constexpr std::size_t kTombstones = 16384;
 
 inline std::optional<Role> role_from_wire(wire::Role r) {
   switch (r) {

@@ -68,9 +68,9 @@ void Server::release_sessions(Client& c, Time now) {
     return;
   }
   if (c.role != Role::kRunner) return;
-  auto it = owners_.find(c.owner);
-  if (it == owners_.end() || it->second.client != c.id) return;  // replaced by a newer connection of the handle
-  Owner& o = it->second;
+  Owner* found = owners_.find(c.owner);
+  if (found == nullptr || found->client != c.id) return;  // replaced by a newer connection of the handle
+  Owner& o = *found;
   o.client = 0;
   if (c.doom.process_gone || !o.pidfd) {
     // The runner is gone (or its exit could not be watched): its sessions
@@ -80,8 +80,7 @@ void Server::release_sessions(Client& c, Time now) {
   }
   if (o.sessions.empty()) {
     if (o.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, o.id});
-    owner_ids_.erase(o.key);
-    owners_.erase(it);
+    owners_.erase(o.id);
     return;
   }
   // Only the connection ended: the runner lives, and so do its sessions and
@@ -95,13 +94,9 @@ void Server::release_sessions(Client& c, Time now) {
                o.key.pid, o.key.uid, o.sessions.size());
 }
 
-Server::Owner& Server::owner_for(const OwnerKey& key) {
-  if (auto k = owner_ids_.find(key); k != owner_ids_.end()) return owners_.at(k->second);
-  const std::uint32_t id = next_owner_++;
-  Owner& o = owners_[id];
-  o.id = id;
-  o.key = key;
-  owner_ids_[key] = id;
+Owner& Server::owner_for(const OwnerKey& key) {
+  if (Owner* known = owners_.find(key)) return *known;
+  Owner& o = owners_.add(key);
   if (key.pid > 0) {
     base::UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, key.pid, 0)));
     // The pidfd is of whatever process has the pid now: it is the owner's
@@ -109,7 +104,7 @@ Server::Owner& Server::owner_for(const OwnerKey& key) {
     if (fd && (key.start == 0 || process_start_time(kProcRoot, key.pid).value_or(0) == key.start)) {
       o.pidfd = std::move(fd);
       if (armed_) {
-        loop_.uring().poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
+        loop_.uring().poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, o.id});
         o.pidfd_armed = true;
       }
     }
@@ -118,16 +113,15 @@ Server::Owner& Server::owner_for(const OwnerKey& key) {
 }
 
 void Server::end_owner(std::uint32_t owner, Closed why, Time now) {
-  auto it = owners_.find(owner);
-  if (it == owners_.end()) return;
-  const std::vector<sched::SessionId> sessions(it->second.sessions.begin(), it->second.sessions.end());
+  const Owner* o = owners_.find(owner);
+  if (o == nullptr) return;
+  const std::vector<sched::SessionId> sessions(o->sessions.begin(), o->sessions.end());
   for (sched::SessionId id : sessions) close_session(id, ipc::ToolExitReason::kKilledSession, why, now);
-  it = owners_.find(owner);  // close_session may have touched the table
-  if (it == owners_.end()) return;
-  if (it->second.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, owner});
-  if (Client* c = find_client(it->second.client)) c->owner = 0;
-  owner_ids_.erase(it->second.key);
-  owners_.erase(it);
+  o = owners_.find(owner);  // close_session may have touched the table
+  if (o == nullptr) return;
+  if (o->pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, owner});
+  if (Client* c = find_client(o->client)) c->owner = 0;
+  owners_.erase(owner);
 }
 
 void Server::close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, Time now) {
@@ -136,25 +130,8 @@ void Server::close_session(sched::SessionId id, ipc::ToolExitReason reason, std:
   effects_->kill_tools(id, reason);
   ++stats_.effects_kill_tools;
   (void)kill_unplaced(id);
-  if (why) remember_closed(id, *why);
+  if (why) ledger_.ended(id, *why);
   (void)control_->feed(sched::SessionClosed{id}, now);
-}
-
-void Server::remember_closed(sched::SessionId id, Closed why) {
-  closed_[id] = {why, ++closed_seq_};
-  closed_order_.emplace_back(id, closed_seq_);
-  while (closed_order_.size() > kTombstones) {
-    const auto [old, seq] = closed_order_.front();
-    closed_order_.pop_front();
-    if (auto c = closed_.find(old); c != closed_.end() && c->second.second == seq) closed_.erase(c);
-  }
-  journal_.closed(id, why);
-}
-
-std::optional<Closed> Server::tombstone(sched::SessionId id) const {
-  auto c = closed_.find(id);
-  if (c == closed_.end()) return std::nullopt;
-  return c->second.first;
 }
 
 void Server::track_unplaced(Client& c, sched::SessionId session, std::uint32_t call, std::int32_t pid) {
@@ -206,18 +183,13 @@ void Server::tell(Client& c, int code, std::string_view message, sched::SessionI
 }
 
 void Server::restore_owners(const JournalState& loaded, Time now) {
-  for (const auto& [id, why] : loaded.closed) {
-    closed_[id] = {why, ++closed_seq_};
-    closed_order_.emplace_back(id, closed_seq_);
-  }
   std::size_t gone = 0;
   for (const auto& [id, key] : loaded.owned) {
     Owner& o = owner_for(key);
     if (!o.pidfd) {
       // Its runner exited while no tandemd ran: the session is over.
-      owner_ids_.erase(o.key);
       owners_.erase(o.id);
-      remember_closed(id, Closed::kOwnerGone);
+      ledger_.ended(id, Closed::kOwnerGone);
       ++gone;
       continue;
     }
@@ -240,8 +212,8 @@ Server::Footprint Server::footprint() const {
   f.session_meta = meta_.size();
   for (const auto& [id, c] : clients_) f.pending_names += c.pending_names.size();
   f.owners = owners_.size();
-  for (const auto& [id, o] : owners_) f.detached += o.client == 0 ? 1 : 0;
-  f.tombstones = closed_.size();
+  f.detached = owners_.detached();
+  f.tombstones = ledger_.tombstones();
   return f;
 }
 
@@ -317,13 +289,14 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
     *code = EPERM;
     return false;
   }
-  if (!live && tombstone(id) == Closed::kKilled) {
+  if (!live && ledger_.tombstone(id) == Closed::kKilled) {
     *why = "an operator killed it";
     *code = ECANCELED;
     return false;
   }
   const bool mine = m != meta_.end() && m->second.owner == c.owner;
-  if (!mine && !admit_session(c, id)) {
+  if (!mine && !may_open_session(c)) {
+    refuse_session(c, id);
     *why = nullptr;  // told already, with its own message
     return false;
   }
@@ -359,7 +332,7 @@ bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const c
   const auto state = static_cast<SessionState>(snap.state());
   const sched::Session* s = table.find(id);
   const bool live = s != nullptr && s->state != SessionState::kDone;
-  if (!live && tombstone(id)) {
+  if (!live && ledger_.tombstone(id)) {
     // Its runner closed it, or an operator killed it: the engine should
     // forget it, and is told to.
     push_directive(c, directive_slot(ipc::Close{}, id, now));
@@ -379,8 +352,9 @@ bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const c
   }
   auto m = meta_.find(id);
   const bool runners = m != meta_.end() && m->second.owner != 0;
-  if (!live && !admit_session(c, id)) {
-    *why = nullptr;
+  if (!live && !may_open_session(c)) {
+    refuse_session(c, id);
+    *why = nullptr;  // told already, with its own message
     return false;
   }
   take_name(c, id, snap.name());
@@ -399,10 +373,10 @@ void Server::finish_resync(Client& c) {
   // sessions the snapshot knew of are judged: held ones (attached to no
   // connection or another one of the handle's) and ones this connection
   // opened at a record before the snapshot was taken.
-  auto o = owners_.find(c.owner);
-  if (o == owners_.end()) return;
+  const Owner* o = owners_.find(c.owner);
+  if (o == nullptr) return;
   std::vector<sched::SessionId> gone;
-  for (sched::SessionId id : o->second.sessions) {
+  for (sched::SessionId id : o->sessions) {
     if (c.resync.listed.contains(id)) continue;
     auto m = meta_.find(id);
     if (m == meta_.end()) continue;
@@ -417,14 +391,17 @@ void Server::finish_resync(Client& c) {
   }
 }
 
-bool Server::admit_session(Client& c, sched::SessionId id) {
-  const std::uint32_t limit = config_->config().limits.sessions_per_client;
+bool Server::may_open_session(const Client& c) const {
   std::size_t held = c.engine.sessions;
   if (c.role == Role::kRunner) {
-    auto o = owners_.find(c.owner);
-    held = o == owners_.end() ? 0 : o->second.sessions.size();
+    const Owner* o = owners_.find(c.owner);
+    held = o == nullptr ? 0 : o->sessions.size();
   }
-  if (held < limit) return true;
+  return held < config_->config().limits.sessions_per_client;
+}
+
+void Server::refuse_session(Client& c, sched::SessionId id) {
+  const std::uint32_t limit = config_->config().limits.sessions_per_client;
   if (!c.warned.limit) {
     spdlog::warn("client {} ({}): at limits.sessions_per_client = {}; its new sessions are refused (each is told)",
                  c.id, base::escape(c.name), limit);
@@ -437,7 +414,6 @@ bool Server::admit_session(Client& c, sched::SessionId id) {
                    "close",
                    id, limit),
        id);
-  return false;
 }
 
 Server::SessionMeta& Server::meta_for(Client& c, sched::SessionId id) {
@@ -453,14 +429,14 @@ Server::SessionMeta& Server::meta_for(Client& c, sched::SessionId id) {
       it->second.name = std::move(n->second);
       c.pending_names.erase(n);
     }
-    closed_.erase(id);  // live again
+    ledger_.revive(id);
   }
   return it->second;
 }
 
 void Server::set_owner(Client& c, sched::SessionId id, SessionMeta& m) {
-  auto o = owners_.find(c.owner);
-  if (o == owners_.end()) return;
+  Owner* o = owners_.find(c.owner);
+  if (o == nullptr) return;
   if (m.owner == c.owner) {
     m.attached_conn = c.id;
     return;
@@ -468,11 +444,11 @@ void Server::set_owner(Client& c, sched::SessionId id, SessionMeta& m) {
   if (Client* creator = find_client(m.creator); creator != nullptr && creator->engine.sessions > 0)
     --creator->engine.sessions;
   m.creator = 0;
-  if (auto old = owners_.find(m.owner); old != owners_.end()) old->second.sessions.erase(id);
+  if (Owner* old = owners_.find(m.owner)) old->sessions.erase(id);
   m.owner = c.owner;
   m.attached_conn = c.id;
-  o->second.sessions.insert(id);
-  journal_.owned(id, o->second.key);
+  o->sessions.insert(id);
+  ledger_.owned(id, o->key);
 }
 
 }  // namespace tandem::daemon

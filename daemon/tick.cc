@@ -70,14 +70,13 @@ void Server::session_done(sched::SessionId id) {
     if (told != sched::kNoEngine && (s == nullptr || told != s->engine)) {
       if (Client* e = find_client(told)) push_directive(*e, close);
     }
-    if (auto o = owners_.find(m->second.owner); o != owners_.end()) {
-      o->second.sessions.erase(id);
-      if (Client* r = find_client(o->second.client)) push_directive(*r, close);
-      if (!tombstone(id)) journal_.closed(id, Closed::kByOwner);  // ended some other way: not owned any more
-      if (o->second.client == 0 && o->second.sessions.empty()) {
-        if (o->second.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, o->first});
-        owner_ids_.erase(o->second.key);
-        owners_.erase(o);
+    if (Owner* o = owners_.find(m->second.owner)) {
+      o->sessions.erase(id);
+      if (Client* r = find_client(o->client)) push_directive(*r, close);
+      ledger_.released(id);  // ended some other way: not owned any more
+      if (o->client == 0 && o->sessions.empty()) {
+        if (o->pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, o->id});
+        owners_.erase(o->id);
       }
     }
     meta_.erase(m);

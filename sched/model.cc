@@ -48,7 +48,7 @@ bool NodeModel::observe(const Event& event, Time now) {
           // At its first token a round's prefill is allocated (now in the
           // pool's usage); a round that ends first leaves too. A late event
           // of an older round changes nothing.
-          if (auto q = queued_.find(e.session); q != queued_.end() && q->second.round == e.round) unqueue(e.session);
+          if (const QueuedRound* q = queued_.find(e.session); q != nullptr && q->round == e.round) unqueue(e.session);
         } else if constexpr (std::is_same_v<E, SessionClosed>) {
           unqueue(e.session);
         } else if constexpr (std::is_same_v<E, ToolStarted>) {
@@ -68,11 +68,11 @@ bool NodeModel::observe(const Event& event, Time now) {
 }
 
 void NodeModel::unqueue(SessionId s) {
-  auto q = queued_.find(s);
-  if (q == queued_.end()) return;
-  auto it = engines_.find(q->second.engine);
-  if (it != engines_.end()) it->second.queued_blocks -= std::min(it->second.queued_blocks, q->second.blocks);
-  queued_.erase(q);
+  const QueuedRound* q = queued_.find(s);
+  if (q == nullptr) return;
+  auto it = engines_.find(q->engine);
+  if (it != engines_.end()) it->second.queued_blocks -= std::min(it->second.queued_blocks, q->blocks);
+  queued_.erase(s);
 }
 
 std::vector<SessionId> NodeModel::engine_gone(EngineId engine, Time now) {

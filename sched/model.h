@@ -8,9 +8,9 @@
 
 #include <cstdint>
 #include <map>
-#include <unordered_map>
 #include <vector>
 
+#include "base/id_map.h"
 #include "sched/session_table.h"
 #include "sched/tool_model.h"
 #include "sched/types.h"
@@ -113,7 +113,7 @@ class NodeModel {
     std::uint32_t round = 0;
     std::uint64_t blocks = 0;
   };
-  std::unordered_map<SessionId, QueuedRound> queued_;  // rounds counted in an engine's queued_blocks (never walked)
+  base::IdMap<QueuedRound> queued_;  // rounds counted in an engine's queued_blocks (never walked)
   void unqueue(SessionId s);
 };
 

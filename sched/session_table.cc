@@ -90,17 +90,17 @@ void SessionTable::set_state(Session& s, SessionState to, Time now) {
 }
 
 bool SessionTable::transition(SessionId id, SessionState to, Time now, EngineId engine) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end() || !legal_transition(it->second.state, to)) return reject();
-  if (engine != kNoEngine) it->second.engine = engine;
-  set_state(it->second, to, now);
+  Session* s = lookup(id);
+  if (s == nullptr || !legal_transition(s->state, to)) return reject();
+  if (engine != kNoEngine) s->engine = engine;
+  set_state(*s, to, now);
   return true;
 }
 
 bool SessionTable::abort_round(SessionId id, Time now) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second.state == SessionState::kDone || !it->second.round_in_flight) return false;
-  Session& s = it->second;
+  Session* found = lookup(id);
+  if (found == nullptr || found->state == SessionState::kDone || !found->round_in_flight) return false;
+  Session& s = *found;
   s.round_in_flight = false;
   s.blocks_held = 0;
   s.residency = Residency::kDropped;
@@ -109,9 +109,9 @@ bool SessionTable::abort_round(SessionId id, Time now) {
 }
 
 bool SessionTable::set_pinned(SessionId id, bool pinned) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second.state == SessionState::kDone) return false;
-  Session& s = it->second;
+  Session* found = lookup(id);
+  if (found == nullptr || found->state == SessionState::kDone) return false;
+  Session& s = *found;
   if (pinned && s.residency == Residency::kResident) {
     s.residency = Residency::kPinned;
     return true;
@@ -136,9 +136,9 @@ std::size_t SessionTable::reap_done() {
   return n;
 }
 
-const Session* SessionTable::find(SessionId id) const {
-  auto it = index_.find(id);
-  return it == index_.end() ? nullptr : it->second;
+Session* SessionTable::lookup(SessionId id) const {
+  Session* const* s = index_.find(id);
+  return s == nullptr ? nullptr : *s;
 }
 
 bool SessionTable::apply(const Event& event, Time now) {
@@ -150,17 +150,17 @@ bool SessionTable::apply(const Event& event, Time now) {
                       std::is_same_v<E, KvStatsReported> || std::is_same_v<E, RoundFirstToken>) {
           return true;  // no session state in these
         } else if constexpr (std::is_same_v<E, SessionOpened>) {
-          if (e.session == 0 || sessions_.contains(e.session)) return reject();
+          if (e.session == 0 || index_.contains(e.session)) return reject();
           Session& s = create(e.session, now);
           s.priority_class = e.priority_class;
           s.expected_rounds = e.expected_rounds;
           return true;
         } else if constexpr (std::is_same_v<E, RoundSubmitted>) {
           if (e.session == 0) return reject();
-          auto it = sessions_.find(e.session);
+          Session* found = lookup(e.session);
           // An engine may submit for a session no runner opened (engine-only
           // deployments): the round opens it.
-          Session& s = it == sessions_.end() ? create(e.session, now) : it->second;
+          Session& s = found == nullptr ? create(e.session, now) : *found;
           if (s.state == S::kDone || s.round_in_flight) return reject();
           if (s.state == S::kActing) {  // the round's submit implies the tool ended
             s.tool = 0;
@@ -174,9 +174,9 @@ bool SessionTable::apply(const Event& event, Time now) {
           s.projected_blocks = e.projected_blocks;
           return true;
         } else if constexpr (std::is_same_v<E, RoundEnded>) {
-          auto it = sessions_.find(e.session);
-          if (it == sessions_.end()) return reject();
-          Session& s = it->second;
+          Session* found = lookup(e.session);
+          if (found == nullptr) return reject();
+          Session& s = *found;
           // A round can only end if it ran, i.e. the session was admitted.
           if (s.state != S::kReasoning && s.state != S::kActing && s.state != S::kPaused) return reject();
           if (!s.round_in_flight || e.round != s.round) return reject();
@@ -190,9 +190,9 @@ bool SessionTable::apply(const Event& event, Time now) {
           if (e.tool_follows && s.state == S::kReasoning) set_state(s, S::kActing, now);
           return true;
         } else if constexpr (std::is_same_v<E, ToolStarted>) {
-          auto it = sessions_.find(e.session);
-          if (it == sessions_.end()) return reject();
-          Session& s = it->second;
+          Session* found = lookup(e.session);
+          if (found == nullptr) return reject();
+          Session& s = *found;
           // REASONING: the runner's ring beat the engine's ROUND_END here.
           if (s.state == S::kReasoning) {
             set_state(s, S::kActing, now);
@@ -204,9 +204,9 @@ bool SessionTable::apply(const Event& event, Time now) {
           s.tool_started = now;
           return true;
         } else if constexpr (std::is_same_v<E, ToolEnded>) {
-          auto it = sessions_.find(e.session);
-          if (it == sessions_.end()) return reject();
-          Session& s = it->second;
+          Session* found = lookup(e.session);
+          if (found == nullptr) return reject();
+          Session& s = *found;
           if (s.state == S::kActing) {
             set_state(s, S::kReasoning, now);
           } else if (s.state != S::kPaused && s.state != S::kReasoning) {
@@ -215,9 +215,9 @@ bool SessionTable::apply(const Event& event, Time now) {
           s.tool = 0;
           return true;
         } else if constexpr (std::is_same_v<E, KvChanged>) {
-          auto it = sessions_.find(e.session);
-          if (it == sessions_.end()) return reject();
-          Session& s = it->second;
+          Session* found = lookup(e.session);
+          if (found == nullptr) return reject();
+          Session& s = *found;
           switch (e.change) {
             case KvChange::kEvicted:
             case KvChange::kDropped:
@@ -235,11 +235,11 @@ bool SessionTable::apply(const Event& event, Time now) {
           }
           return true;
         } else if constexpr (std::is_same_v<E, SessionClosed>) {
-          auto it = sessions_.find(e.session);
-          if (it == sessions_.end() || it->second.state == S::kDone) return reject();
-          set_state(it->second, S::kDone, now);
-          it->second.round_in_flight = false;
-          it->second.tool = 0;
+          Session* s = lookup(e.session);
+          if (s == nullptr || s->state == S::kDone) return reject();
+          set_state(*s, S::kDone, now);
+          s->round_in_flight = false;
+          s->tool = 0;
           return true;
         }
       },

@@ -17,9 +17,9 @@
 #include <cstdint>
 #include <map>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
+#include "base/id_map.h"
 #include "sched/types.h"
 
 namespace tandem::sched {
@@ -77,7 +77,7 @@ class SessionTable {
   // Removes sessions in DONE; call once the policies have seen them.
   std::size_t reap_done();
 
-  const Session* find(SessionId id) const;
+  const Session* find(SessionId id) const { return lookup(id); }
   // Every session, in id order. A full walk costs ~20 ns a session: fine for
   // tests and tools, too slow for a control tick at 100K sessions.
   const Map& sessions() const { return sessions_; }
@@ -91,6 +91,9 @@ class SessionTable {
 
  private:
   Session& create(SessionId id, Time now);
+  // The session by hash (index_), writable: every per-event lookup goes
+  // through here, never through a walk of sessions_.
+  Session* lookup(SessionId id) const;
   void set_state(Session& s, SessionState to, Time now);
   void index_add(Session& s);
   void index_remove(Session& s);
@@ -102,7 +105,7 @@ class SessionTable {
   Map sessions_;  // node-based: Session addresses are stable, so the indexes hold pointers
   // find() by hash: policies and the daemon look sessions up per event and
   // per tick, and a map walk of ~17 levels at 100K sessions showed in profiles.
-  std::unordered_map<SessionId, Session*> index_;
+  base::IdMap<Session*> index_;
   std::vector<const Session*> by_state_[5];
   std::uint64_t rejected_ = 0;
 };

@@ -370,26 +370,40 @@ double TandemControl::projected_pressure(const EngineView& e, std::uint64_t runn
 
 void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out) {
   const Duration horizon = base::from_seconds(p_.horizon_s);
-  // Running rounds per engine, from the REASONING sessions only.
-  std::map<EngineId, std::uint64_t> running;
-  std::map<EngineId, double> demand;  // blocks the admitted rounds will hold: whole prompts plus growth
+  // Per engine, in model.engines() order (ids ascending): its running rounds,
+  // from the REASONING sessions only, and the blocks they will hold (whole
+  // prompts plus growth). A flat array, not maps: this walks every reasoning
+  // session each tick. A round on an engine that has left counts nowhere.
+  struct Load {
+    EngineId id;
+    double block_size;
+    std::uint64_t running = 0;
+    double demand = 0;
+  };
+  std::vector<Load> loads;
+  loads.reserve(model.engines().size());
+  for (const auto& [eid, e] : model.engines())
+    loads.push_back({eid, e.params.block_size > 0 ? e.params.block_size : 16.0});
   for (const Session* s : model.sessions().in_state(SessionState::kReasoning)) {
     if (!s->round_in_flight) continue;
-    ++running[s->engine];
-    const EngineView* e = model.engine(s->engine);
-    const double bs = e != nullptr && e->params.block_size > 0 ? e->params.block_size : 16;
-    demand[s->engine] += std::ceil((static_cast<double>(s->prompt_tokens) + p_.growth_decode_tokens) / bs);
+    auto l =
+        std::lower_bound(loads.begin(), loads.end(), s->engine, [](const Load& a, EngineId id) { return a.id < id; });
+    if (l == loads.end() || l->id != s->engine) continue;
+    ++l->running;
+    l->demand += std::ceil((static_cast<double>(s->prompt_tokens) + p_.growth_decode_tokens) / l->block_size);
   }
   std::map<EngineId, double> pressure;
+  std::size_t i = 0;
   for (const auto& [eid, e] : model.engines()) {
+    const Load& l = loads[i++];
     if (p_.prompt_projection && e.has_stats && e.kv.blocks_total > 0) {
       // What admitted work will hold: every running or queued round's whole
       // prompt and growth (not only what its prefill allocated so far), and
       // the KV kept for acting sessions (pins and copies in flight).
       const double kept = e.kv.blocks_pinned;
-      pressure[eid] = std::max(projected_pressure(e, running[eid]), (demand[eid] + kept) / e.kv.blocks_total);
+      pressure[eid] = std::max(projected_pressure(e, l.running), (l.demand + kept) / e.kv.blocks_total);
     } else {
-      pressure[eid] = projected_pressure(e, running[eid]);
+      pressure[eid] = projected_pressure(e, l.running);
     }
   }
   // Pausing frees memory for someone: an engine where nothing waits (no

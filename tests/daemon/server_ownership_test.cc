@@ -4,6 +4,8 @@
 // sessions; an engine's cannot bring back one that ended. In-process: the
 // "runners" are real child processes (so their pids and start times are
 // real), connected through socketpairs with their credentials.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -300,7 +302,7 @@ TEST(Ownership, AClientWithoutAnInstanceIsItsProcesssHandle) {
 TEST(OwnerJournal, ParsesWhatItWroteAndSkipsWhatItDidNot) {
   const daemon::OwnerKey a{1000, 42, 7, 9};
   std::vector<std::uint8_t> bytes;
-  auto add = [&](const std::vector<std::uint8_t>& r) { bytes.insert(bytes.end(), r.begin(), r.end()); };
+  auto add = [&](const auto& r) { bytes.insert(bytes.end(), r.begin(), r.end()); };
   add(daemon::journal_record(1, a, 0));
   add(daemon::journal_record(2, a, 0));
   add(daemon::journal_record(2, {}, static_cast<std::uint8_t>(daemon::Closed::kByOwner)));
@@ -320,6 +322,125 @@ TEST(OwnerJournal, ParsesWhatItWroteAndSkipsWhatItDidNot) {
   const auto again = daemon::parse_journal(bytes);
   EXPECT_TRUE(again.closed.empty());
   EXPECT_EQ(again.owned.size(), 2u);
+}
+
+// What the journal records reaches the file at flush(), in one write, and
+// survives a compaction taken at a flush.
+TEST(OwnerJournal, RecordsReachTheFileAtFlushAndSurviveCompaction) {
+  char tmpl[] = "/tmp/tandem-journal-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const int dirfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dirfd, 0);
+  const std::string file = dir + "/owners";
+  auto size = [&] {
+    struct stat st {};
+    return ::stat(file.c_str(), &st) == 0 ? static_cast<std::size_t>(st.st_size) : std::size_t{0};
+  };
+  const daemon::OwnerKey a{1000, 42, 7, 9};
+  {
+    auto j = daemon::OwnerJournal::open(dirfd);
+    ASSERT_TRUE(j) << j.error().message();
+    j->owned(1, a);
+    j->owned(2, a);
+    j->closed(2, daemon::Closed::kByOwner);
+    EXPECT_EQ(size(), 0u);  // recorded, not yet written
+    j->flush();
+    EXPECT_EQ(size(), 3 * daemon::kJournalRecordBytes);
+    j->flush();  // nothing pending: nothing written
+    EXPECT_EQ(size(), 3 * daemon::kJournalRecordBytes);
+    // Many sessions come and go; one stays. Compaction keeps the file to
+    // what is live and the tombstones.
+    for (std::uint64_t s = 100; s < 10100; ++s) {
+      j->owned(s, a);
+      j->closed(s, daemon::Closed::kByOwner);
+      if (s % 100 == 0) j->flush();
+    }
+    j->owned(5000, a);
+    j->flush();
+    EXPECT_TRUE(j->ok());
+    EXPECT_LT(size(), 20000 * daemon::kJournalRecordBytes);  // what was appended: 20,000 records and more
+  }
+  auto again = daemon::OwnerJournal::open(dirfd);
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_EQ(again->loaded().owned.size(), 2u);  // sessions 1 and 5000
+  EXPECT_EQ(again->loaded().owned.count(5000), 1u);
+  EXPECT_EQ(again->loaded().closed.size(), daemon::kJournalTombstones);
+  EXPECT_EQ(again->loaded().closed.back().first, 10099u);
+  ::close(dirfd);
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// The ledger: tombstones by reason, the newest kTombstones; a revived
+// session loses its tombstone; an ending without one leaves no tombstone
+// now but is no longer owned after a restart; all of it read back.
+TEST(SessionLedger, RemembersEndingsAndOwnersAcrossAReopen) {
+  char tmpl[] = "/tmp/tandem-ledger-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const int dirfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dirfd, 0);
+  const daemon::OwnerKey a{1000, 42, 7, 9};
+  {
+    auto l = daemon::SessionLedger::open(dirfd);
+    ASSERT_TRUE(l) << l.error().message();
+    EXPECT_EQ(l->tombstones(), 0u);
+    l->owned(1, a);
+    l->owned(2, a);
+    l->owned(3, a);
+    l->ended(1, daemon::Closed::kKilled);
+    EXPECT_EQ(l->tombstone(1), daemon::Closed::kKilled);
+    l->released(2);  // finished: no tombstone now
+    EXPECT_FALSE(l->tombstone(2));
+    l->ended(4, daemon::Closed::kByOwner);
+    l->revive(4);  // opened again
+    EXPECT_FALSE(l->tombstone(4));
+    l->released(1);  // a tombstone already says why 1 ended: it stays kKilled
+    EXPECT_EQ(l->tombstone(1), daemon::Closed::kKilled);
+    l->flush();
+  }
+  {
+    auto l = daemon::SessionLedger::open(dirfd);
+    ASSERT_TRUE(l) << l.error().message();
+    EXPECT_EQ(l->tombstone(1), daemon::Closed::kKilled);
+    EXPECT_EQ(l->tombstone(2), daemon::Closed::kByOwner);  // the journal's close of a released session
+    ASSERT_EQ(l->loaded().owned.size(), 1u);               // only 3 is still owned
+    EXPECT_EQ(l->loaded().owned.at(3), a);
+  }
+  daemon::SessionLedger mem;  // no journal: tombstones only
+  for (std::uint64_t id = 1; id <= daemon::kTombstones + 10; ++id) mem.ended(id, daemon::Closed::kByOwner);
+  EXPECT_EQ(mem.tombstones(), daemon::kTombstones);
+  EXPECT_FALSE(mem.tombstone(10));  // the oldest went
+  EXPECT_TRUE(mem.tombstone(daemon::kTombstones + 10));
+  ::close(dirfd);
+  ::unlink((dir + "/owners").c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(Owners, FindsHandlesByIdAndKeyAndCountsTheDetached) {
+  daemon::Owners owners;
+  const daemon::OwnerKey a{1000, 42, 7, 9};
+  const daemon::OwnerKey b{1000, 43, 8, 9};
+  daemon::Owner& oa = owners.add(a);
+  const std::uint32_t ida = oa.id;
+  oa.client = 5;
+  const std::uint32_t idb = owners.add(b).id;
+  EXPECT_NE(ida, idb);
+  ASSERT_NE(owners.find(a), nullptr);
+  EXPECT_EQ(owners.find(a)->id, ida);
+  EXPECT_EQ(owners.find(idb)->key, b);
+  EXPECT_EQ(owners.size(), 2u);
+  EXPECT_EQ(owners.detached(), 1u);      // b has no connection
+  EXPECT_EQ(owners.held(1000, 1), 1u);   // b's, held for another process of the uid
+  EXPECT_EQ(owners.held(1000, 43), 0u);  // b's own process is not charged for it
+  EXPECT_EQ(owners.held(2000, 1), 0u);
+  owners.erase(idb);
+  EXPECT_EQ(owners.find(b), nullptr);
+  EXPECT_EQ(owners.find(idb), nullptr);
+  owners.erase(idb);  // twice: nothing
+  EXPECT_EQ(owners.size(), 1u);
+  EXPECT_NE(owners.add(b).id, idb);  // ids are never reused
 }
 
 TEST(OwnerJournal, StartTimeIsCountedAfterTheCommand) {
