@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <utility>
@@ -218,10 +217,7 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
   } else if (r.type() == ipc::RecordType::kToolEnd) {
     const std::uint32_t call = r.as<ipc::ToolEnd>().tool_call;
     effects_->tool_ended(r.session(), call);
-    if (auto u = unplaced_.find(r.session()); u != unplaced_.end()) {
-      std::erase_if(u->second, [&](const UnplacedTool& t) { return t.call == call; });
-      if (u->second.empty()) unplaced_.erase(u);
-    }
+    unplaced_.ended(r.session(), call);
   }
   if (!control_->feed(*event, now)) {
     reject_record(c, fmt::format("{}: not legal in the session's state", ipc::record_type_name(r.type())));
@@ -249,27 +245,19 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
 
 // ---- KV events for routers (daemon/kv_events.h) -------------------------------------
 
-// What one engine can make the daemon hold is its batch, bounded by
-// kMaxKvBatchEvents and kMaxKvBatchHashes (published when full) and by the
-// records it may send at all (limits.records_per_s, pump_batch).
+// Each engine's batch goes out through kv_events_ (KvEventsOut, which bounds
+// it); the Server counts what was published and dropped.
 void Server::take_kv_blocks(Client& c, const ipc::KvBlocks& r, std::uint64_t session) {
-  if (kv_events_.endpoint.empty()) return;  // off: nothing to publish or count
-  if (c.engine.kv_batch.full()) flush_kv_events(c);
-  c.engine.kv_batch.add(r, session);
+  count_kv_events(kv_events_.add(c.engine.kv_batch, c.engine.kv_seq, c.name, r, session));
 }
 
 void Server::flush_kv_events(Client& c) {
-  const std::size_t events = c.engine.kv_batch.events();
-  // vLLM stamps batches with time.time(): Unix seconds, wall clock (a
-  // label for subscribers; nothing here decides by it).
-  const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const std::string payload = c.engine.kv_batch.take(ts);
-  const std::uint64_t seq = c.engine.kv_seq++;  // a dropped batch leaves a gap subscribers can see
-  if (kv_publisher_ && kv_publisher_->send(kv_topic(kv_events_.topic, c.name), seq, payload)) {
-    stats_.kv_events_published += events;
-  } else {
-    stats_.kv_events_dropped += events;
-  }
+  count_kv_events(kv_events_.flush(c.engine.kv_batch, c.engine.kv_seq, c.name));
+}
+
+void Server::count_kv_events(const KvEventsOut::Sent& sent) {
+  stats_.kv_events_published += sent.published;
+  stats_.kv_events_dropped += sent.dropped;
 }
 
 // Counters for the metrics that the session table does not keep: KV moves

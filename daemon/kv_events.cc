@@ -9,9 +9,11 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace tandem::daemon {
 namespace {
@@ -262,6 +264,39 @@ bool KvPublisher::send(std::string_view topic, std::uint64_t seq, std::string_vi
   if (zmq_send(socket_, topic.data(), topic.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return false;
   if (zmq_send(socket_, seq_bytes, sizeof seq_bytes, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return false;
   return zmq_send(socket_, payload.data(), payload.size(), ZMQ_DONTWAIT) >= 0;
+}
+
+KvEventsOut::KvEventsOut(const KvEventsConfig& config) : config_(config) {
+  if (config.endpoint.empty()) return;
+  auto publisher = KvPublisher::open(config.endpoint, config.connect, static_cast<int>(config.hwm));
+  if (publisher) {
+    publisher_ = std::move(*publisher);
+    state_ = fmt::format("{} {}", config.connect ? "connect" : "bind", config.endpoint);
+    spdlog::info("kv_events: publishing on {}", state_);
+  } else {
+    state_ = "off: " + publisher.error().message();
+    spdlog::warn("kv_events: {}; KV events are counted as dropped", publisher.error().message());
+  }
+}
+
+KvEventsOut::Sent KvEventsOut::add(KvEventBatch& batch, std::uint64_t& seq, std::string_view engine,
+                                   const ipc::KvBlocks& r, std::uint64_t session) {
+  if (!on()) return {};  // nothing to publish or count
+  Sent sent;
+  if (batch.full()) sent = flush(batch, seq, engine);
+  batch.add(r, session);
+  return sent;
+}
+
+KvEventsOut::Sent KvEventsOut::flush(KvEventBatch& batch, std::uint64_t& seq, std::string_view engine) {
+  const std::size_t events = batch.events();
+  // vLLM stamps batches with time.time(): Unix seconds, wall clock (a
+  // label for subscribers; nothing here decides by it).
+  const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string payload = batch.take(ts);
+  const std::uint64_t n = seq++;  // a dropped batch leaves a gap subscribers can see
+  if (publisher_ && publisher_->send(kv_topic(config_.topic, engine), n, payload)) return {events, 0};
+  return {0, events};
 }
 
 }  // namespace tandem::daemon

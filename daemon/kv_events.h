@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "daemon/config.h"
 #include "ipc/records.h"
 
 namespace tandem::daemon {
@@ -121,6 +122,40 @@ class KvPublisher {
   KvPublisher(void* context, void* socket) : context_(context), socket_(socket) {}
   void* context_;
   void* socket_;
+};
+
+// [kv_events] as tandemd runs it: the PUB socket (none when off, or when it
+// could not be had: that costs only this, logged once and said in state()),
+// and each engine's batch published through it. What one engine can make it
+// hold is its batch, bounded by kMaxKvBatchEvents and kMaxKvBatchHashes
+// (published when full) and by the records it may send at all.
+//
+// Thread-safety: one thread.
+class KvEventsOut {
+ public:
+  KvEventsOut() = default;
+  // Opens the socket `config` names (nothing when its endpoint is empty).
+  explicit KvEventsOut(const KvEventsConfig& config);
+  bool on() const { return !config_.endpoint.empty(); }
+  // "off", "bind tcp://…" / "connect tcp://…", or "off: <why>".
+  const std::string& state() const { return state_; }
+  // What published() and dropped() count: events (not batches).
+  struct Sent {
+    std::size_t published = 0;
+    std::size_t dropped = 0;
+  };
+  // One KV_BLOCKS record of an engine into its `batch` (nothing when off);
+  // a full batch is published first.
+  Sent add(KvEventBatch& batch, std::uint64_t& seq, std::string_view engine, const ipc::KvBlocks& r,
+           std::uint64_t session);
+  // Publishes `batch` as engine `engine`'s next (`seq`, counted even when
+  // dropped, so subscribers see the gap).
+  Sent flush(KvEventBatch& batch, std::uint64_t& seq, std::string_view engine);
+
+ private:
+  KvEventsConfig config_;  // as the daemon started with it (a reload applies a change at the next start)
+  std::unique_ptr<KvPublisher> publisher_;
+  std::string state_ = "off";
 };
 
 }  // namespace tandem::daemon

@@ -130,18 +130,7 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   // KV events for routers, like the metrics endpoint, cost only themselves
   // when their socket cannot be had: logged once, said in status, and every
   // event counted as dropped.
-  s->kv_events_ = cfg.kv_events;
-  if (const KvEventsConfig& kv = cfg.kv_events; !kv.endpoint.empty()) {
-    auto publisher = KvPublisher::open(kv.endpoint, kv.connect, static_cast<int>(kv.hwm));
-    if (publisher) {
-      s->kv_publisher_ = std::move(*publisher);
-      s->kv_events_state_ = fmt::format("{} {}", kv.connect ? "connect" : "bind", kv.endpoint);
-      spdlog::info("kv_events: publishing on {}", s->kv_events_state_);
-    } else {
-      s->kv_events_state_ = "off: " + publisher.error().message();
-      spdlog::warn("kv_events: {}; KV events are counted as dropped", publisher.error().message());
-    }
-  }
+  s->kv_events_ = KvEventsOut(cfg.kv_events);
   s->started_ = s->clock_->now();
   s->log_ = EventLog(s->started_);
   s->watchdog_usec_ = notifier.watchdog_usec();

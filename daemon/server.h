@@ -11,9 +11,10 @@
 // (daemon/ctl_service.h: tandemctl's answers and the metrics text), which
 // reads the Server only through CtlView and steers it only through
 // CtlCommands. The Server implements those three interfaces (tick.cc,
-// server_ctl.cc). Two registries hold session bookkeeping of their own
-// (daemon/owners.h): Owners (the runner handles that own sessions) and
-// SessionLedger (tombstones and the ownership journal).
+// server_ctl.cc). Smaller parts hold state of their own and reach nothing:
+// Owners (the runner handles that own sessions) and SessionLedger
+// (tombstones and the ownership journal) in daemon/owners.h, UnplacedTools
+// (daemon/unplaced.h) and KvEventsOut (daemon/kv_events.h).
 //
 // One thread owns everything here. Inputs arrive as io_uring completions
 // (daemon/uring.h): the signalfd (SIGTERM/SIGINT stop, SIGHUP reloads), a
@@ -72,6 +73,7 @@
 #include "daemon/metrics.h"
 #include "daemon/owners.h"
 #include "daemon/stats.h"
+#include "daemon/unplaced.h"
 #include "daemon/uring.h"
 #include "ipc/channel.h"
 #include "ipc/messages.h"
@@ -272,7 +274,7 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   const HostEffects& host() const override { return *effects_; }
   const GpuTelemetry& gpu_telemetry() const override { return *gpu_telemetry_; }
   const MetricsEndpoints& metrics() const override { return metrics_; }
-  const std::string& kv_events_state() const override { return kv_events_state_; }
+  const std::string& kv_events_state() const override { return kv_events_.state(); }
   static ClientCard card(const Client& c);
   SessionCard card(const SessionMeta& m) const;
   void refresh() override;
@@ -304,14 +306,12 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   // Logs an event, keeping the session's name where it is about to go.
   void log_event(base::Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {});
   MetricsEndpoints metrics_;
-  // [kv_events]: the PUB socket (null: off or failed), and what status says:
-  // "off", "bind tcp://…" / "connect tcp://…", or "off: <why>".
-  // [kv_events] as the daemon started with it (a reload applies a change at the next start).
-  KvEventsConfig kv_events_;
-  std::unique_ptr<KvPublisher> kv_publisher_;
-  std::string kv_events_state_ = "off";
+  // [kv_events] as the daemon started with it: the PUB socket and each
+  // engine's batches through it (daemon/kv_events.h).
+  KvEventsOut kv_events_;
   void take_kv_blocks(Client& c, const ipc::KvBlocks& r, std::uint64_t session);
   void flush_kv_events(Client& c);
+  void count_kv_events(const KvEventsOut::Sent& sent);
   // NVML sampling on a thread of its own ([nvml]); never null after create().
   std::unique_ptr<GpuTelemetry> gpu_telemetry_;
   std::uint64_t watchdog_usec_ = 0;
@@ -325,19 +325,10 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   // apply_config().
   std::optional<Control> control_;
   std::unordered_map<sched::SessionId, SessionMeta> meta_;
-  // Tools a runner started without a cgroup (TANDEM_TOOL_ALLOW_UNPLACED):
-  // known by a pidfd taken when their TOOL_START (or the resync listing
-  // them) came, checked to be a child of the runner; killed with their
-  // session, and checked dead by tandemctl session kill.
-  struct UnplacedTool {
-    std::uint32_t call = 0;
-    std::int32_t pid = 0;
-    base::UniqueFd pidfd;
-  };
-  std::unordered_map<sched::SessionId, std::vector<UnplacedTool>> unplaced_;
+  // Tools a runner started without a cgroup (daemon/unplaced.h).
+  UnplacedTools unplaced_;
+  // Tracks runner `c`'s unplaced tool (UnplacedTools::track), counted.
   void track_unplaced(Client& c, sched::SessionId session, std::uint32_t call, std::int32_t pid);
-  // Kills the session's unplaced tools; returns their pidfds, to check.
-  std::vector<UnplacedTool> kill_unplaced(sched::SessionId session);
   Owners owners_;  // runner handles owning sessions (daemon/owners.h)
   // Tombstones and the ownership journal (daemon/owners.h).
   SessionLedger ledger_;

@@ -91,12 +91,12 @@ std::vector<std::int32_t> Server::kill_session(sched::SessionId id, Time now) {
   log_event(now, LogKind::kKill, id);
   // Its tools outside any cgroup (started unplaced) are killed by pid; kept
   // here to see them gone.
-  std::vector<UnplacedTool> unplaced = kill_unplaced(id);
+  std::vector<UnplacedTools::Tool> unplaced = unplaced_.kill(id);
   close_session(id, ipc::ToolExitReason::kKilledSession, Closed::kKilled, now);
   session_done(id);
   control_->model().sessions().reap_done();
   std::vector<std::int32_t> alive = effects_->survivors(id);
-  for (const UnplacedTool& t : unplaced) {
+  for (const UnplacedTools::Tool& t : unplaced) {
     pollfd p{t.pidfd.get(), POLLIN, 0};
     if (::poll(&p, 1, kKillCheckMs) == 0) alive.push_back(t.pid);
   }

@@ -1,14 +1,12 @@
 // tandemd's session table around the policy's: session meta, runner handles (owners), tombstones, resync
 // (daemon/server.h).
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <cstring>
 #include <utility>
 
@@ -129,47 +127,22 @@ void Server::close_session(sched::SessionId id, ipc::ToolExitReason reason, std:
   if (s == nullptr || s->state == SessionState::kDone) return;
   effects_->kill_tools(id, reason);
   ++stats_.effects_kill_tools;
-  (void)kill_unplaced(id);
+  (void)unplaced_.kill(id);
   if (why) ledger_.ended(id, *why);
   (void)control_->feed(sched::SessionClosed{id}, now);
 }
 
 void Server::track_unplaced(Client& c, sched::SessionId session, std::uint32_t call, std::int32_t pid) {
-  if (pid <= 0 || c.pid <= 0) return;
-  auto& tools = unplaced_[session];
-  if (tools.size() >= config_->config().limits.tools_per_session) return;
-  for (const UnplacedTool& t : tools) {
-    if (t.call == call) return;
+  switch (unplaced_.track(session, call, pid, c.pid, config_->config().limits.tools_per_session)) {
+    case UnplacedTools::Tracked::kTracked:
+      ++stats_.unplaced_tools;
+      break;
+    case UnplacedTools::Tracked::kUnverified:
+      ++stats_.unplaced_unverified;
+      break;
+    case UnplacedTools::Tracked::kIgnored:
+      break;
   }
-  // Only a process the runner itself started is the daemon's to kill: its
-  // parent must be the runner (read after the pidfd is taken; the pidfd
-  // still unsignalled afterwards means the stat was of that process).
-  base::UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  bool child = false;
-  if (fd) {
-    const std::string path = fmt::format("{}/{}/stat", kProcRoot, pid);
-    base::UniqueFd stat(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    char buf[1024];
-    const ssize_t n = stat ? ::read(stat.get(), buf, sizeof buf - 1) : -1;
-    pollfd p{fd.get(), POLLIN, 0};
-    child = n > 0 && parse_parent_pid(std::string_view(buf, static_cast<std::size_t>(n))).value_or(0) == c.pid &&
-            ::poll(&p, 1, 0) == 0;
-  }
-  if (!child) {
-    ++stats_.unplaced_unverified;
-    return;
-  }
-  ++stats_.unplaced_tools;
-  tools.push_back(UnplacedTool{call, pid, std::move(fd)});
-}
-
-std::vector<Server::UnplacedTool> Server::kill_unplaced(sched::SessionId session) {
-  auto it = unplaced_.find(session);
-  if (it == unplaced_.end()) return {};
-  std::vector<UnplacedTool> tools = std::move(it->second);
-  unplaced_.erase(it);
-  for (const UnplacedTool& t : tools) (void)::syscall(SYS_pidfd_send_signal, t.pidfd.get(), SIGKILL, nullptr, 0);
-  return tools;
 }
 
 void Server::tell(Client& c, int code, std::string_view message, sched::SessionId session) {

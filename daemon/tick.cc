@@ -81,7 +81,7 @@ void Server::session_done(sched::SessionId id) {
     }
     meta_.erase(m);
   }
-  (void)kill_unplaced(id);
+  (void)unplaced_.kill(id);
   effects_->session_gone(id);
 }
 

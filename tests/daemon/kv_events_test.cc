@@ -232,5 +232,49 @@ TEST(KvEvents, ABindThatFailsSaysWhy) {
   EXPECT_TRUE(connect) << connect.error().message();
 }
 
+// KvEventsOut: off takes nothing; a socket it could not have says why and
+// counts every event as dropped, each batch still taking a sequence number;
+// a full batch is published before the next record goes in.
+TEST(KvEvents, OutCountsWhatItPublishesAndDrops) {
+  KvEventsOut off;
+  KvEventBatch batch;
+  std::uint64_t seq = 0;
+  EXPECT_EQ(off.state(), "off");
+  EXPECT_EQ(off.add(batch, seq, "e", record(ipc::KvBlocksOp::kStored, {1}), 1).published, 0u);
+  EXPECT_TRUE(batch.empty());  // nothing kept while off
+
+  KvEventsConfig bad;
+  bad.endpoint = "tcp://no-such-host.invalid:5557";
+  bad.topic = "kv@{engine}";
+  KvEventsOut failed(bad);
+  EXPECT_THAT(failed.state(), HasSubstr("off: bind tcp://no-such-host.invalid:5557"));
+  (void)failed.add(batch, seq, "e", record(ipc::KvBlocksOp::kStored, {1}), 1);
+  (void)failed.add(batch, seq, "e", record(ipc::KvBlocksOp::kStored, {9}), 2);
+  EXPECT_EQ(batch.events(), 2u);
+  const auto sent = failed.flush(batch, seq, "e");
+  EXPECT_EQ(sent.published, 0u);
+  EXPECT_EQ(sent.dropped, 2u);
+  EXPECT_EQ(seq, 1u);
+  EXPECT_TRUE(batch.empty());
+
+  KvEventsConfig local;
+  local.endpoint = "tcp://127.0.0.1:5557";
+  local.connect = true;  // connecting succeeds without a peer; sends queue up to the high-water mark
+  local.topic = "kv";
+  KvEventsOut out(local);
+  EXPECT_EQ(out.state(), "connect tcp://127.0.0.1:5557");
+  std::size_t published = 0;
+  std::size_t added = 0;
+  while (!batch.full()) {
+    published += out.add(batch, seq, "e", record(ipc::KvBlocksOp::kStored, {added + 1}), 1).published;
+    ++added;
+  }
+  EXPECT_EQ(published, 0u);
+  published += out.add(batch, seq, "e", record(ipc::KvBlocksOp::kStored, {added + 1}), 1).published;
+  EXPECT_EQ(published, added);  // the full batch went first
+  EXPECT_EQ(batch.events(), 1u);
+  EXPECT_EQ(seq, 2u);
+}
+
 }  // namespace
 }  // namespace tandem::daemon

@@ -18,6 +18,7 @@
 
 #include "base/ids.h"
 #include "daemon/owners.h"
+#include "daemon/unplaced.h"
 #include "tests/daemon/inprocess.h"
 
 namespace tandem::testing {
@@ -42,6 +43,14 @@ class Sleeper {
     pid_ = -1;
   }
   ucred cred(uid_t uid = 0) const { return ucred{pid_, uid, uid}; }
+  pid_t pid() const { return pid_; }
+  // Reaps it once it died; true if SIGKILL ended it.
+  bool killed() {
+    int status = 0;
+    if (pid_ <= 0 || ::waitpid(pid_, &status, 0) != pid_) return false;
+    pid_ = -1;
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  }
 
  private:
   pid_t pid_ = -1;
@@ -441,6 +450,36 @@ TEST(Owners, FindsHandlesByIdAndKeyAndCountsTheDetached) {
   owners.erase(idb);  // twice: nothing
   EXPECT_EQ(owners.size(), 1u);
   EXPECT_NE(owners.add(b).id, idb);  // ids are never reused
+}
+
+// Unplaced tools: only the naming runner's children are tracked (here the
+// test process is the runner), at most per_session a session; killed, and
+// forgotten, with their session.
+TEST(UnplacedTools, TracksOnlyTheRunnersChildrenAndKillsThemWithTheSession) {
+  using T = daemon::UnplacedTools::Tracked;
+  daemon::UnplacedTools tools;
+  Sleeper a, b, c;
+  const pid_t me = ::getpid();
+  EXPECT_EQ(tools.track(1, 1, a.pid(), me, 4), T::kTracked);
+  EXPECT_EQ(tools.track(1, 1, a.pid(), me, 4), T::kIgnored);              // already tracked
+  EXPECT_EQ(tools.track(1, 2, a.pid(), me + 100000, 4), T::kUnverified);  // not that runner's child
+  EXPECT_EQ(tools.track(2, 1, ::getppid(), me, 4), T::kUnverified);       // not a child at all
+  EXPECT_EQ(tools.track(2, 2, 0, me, 4), T::kIgnored);                    // no pid
+  EXPECT_EQ(tools.sessions(), 1u);                                        // nothing kept for session 2
+  EXPECT_EQ(tools.track(3, 1, b.pid(), me, 1), T::kTracked);
+  EXPECT_EQ(tools.track(3, 2, c.pid(), me, 1), T::kIgnored);  // session 3 is at per_session
+  tools.ended(3, 1);
+  EXPECT_EQ(tools.track(3, 2, c.pid(), me, 1), T::kTracked);
+  const auto killed = tools.kill(1);
+  ASSERT_EQ(killed.size(), 1u);
+  EXPECT_EQ(killed[0].pid, a.pid());
+  EXPECT_TRUE(a.killed());
+  EXPECT_TRUE(tools.kill(1).empty());  // forgotten
+  EXPECT_EQ(tools.kill(3).size(), 1u);
+  EXPECT_TRUE(c.killed());
+  EXPECT_EQ(tools.sessions(), 0u);
+  // b ended (its TOOL_END) before: not killed with its session.
+  EXPECT_EQ(::kill(b.pid(), 0), 0);
 }
 
 TEST(OwnerJournal, StartTimeIsCountedAfterTheCommand) {
