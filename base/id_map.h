@@ -21,6 +21,7 @@
 #pragma once
 
 #include <bit>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -99,9 +100,16 @@ class IdMap {
     bool used = false;
   };
 
+  // Random where the system gives randomness; else the clock (random_device
+  // may throw where no entropy source is reachable).
   static std::uint64_t fresh_seed() {
-    std::random_device rd;
-    return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    try {
+      std::random_device rd;
+      return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    } catch (...) {
+      return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) *
+             0x9E3779B97F4A7C15ULL;
+    }
   }
   // splitmix64's finalizer over key ^ seed; the top bits pick the slot.
   std::size_t home(std::uint64_t key) const {
