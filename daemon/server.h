@@ -179,6 +179,9 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   void end_owner(std::uint32_t owner, Closed why, base::Time now);
   // The Owner for a runner connection with key `key`, made if new.
   Owner& owner_for(const OwnerKey& key);
+  // Removes handle `o` (its pidfd's poll cancelled if outstanding); its
+  // sessions must already be gone or closed.
+  void forget_owner(const Owner& o);
   // Closes a live session: its tools killed with `reason`, the close fed
   // to the model, the journal told why (nullopt: not a tombstone).
   void close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, base::Time now);

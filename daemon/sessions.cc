@@ -77,8 +77,7 @@ void Server::release_sessions(Client& c, Time now) {
     return;
   }
   if (o.sessions.empty()) {
-    if (o.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, o.id});
-    owners_.erase(o.id);
+    forget_owner(o);
     return;
   }
   // Only the connection ended: the runner lives, and so do its sessions and
@@ -117,9 +116,13 @@ void Server::end_owner(std::uint32_t owner, Closed why, Time now) {
   for (sched::SessionId id : sessions) close_session(id, ipc::ToolExitReason::kKilledSession, why, now);
   o = owners_.find(owner);  // close_session may have touched the table
   if (o == nullptr) return;
-  if (o->pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, owner});
   if (Client* c = find_client(o->client)) c->owner = 0;
-  owners_.erase(owner);
+  forget_owner(*o);
+}
+
+void Server::forget_owner(const Owner& o) {
+  if (o.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, o.id});
+  owners_.erase(o.id);
 }
 
 void Server::close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, Time now) {
@@ -161,7 +164,7 @@ void Server::restore_owners(const JournalState& loaded, Time now) {
     Owner& o = owner_for(key);
     if (!o.pidfd) {
       // Its runner exited while no tandemd ran: the session is over.
-      owners_.erase(o.id);
+      forget_owner(o);
       ledger_.ended(id, Closed::kOwnerGone);
       ++gone;
       continue;

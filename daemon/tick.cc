@@ -74,10 +74,7 @@ void Server::session_done(sched::SessionId id) {
       o->sessions.erase(id);
       if (Client* r = find_client(o->client)) push_directive(*r, close);
       ledger_.released(id);  // ended some other way: not owned any more
-      if (o->client == 0 && o->sessions.empty()) {
-        if (o->pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, o->id});
-        owners_.erase(o->id);
-      }
+      if (o->client == 0 && o->sessions.empty()) forget_owner(*o);
     }
     meta_.erase(m);
   }

@@ -18,12 +18,11 @@ namespace tandem::daemon {
 UnplacedTools::Tracked UnplacedTools::track(std::uint64_t session, std::uint32_t call, std::int32_t pid,
                                             pid_t runner_pid, std::size_t per_session) {
   if (pid <= 0 || runner_pid <= 0) return Tracked::kIgnored;
-  auto& tools = by_session_[session];
+  const auto it = by_session_.find(session);
+  const std::vector<Tool> none;
+  const std::vector<Tool>& tools = it == by_session_.end() ? none : it->second;
   const bool known = std::any_of(tools.begin(), tools.end(), [&](const Tool& t) { return t.call == call; });
-  if (known || tools.size() >= per_session) {
-    if (tools.empty()) by_session_.erase(session);
-    return Tracked::kIgnored;
-  }
+  if (known || tools.size() >= per_session) return Tracked::kIgnored;
   base::UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   bool child = false;
   if (fd) {
@@ -35,11 +34,8 @@ UnplacedTools::Tracked UnplacedTools::track(std::uint64_t session, std::uint32_t
     child = n > 0 && parse_parent_pid(std::string_view(buf, static_cast<std::size_t>(n))).value_or(0) == runner_pid &&
             ::poll(&p, 1, 0) == 0;
   }
-  if (!child) {
-    if (tools.empty()) by_session_.erase(session);
-    return Tracked::kUnverified;
-  }
-  tools.push_back(Tool{call, pid, std::move(fd)});
+  if (!child) return Tracked::kUnverified;
+  by_session_[session].push_back(Tool{call, pid, std::move(fd)});
   return Tracked::kTracked;
 }
 

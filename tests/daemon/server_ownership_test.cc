@@ -333,15 +333,38 @@ TEST(OwnerJournal, ParsesWhatItWroteAndSkipsWhatItDidNot) {
   EXPECT_EQ(again.owned.size(), 2u);
 }
 
+// A temporary runtime dir for a journal: made, opened and, at the end,
+// removed with the journal in it.
+class JournalDir {
+ public:
+  JournalDir() {
+    char tmpl[] = "/tmp/tandem-journal-XXXXXX";
+    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
+    if (!path_.empty()) fd_ = ::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  }
+  ~JournalDir() {
+    if (fd_ >= 0) ::close(fd_);
+    if (path_.empty()) return;
+    ::unlink(journal().c_str());
+    ::rmdir(path_.c_str());
+  }
+  JournalDir(const JournalDir&) = delete;
+  JournalDir& operator=(const JournalDir&) = delete;
+  int fd() const { return fd_; }
+  std::string journal() const { return path_ + "/owners"; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 // What the journal records reaches the file at flush(), in one write, and
 // survives a compaction taken at a flush.
 TEST(OwnerJournal, RecordsReachTheFileAtFlushAndSurviveCompaction) {
-  char tmpl[] = "/tmp/tandem-journal-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  const int dirfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const JournalDir dir;
+  const int dirfd = dir.fd();
   ASSERT_GE(dirfd, 0);
-  const std::string file = dir + "/owners";
+  const std::string file = dir.journal();
   auto size = [&] {
     struct stat st {};
     return ::stat(file.c_str(), &st) == 0 ? static_cast<std::size_t>(st.st_size) : std::size_t{0};
@@ -376,19 +399,14 @@ TEST(OwnerJournal, RecordsReachTheFileAtFlushAndSurviveCompaction) {
   EXPECT_EQ(again->loaded().owned.count(5000), 1u);
   EXPECT_EQ(again->loaded().closed.size(), daemon::kJournalTombstones);
   EXPECT_EQ(again->loaded().closed.back().first, 10099u);
-  ::close(dirfd);
-  ::unlink(file.c_str());
-  ::rmdir(dir.c_str());
 }
 
 // The ledger: tombstones by reason, the newest kTombstones; a revived
 // session loses its tombstone; an ending without one leaves no tombstone
 // now but is no longer owned after a restart; all of it read back.
 TEST(SessionLedger, RemembersEndingsAndOwnersAcrossAReopen) {
-  char tmpl[] = "/tmp/tandem-ledger-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  const int dirfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const JournalDir dir;
+  const int dirfd = dir.fd();
   ASSERT_GE(dirfd, 0);
   const daemon::OwnerKey a{1000, 42, 7, 9};
   {
@@ -422,9 +440,6 @@ TEST(SessionLedger, RemembersEndingsAndOwnersAcrossAReopen) {
   EXPECT_EQ(mem.tombstones(), daemon::kTombstones);
   EXPECT_FALSE(mem.tombstone(10));  // the oldest went
   EXPECT_TRUE(mem.tombstone(daemon::kTombstones + 10));
-  ::close(dirfd);
-  ::unlink((dir + "/owners").c_str());
-  ::rmdir(dir.c_str());
 }
 
 TEST(Owners, FindsHandlesByIdAndKeyAndCountsTheDetached) {
