@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -36,6 +37,7 @@ MarsStepParams mars_step_params(const PolicyParams& p) {
   m.aging_interval = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(p.get("aging_interval_s")));
   m.chunk_halving = p.flag("chunk_halving");
   m.overflow_window = as_u32(p.get("overflow_window"));
+  m.program_quanta = p.flag("program_quanta");
   return m;
 }
 
@@ -58,6 +60,13 @@ const MarsRequestState* MarsStepScheduler::state(std::uint64_t id) const {
 std::size_t MarsStepScheduler::remembered() const {
   return static_cast<std::size_t>(
       std::count_if(states_.begin(), states_.end(), [this](const auto& e) { return e.second.seen_step == step_; }));
+}
+
+std::uint32_t MarsStepScheduler::program_level(SessionId session) const {
+  if (!params_.program_quanta) return 0;
+  auto it = service_.find(session);
+  if (it == service_.end()) return 0;
+  return level_for(static_cast<std::uint32_t>(std::min<std::uint64_t>(it->second.tokens, std::numeric_limits<std::uint32_t>::max())));
 }
 
 std::uint32_t MarsStepScheduler::effective_level(const StepRequest& r, Time now) const {
@@ -114,7 +123,10 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
 
   for (std::uint32_t i = 0; i < n_req; ++i) {
     const StepRequest& r = in.requests[i];
-    if (prefilling(r)) quantum_of[i] = quantum(in, effective_level(r, st[i], now));
+    if (!prefilling(r)) continue;
+    std::uint32_t level = effective_level(r, st[i], now);
+    if (params_.program_quanta) level = std::max(level, program_level(r.session));
+    quantum_of[i] = quantum(in, level);
   }
 
   // 1. Running requests by (effective level, last scheduled, arrival).
@@ -301,6 +313,7 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   for (const ScheduledChunk& c : out.run) {
     const StepRequest& r = in.requests[c.request];
     MarsRequestState& s = *st[c.request];
+    if (params_.program_quanta) service_[r.session].tokens += c.tokens;
     s.last_scheduled = now;
     if (!prefilling(r) || start_of(r) + c.tokens >= r.prompt_tokens) {
       s.feedback = 0;  // in decode, or entering it
@@ -314,6 +327,15 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   // pass over every remembered request each step.
   if (step_ % 64 == 0 || states_.size() > 2 * static_cast<std::size_t>(n_req) + 64) {
     std::erase_if(states_, [this](const auto& kv_pair) { return kv_pair.second.seen_step != step_; });
+  }
+  if (params_.program_quanta) {
+    for (const StepRequest& r : in.requests) {
+      auto it = service_.find(r.session);
+      if (it != service_.end()) it->second.last_seen = now;
+    }
+    if (step_ % 64 == 0) {
+      std::erase_if(service_, [now](const auto& e) { return now - e.second.last_seen > kProgramForget; });
+    }
   }
 }
 

@@ -74,6 +74,13 @@ struct MarsStepParams {
   // in scheduling order (tandem.h, addition 17). The quanta then only split
   // the budget between requests that compete for it.
   bool fill_idle_budget = false;
+  // Not MARS, off by default: a prefill chunk's quantum is at least that of
+  // its session's level by the tokens it has had scheduled across all its
+  // rounds (Autellix's program-level attained service, on the same
+  // thresholds), so the continuations of sessions that have had much service
+  // take smaller chunks. docs/results.md ("Autellix's edge at light load")
+  // gives why it stays off.
+  bool program_quanta = false;
 };
 
 inline constexpr ParamSpec kMarsStepParams[] = {
@@ -88,6 +95,9 @@ inline constexpr ParamSpec kMarsStepParams[] = {
     {"aging_interval_s", 30, 0, 86400, "seconds unscheduled that promote a request one level (0: no aging)"},
     {"chunk_halving", 1, 0, 1, "halve a prefill chunk that does not fit, down to one block, before preempting"},
     {"overflow_window", 30, 0, 1 << 20, "running + waiting requests MARS considers (0: all)"},
+    {"program_quanta", 0, 0, 1,
+     "not MARS: a prefill's quantum is at least its session's level by service over all its rounds (Autellix's "
+     "PLAS; off: docs/results.md)"},
 };
 
 // REQUIRES: `p` was validated against kMarsStepParams.
@@ -113,6 +123,7 @@ class MarsStepScheduler final : public StepScheduler {
   void plan(const StepInput& in, Time now, StepPlan& out) override;
   // MARS frees KV at every round end and relies on prefix caching.
   KeepPlan on_round_end(const RoundEndInfo& /*info*/, Time /*now*/) override { return {KeepDecision::kRelease, {}}; }
+  void on_session_end(SessionId session, Time /*now*/) override { service_.erase(session); }
 
   const MarsStepParams& params() const { return params_; }
   // Multiplies every quantum (still capped by the step's token budget). MARS
@@ -128,6 +139,13 @@ class MarsStepScheduler final : public StepScheduler {
   const MarsRequestState* state(std::uint64_t id) const;
   // Requests remembered from the latest step.
   std::size_t remembered() const;
+  // program_quanta: the level of `session` by the tokens it has had
+  // scheduled (0 when off or unknown).
+  std::uint32_t program_level(SessionId session) const;
+  // A session's service is forgotten at on_session_end, or once none of its
+  // requests has been seen for this long (engines that never report a
+  // session's end).
+  static constexpr Duration kProgramForget = std::chrono::hours(1);
 
  private:
   std::uint32_t effective_level(const StepRequest& r, const MarsRequestState* s, Time now) const;
@@ -137,6 +155,11 @@ class MarsStepScheduler final : public StepScheduler {
 
   MarsStepParams params_;
   std::unordered_map<std::uint64_t, MarsRequestState> states_;
+  struct Service {
+    std::uint64_t tokens = 0;
+    Time last_seen{};
+  };
+  std::unordered_map<SessionId, Service> service_;  // program_quanta only
   std::uint64_t step_ = 0;
   std::uint64_t preempt_seq_ = 0;
 };

@@ -150,6 +150,58 @@ TEST(MarsFill, ALonePrefillTakesTheUnusedBudgetOnlyWhenAsked) {
   EXPECT_EQ(d.run[0].tokens, 2048u);
 }
 
+TEST(MarsProgramQuanta, ASessionsServiceOverItsRoundsCapsItsNextPrefillChunk) {
+  // Session 1's first round has 40,000 tokens scheduled (quantum 0 raised to
+  // take it in one step): by service it is at level 3. Its next round has
+  // 1,000 new tokens, level 0 by themselves: with program_quanta its chunk is
+  // quantum 3 (256); session 2, with no service, takes all 1,000.
+  MarsStepParams p;
+  p.quanta = {40000, 1024, 512, 256};
+  p.program_quanta = true;
+  auto second_round = [](MarsStepScheduler& s) {
+    std::vector<StepRequest> next = {running(2, 41000, 40000, at_s(1), at_s(9)),
+                                     running(3, 41000, 40000, at_s(1), at_s(9))};
+    next[0].session = 1;
+    next[1].session = 2;
+    return chunks(plan(s, next, 100000, at_s(10), 50000), next);
+  };
+  MarsStepScheduler on(p);
+  const std::vector<StepRequest> first = {waiting(1, 40000, at_s(0))};
+  EXPECT_EQ(chunks(plan(on, first, 100000, at_s(1), 50000), first), (Chunks{{1, 40000}}));
+  EXPECT_EQ(on.program_level(1), 3u);
+  EXPECT_EQ(on.program_level(2), 0u);
+  EXPECT_EQ(second_round(on), (Chunks{{2, 256}, {3, 1000}}));
+  // Its end forgets the session's service.
+  on.on_session_end(1, at_s(11));
+  EXPECT_EQ(on.program_level(1), 0u);
+
+  // Off (MARS): the round's own remaining prefill decides.
+  p.program_quanta = false;
+  MarsStepScheduler off(p);
+  plan(off, first, 100000, at_s(1), 50000);
+  EXPECT_EQ(off.program_level(1), 0u);
+  EXPECT_EQ(second_round(off), (Chunks{{2, 1000}, {3, 1000}}));
+}
+
+TEST(MarsProgramQuanta, ServiceOfASessionNotSeenForAnHourIsForgotten) {
+  // An engine that never reports session ends must not hold their service
+  // for ever.
+  MarsStepParams p;
+  p.quanta = {40000, 1024, 512, 256};
+  p.program_quanta = true;
+  MarsStepScheduler s(p);
+  const std::vector<StepRequest> one = {waiting(1, 40000, at_s(0))};
+  plan(s, one, 100000, at_s(1), 50000);
+  EXPECT_EQ(s.program_level(1), 3u);
+  // Session 5 runs 100 tokens a step for 64 steps, starting an hour later:
+  // the sweep at step 64 forgets session 1 and keeps session 5 (6,400
+  // tokens: level 1).
+  const std::vector<StepRequest> other = {waiting(5, 100, at_s(4000))};
+  for (int i = 0; i < 64; ++i) plan(s, other, 100000, at_s(4000 + i));
+  EXPECT_EQ(s.program_level(1), 0u);
+  EXPECT_EQ(s.program_level(5), 1u);
+}
+
 TEST(MarsLevels, FromRemainingPrefillTokens) {
   MarsStepScheduler s;
   EXPECT_EQ(s.level_for(1000), 0u);
@@ -512,6 +564,7 @@ TEST(MarsParams, DefaultsAndOverrides) {
   EXPECT_EQ(m.aging_interval, std::chrono::seconds(30));
   EXPECT_TRUE(m.chunk_halving);
   EXPECT_EQ(m.overflow_window, 30u);
+  EXPECT_FALSE(m.program_quanta);
 
   auto o = PolicyParams::create("mars", kMarsStepParams,
                                 {{"levels", 2},
