@@ -66,7 +66,8 @@ std::uint32_t MarsStepScheduler::program_level(SessionId session) const {
   if (!params_.program_quanta) return 0;
   auto it = service_.find(session);
   if (it == service_.end()) return 0;
-  return level_for(static_cast<std::uint32_t>(std::min<std::uint64_t>(it->second.tokens, std::numeric_limits<std::uint32_t>::max())));
+  return level_for(static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(it->second.tokens, std::numeric_limits<std::uint32_t>::max())));
 }
 
 std::uint32_t MarsStepScheduler::effective_level(const StepRequest& r, Time now) const {

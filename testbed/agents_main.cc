@@ -50,6 +50,7 @@
 #include "ipc/daemon_connection.h"
 #include "sched/registry.h"
 #include "sim/calibrate.h"
+#include "sim/host_memory.h"
 #include "sim/node.h"
 #include "sim/preset.h"
 #include "sim/report.h"
@@ -510,18 +511,27 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
                                 out.cgroup_at_spawn.find(fmt::format("/tools/{:016x}/", session)) != std::string::npos);
       return t;
     };
-    // With --tool-mem, the call's peak as tandem-sim draws it (sim/node.cc:
-    // keyed by the session and the round, re-drawn per attempt), held for
-    // the whole call. A tool killed for memory runs again after the retry
-    // delay, as the simulator's agents do; every kill is logged.
+    // With --tool-mem, the call's memory as tandem-sim draws it (sim/node.cc:
+    // keyed by the session and the round, re-drawn per attempt) and in its
+    // shape: a quarter of the peak from the start, the burst's ramp to the
+    // peak and its hold at the drawn points of the call's progress
+    // (sim/host_memory.h; times compressed as the call's). A tool killed for
+    // memory runs again after the retry delay, as the simulator's agents do;
+    // every kill is logged.
     const std::uint64_t key = sim::mix64(base::session_id(log.name) ^ sim::mix64(static_cast<std::uint64_t>(r) + 1));
     ToolOutcome out;
     ToolLog t;  // the last attempt's
     for (std::uint64_t attempt = 0;; ++attempt) {
+      std::vector<std::string> shape;  // --mem-burst and --mem-base-mb, with --tool-mem
       if (sh.mem) {
         const sim::ToolMemDraw draw = sh.mem->draw(round.tool, sim::mix64(key + attempt), round.tool_seconds);
         const double peak = draw.peak_bytes * spec.mem_scale * sh.flags.tool_mem_scale;
         step.mem_mb = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(peak / (1024.0 * 1024.0))));
+        const auto base_mb =
+            static_cast<std::uint64_t>(std::llround(static_cast<double>(step.mem_mb) * sim::kResidualShare));
+        shape = {"--mem-burst",
+                 fmt::format("{:.6f},{:.6f},{:.6f}", draw.start_s / c, draw.ramp_s / c, draw.burst_s / c),
+                 "--mem-base-mb", std::to_string(base_mb)};
       }
       std::vector<std::string> argv = {sh.toolburn,
                                        "--cpu-seconds",
@@ -531,6 +541,7 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
                                        "--mem-mb",
                                        std::to_string(step.mem_mb),
                                        "--report"};
+      argv.insert(argv.end(), shape.begin(), shape.end());
       const auto asked = Clock::now();
       out = sh.runner.spawn(session, round.tool, std::move(argv)).get();
       const double call_s = std::chrono::duration<double>(Clock::now() - asked).count();

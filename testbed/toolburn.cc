@@ -73,7 +73,7 @@ struct Run {
   std::atomic<bool> stop{false};  // set when a thread could not be started
 };
 
-void run_cycles(Run& run, double cpu_base_s) {
+void run_cycles(Run& run, double cpu_base_s, const CycleHook* hook = nullptr) {
   const BurnPlan& plan = *run.plan;
   const timespec sleep = to_timespec(plan.sleep_per_cycle_s);
   for (std::uint64_t c = 0; c < plan.cycles; ++c) {
@@ -83,6 +83,7 @@ void run_cycles(Run& run, double cpu_base_s) {
       // A cumulative target, so overshoot (and the sleeps' own CPU) is paid back.
       burn_thread_cpu_until(cpu_base_s + static_cast<double>(c + 1) * plan.burn_per_cycle_s);
     }
+    if (hook != nullptr && hook->fn != nullptr) hook->fn(hook->ctx, static_cast<double>(c + 1) * hook->cycle_s);
     if (plan.sleep_per_cycle_s > 0) {
       // Relative and fixed: time lost to contention is not made up here.
       timespec left = sleep;
@@ -111,6 +112,10 @@ longer and the run stretches, as the real tool would.
   --cpu-seconds X   CPU time to burn, seconds (required)
   --wall-seconds Y  uncontended wall time, seconds (required)
   --mem-mb M        MiB of memory to touch and hold until exit (default 0)
+  --mem-burst S,R,H instead, hold --mem-base-mb B MiB, and from S seconds of progress
+                    ramp to M over R seconds, hold M for H seconds, then B again
+                    (tandem-sim's shape of a tool call; progress: cycles done)
+  --mem-base-mb B   MiB held outside the burst (only with --mem-burst; default 0)
   --period-ms P     cycle length, milliseconds, in (0, 10000] (default 20)
   --report          print {"wall_s","cpu_s","mem_mb","threads","cycles","cgroup"}
                     as one JSON line on stdout at the end
@@ -124,6 +129,7 @@ std::expected<BurnOptions, std::string> parse_burn_flags(std::span<const std::st
   BurnOptions o;
   bool have_cpu = false;
   bool have_wall = false;
+  bool have_base = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
     if (!a.starts_with("--") && a != "-h") return std::unexpected("unexpected argument " + quoted(a));
@@ -140,7 +146,8 @@ std::expected<BurnOptions, std::string> parse_burn_flags(std::span<const std::st
       (flag == "--report" ? o.report : o.help) = true;
       continue;
     }
-    static constexpr std::string_view kValued[] = {"--cpu-seconds", "--wall-seconds", "--mem-mb", "--period-ms"};
+    static constexpr std::string_view kValued[] = {"--cpu-seconds", "--wall-seconds", "--mem-mb",
+                                                   "--mem-base-mb", "--mem-burst",    "--period-ms"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return std::unexpected("unknown flag " + quoted(flag) + " (see --help)");
     }
@@ -153,14 +160,29 @@ std::expected<BurnOptions, std::string> parse_burn_flags(std::span<const std::st
       if (!v) return std::unexpected(v.error());
       (flag == "--cpu-seconds" ? o.cpu_s : o.wall_s) = *v;
       (flag == "--cpu-seconds" ? have_cpu : have_wall) = true;
-    } else if (flag == "--mem-mb") {
+    } else if (flag == "--mem-mb" || flag == "--mem-base-mb") {
       std::uint64_t m = 0;
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), m);
       if (value.empty() || ec != std::errc() || end != value.data() + value.size() || m > kMaxBurnMemMb) {
-        return std::unexpected("--mem-mb: " + quoted(value) + " is not a whole number of MiB in [0, " +
+        return std::unexpected(std::string(flag) + ": " + quoted(value) + " is not a whole number of MiB in [0, " +
                                std::to_string(kMaxBurnMemMb) + "]");
       }
-      o.mem_mb = m;
+      (flag == "--mem-mb" ? o.mem_mb : o.mem_base_mb) = m;
+      if (flag == "--mem-base-mb") have_base = true;
+    } else if (flag == "--mem-burst") {
+      double parts[3] = {};
+      std::string_view rest = value;
+      for (int k = 0; k < 3; ++k) {
+        const auto comma = rest.find(',');
+        if ((k < 2) != (comma != std::string_view::npos)) {
+          return std::unexpected("--mem-burst: " + quoted(value) + " is not START,RAMP,HOLD (three numbers)");
+        }
+        auto v = parse_nonnegative("--mem-burst", rest.substr(0, comma));
+        if (!v) return std::unexpected(v.error());
+        parts[k] = *v;
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      }
+      o.burst = MemBurst{parts[0], parts[1], parts[2]};
     } else {  // --period-ms
       auto v = parse_nonnegative(flag, value);
       if (!v) return std::unexpected(v.error());
@@ -173,6 +195,7 @@ std::expected<BurnOptions, std::string> parse_burn_flags(std::span<const std::st
   if (o.help) return o;
   if (!have_cpu) return std::unexpected("--cpu-seconds is required (see --help)");
   if (!have_wall) return std::unexpected("--wall-seconds is required (see --help)");
+  if (have_base && !o.burst) return std::unexpected("--mem-base-mb needs --mem-burst (without it --mem-mb is held)");
   return o;
 }
 
@@ -189,6 +212,10 @@ std::expected<BurnPlan, std::string> plan_burn(const BurnOptions& options) {
   }
   if (!(p > 0) || p * 1000.0 > kMaxBurnPeriodMs) {
     return std::unexpected("--period-ms: " + number(p * 1000.0) + " is not in (0, " + number(kMaxBurnPeriodMs) + "]");
+  }
+  if (options.burst && options.mem_base_mb > options.mem_mb) {
+    return std::unexpected("--mem-base-mb " + std::to_string(options.mem_base_mb) + " is above the peak --mem-mb " +
+                           std::to_string(options.mem_mb));
   }
   if (x > 0 && y == 0) {
     return std::unexpected("--wall-seconds: 0 cannot hold --cpu-seconds " + number(x) + " (give the tool some time)");
@@ -241,7 +268,20 @@ void burn_thread_cpu_until(double target_s) {
   g_spin_sink.store(x, std::memory_order_relaxed);
 }
 
-std::expected<TouchedMemory, std::string> TouchedMemory::create(std::uint64_t mem_mb) {
+std::size_t burst_bytes_at(const std::optional<MemBurst>& burst, std::size_t base_bytes, std::size_t peak_bytes,
+                           double progress_s) {
+  if (!burst) return peak_bytes;
+  const double base = static_cast<double>(std::min(base_bytes, peak_bytes));
+  const double peak = static_cast<double>(peak_bytes);
+  const double into = progress_s - burst->start_s;
+  if (into < 0 || into >= burst->ramp_s + burst->hold_s) return static_cast<std::size_t>(base);
+  if (into >= burst->ramp_s) return peak_bytes;
+  return static_cast<std::size_t>(base + (peak - base) * into / burst->ramp_s);
+}
+
+std::expected<TouchedMemory, std::string> TouchedMemory::create(std::uint64_t mem_mb) { return create(mem_mb, mem_mb); }
+
+std::expected<TouchedMemory, std::string> TouchedMemory::create(std::uint64_t mem_mb, std::uint64_t resident_mb) {
   TouchedMemory m;
   if (mem_mb == 0) return m;
   if (mem_mb > kMaxBurnMemMb) {
@@ -260,20 +300,34 @@ std::expected<TouchedMemory, std::string> TouchedMemory::create(std::uint64_t me
   // faults, which matters for tools that last milliseconds in a compressed
   // replay. Refused: 4 KiB pages, nothing else changes.
   (void)madvise(addr, bytes, MADV_HUGEPAGE);
-  // One write per page makes it resident (a read would map the shared zero page).
-  volatile char* p = static_cast<char*>(addr);
-  for (std::size_t off = 0; off < bytes; off += kPageStride) p[off] = 1;
+  m.hold(static_cast<std::size_t>(std::min(resident_mb, mem_mb)) << 20);
   return m;
 }
 
+void TouchedMemory::hold(std::size_t bytes) {
+  const std::size_t want = (std::min(bytes, bytes_) + kPageStride - 1) / kPageStride * kPageStride;
+  char* base = static_cast<char*>(addr_);
+  if (want > resident_) {
+    // One write per page makes it resident (a read would map the shared zero page).
+    volatile char* p = base;
+    for (std::size_t off = resident_; off < want; off += kPageStride) p[off] = 1;
+  } else if (want < resident_) {
+    (void)madvise(base + want, resident_ - want, MADV_DONTNEED);
+  }
+  resident_ = std::min(want, bytes_);
+}
+
 TouchedMemory::TouchedMemory(TouchedMemory&& other) noexcept
-    : addr_(std::exchange(other.addr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : addr_(std::exchange(other.addr_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      resident_(std::exchange(other.resident_, 0)) {}
 
 TouchedMemory& TouchedMemory::operator=(TouchedMemory&& other) noexcept {
   if (this != &other) {
     reset();
     addr_ = std::exchange(other.addr_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    resident_ = std::exchange(other.resident_, 0);
   }
   return *this;
 }
@@ -284,9 +338,15 @@ void TouchedMemory::reset() {
   if (addr_ != nullptr) munmap(addr_, bytes_);
   addr_ = nullptr;
   bytes_ = 0;
+  resident_ = 0;
 }
 
 std::expected<void, std::string> run_burn(const BurnPlan& plan, double caller_cpu_base_s) {
+  return run_burn(plan, caller_cpu_base_s, CycleHook{});
+}
+
+std::expected<void, std::string> run_burn(const BurnPlan& plan, double caller_cpu_base_s,
+                                          const CycleHook& at_cycle_end) {
   if (plan.threads < 1 || plan.threads > kMaxBurnThreads) {
     return std::unexpected("run_burn: " + std::to_string(plan.threads) + " threads is not in [1, " +
                            std::to_string(kMaxBurnThreads) + "]");
@@ -307,7 +367,7 @@ std::expected<void, std::string> run_burn(const BurnPlan& plan, double caller_cp
       break;
     }
   }
-  if (err == 0) run_cycles(run, caller_cpu_base_s);
+  if (err == 0) run_cycles(run, caller_cpu_base_s, &at_cycle_end);
   for (unsigned i = 0; i < started; ++i) pthread_join(workers[i], nullptr);
   if (err != 0) {
     return std::unexpected("cannot start burn thread " + std::to_string(started + 2) + " of " +

@@ -2,13 +2,20 @@
 // Read, ...) when agent traces are replayed. A trace records, per tool call,
 // the CPU time X it used, its wall time Y and its memory M; the replayer runs
 //
-//   tandem-toolburn --cpu-seconds X --wall-seconds Y [--mem-mb M] [--period-ms P] [--report]
+//   tandem-toolburn --cpu-seconds X --wall-seconds Y [--mem-mb M] [--mem-burst S,R,H --mem-base-mb B]
+//                   [--period-ms P] [--report]
 //
 // instead, so that the CPU and memory contention the tool puts on the host is
 // real while, uncontended, it takes the wall time the trace says.
 //
 // The model. M MiB of anonymous memory are touched first (one write per 4 KiB
-// page) and stay mapped until exit. Then T threads (1 if X <= Y, else
+// page) and stay mapped until exit. With --mem-burst S,R,H the memory follows
+// tandem-sim's shape of a tool call instead (docs/sim.md "Host memory"): B MiB
+// from the start; from S seconds of progress a ramp of R seconds to M; M held
+// for H seconds; then B again (the rest given back with MADV_DONTNEED).
+// Progress is counted in cycles done × Y/n, so a starved tool reaches its
+// burst later, as in the simulator. The main thread moves the memory at the
+// end of each of its cycles. Then T threads (1 if X <= Y, else
 // ceil(X / Y), at most 64: one thread burns at most one core) each run
 // n = max(1, round(Y / P)) cycles of
 //
@@ -33,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <expected>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,13 +55,22 @@ inline constexpr double kMaxBurnCycles = 1e9;  // bounds round(Y / P) so it fits
 
 // The command line. --cpu-seconds and --wall-seconds are required (unless
 // --help): a replayer that forgets one has a bug worth hearing about.
+// --mem-burst S,R,H: seconds of the call's progress.
+struct MemBurst {
+  double start_s = 0;
+  double ramp_s = 0;
+  double hold_s = 0;
+};
+
 struct BurnOptions {
-  double cpu_s = 0;          // --cpu-seconds X
-  double wall_s = 0;         // --wall-seconds Y
-  std::uint64_t mem_mb = 0;  // --mem-mb M
-  double period_s = 0.020;   // --period-ms P, in seconds
-  bool report = false;       // --report: one JSON line on stdout at the end
-  bool help = false;         // --help / -h
+  double cpu_s = 0;               // --cpu-seconds X
+  double wall_s = 0;              // --wall-seconds Y
+  std::uint64_t mem_mb = 0;       // --mem-mb M (the peak, with --mem-burst)
+  std::optional<MemBurst> burst;  // --mem-burst S,R,H; none: M from start to exit
+  std::uint64_t mem_base_mb = 0;  // --mem-base-mb B: held outside the burst (only with --mem-burst)
+  double period_s = 0.020;        // --period-ms P, in seconds
+  bool report = false;            // --report: one JSON line on stdout at the end
+  bool help = false;              // --help / -h
 };
 
 // "--flag value" or "--flag=value". Each value is checked on its own here
@@ -79,8 +96,16 @@ struct BurnPlan {
 class TouchedMemory {
  public:
   TouchedMemory() = default;
-  // mem_mb == 0 maps nothing. Errors name --mem-mb and why mmap failed.
+  // Maps mem_mb MiB and makes the first `resident_mb` of them resident
+  // (default: all). mem_mb == 0 maps nothing. Errors name --mem-mb and why
+  // mmap failed.
   [[nodiscard]] static std::expected<TouchedMemory, std::string> create(std::uint64_t mem_mb);
+  [[nodiscard]] static std::expected<TouchedMemory, std::string> create(std::uint64_t mem_mb,
+                                                                        std::uint64_t resident_mb);
+  // Makes the first `bytes` (at most size()) resident: touches the pages not
+  // yet touched, or gives back (MADV_DONTNEED) those past `bytes`.
+  void hold(std::size_t bytes);
+  [[nodiscard]] std::size_t resident() const { return resident_; }
   TouchedMemory(TouchedMemory&& other) noexcept;
   TouchedMemory& operator=(TouchedMemory&& other) noexcept;
   TouchedMemory(const TouchedMemory&) = delete;
@@ -95,14 +120,30 @@ class TouchedMemory {
 
   void* addr_ = nullptr;
   std::size_t bytes_ = 0;
+  std::size_t resident_ = 0;  // page-rounded bytes touched and not given back
 };
+
+// What a call holds at `progress_s` seconds of progress: `base_bytes`
+// outside the burst, rising linearly to `peak_bytes` over its ramp, the peak
+// for its hold. Without a burst, the peak throughout.
+std::size_t burst_bytes_at(const std::optional<MemBurst>& burst, std::size_t base_bytes, std::size_t peak_bytes,
+                           double progress_s);
 
 // Runs the plan on plan.threads threads (the calling thread is one of them)
 // and returns when all are done. `caller_cpu_base_s` is the calling thread's
 // CPU clock (thread_cpu_seconds()) when the tool started: what it spent since
 // (touching the memory) counts toward its share. The error (a thread that
 // could not be started) says so; the threads already started stop early.
+// With `at_cycle_end`, the calling thread calls it after each of its cycles
+// with the progress so far (cycles done × the cycle's uncontended length).
 [[nodiscard]] std::expected<void, std::string> run_burn(const BurnPlan& plan, double caller_cpu_base_s);
+struct CycleHook {
+  double cycle_s = 0;  // uncontended length of one cycle
+  void (*fn)(void* ctx, double progress_s) = nullptr;
+  void* ctx = nullptr;
+};
+[[nodiscard]] std::expected<void, std::string> run_burn(const BurnPlan& plan, double caller_cpu_base_s,
+                                                        const CycleHook& at_cycle_end);
 
 // Spins on arithmetic until the calling thread's CPU clock
 // (CLOCK_THREAD_CPUTIME_ID) reads at least `target_s`.

@@ -34,9 +34,24 @@ int main(int argc, char** argv) {
 
   // The main thread's CPU from here on (touching the memory) is part of its share.
   const double cpu_base_s = tb::thread_cpu_seconds();
-  auto memory = tb::TouchedMemory::create(options->mem_mb);  // held until exit
+  // Mapped until exit; with --mem-burst only the base is resident at first.
+  auto memory = tb::TouchedMemory::create(options->mem_mb, options->burst ? options->mem_base_mb : options->mem_mb);
   if (!memory) return fail(1, memory.error());
-  if (auto r = tb::run_burn(*plan, cpu_base_s); !r) return fail(1, r.error());
+  struct Shape {
+    const tb::BurnOptions* options;
+    tb::TouchedMemory* memory;
+  } shape{&*options, &*memory};
+  tb::CycleHook hook;
+  if (options->burst && options->mem_mb > 0) {
+    hook.cycle_s = options->wall_s / static_cast<double>(plan->cycles);
+    hook.ctx = &shape;
+    hook.fn = [](void* ctx, double progress_s) {
+      const auto& s = *static_cast<Shape*>(ctx);
+      s.memory->hold(tb::burst_bytes_at(s.options->burst, static_cast<std::size_t>(s.options->mem_base_mb) << 20,
+                                        static_cast<std::size_t>(s.options->mem_mb) << 20, progress_s));
+    };
+  }
+  if (auto r = tb::run_burn(*plan, cpu_base_s, hook); !r) return fail(1, r.error());
 
   if (options->report) {
     tb::BurnReport report;

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,6 +89,49 @@ TEST(BurnFlags, ErrorsNameTheFlagAndValue) {
   expect_names({w}, "--cpu-seconds", "required");
   expect_names({"--cpu-seconds=1"}, "--wall-seconds", "required");
   EXPECT_TRUE(parse({"--cpu-seconds=0", "--wall-seconds=0", "--mem-mb=1048576"}));  // the bound itself is fine
+}
+
+TEST(BurnFlags, MemBurstAndItsBase) {
+  auto o =
+      parse({"--cpu-seconds=0", "--wall-seconds=1", "--mem-mb", "8", "--mem-burst", "0.1,0.05,0.2", "--mem-base-mb=2"});
+  ASSERT_TRUE(o) << o.error();
+  ASSERT_TRUE(o->burst);
+  EXPECT_DOUBLE_EQ(o->burst->start_s, 0.1);
+  EXPECT_DOUBLE_EQ(o->burst->ramp_s, 0.05);
+  EXPECT_DOUBLE_EQ(o->burst->hold_s, 0.2);
+  EXPECT_EQ(o->mem_base_mb, 2u);
+  auto fails = [](std::vector<std::string_view> extra, std::string_view says) {
+    std::vector<std::string_view> args = {"--cpu-seconds=0", "--wall-seconds=1", "--mem-mb=8"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = parse_burn_flags(args);
+    ASSERT_FALSE(r) << "accepted";
+    EXPECT_NE(r.error().find(says), std::string::npos) << r.error();
+  };
+  fails({"--mem-burst", "1,2"}, "'1,2' is not START,RAMP,HOLD");
+  fails({"--mem-burst", "1,2,3,4"}, "'1,2,3,4' is not START,RAMP,HOLD");
+  fails({"--mem-burst", "1,-2,3"}, "'-2' is negative");
+  fails({"--mem-burst", "1,,3"}, "--mem-burst: '' is not a finite number");
+  fails({"--mem-base-mb", "2"}, "--mem-base-mb needs --mem-burst");
+  fails({"--mem-base-mb", "x"}, "--mem-base-mb: 'x'");
+  // Between flags: plan_burn()'s.
+  auto over = plan({"--cpu-seconds=0", "--wall-seconds=1", "--mem-mb=8", "--mem-burst", "0,0,1", "--mem-base-mb", "9"});
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.error().find("--mem-base-mb 9 is above the peak --mem-mb 8"), std::string::npos) << over.error();
+}
+
+TEST(MemBurst, BytesFollowTheSimulatorsShape) {
+  // tandem-sim's tool_memory_at (sim/host_memory.cc) with a base of 100 and a
+  // peak of 500: base, a linear ramp, the peak, base again.
+  const std::optional<MemBurst> b = MemBurst{1.0, 0.5, 2.0};
+  EXPECT_EQ(burst_bytes_at(b, 100, 500, 0.0), 100u);
+  EXPECT_EQ(burst_bytes_at(b, 100, 500, 0.99), 100u);
+  EXPECT_EQ(burst_bytes_at(b, 100, 500, 1.25), 300u);
+  EXPECT_EQ(burst_bytes_at(b, 100, 500, 1.5), 500u);
+  EXPECT_EQ(burst_bytes_at(b, 100, 500, 3.49), 500u);
+  EXPECT_EQ(burst_bytes_at(b, 100, 500, 3.5), 100u);
+  // No ramp: straight to the peak; no burst at all: the peak throughout.
+  EXPECT_EQ(burst_bytes_at(MemBurst{1.0, 0.0, 1.0}, 100, 500, 1.0), 500u);
+  EXPECT_EQ(burst_bytes_at(std::nullopt, 100, 500, 0.0), 500u);
 }
 
 TEST(BurnPlan, OneThreadWhenCpuFitsInWall) {
@@ -260,6 +304,30 @@ TEST(TouchedMemory, IsResidentAndOwned) {
   EXPECT_TRUE(resident_pages(c_addr, b.size()));
 }
 
+TEST(TouchedMemory, HoldsWhatItIsToldAndGivesTheRestBack) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  auto m = TouchedMemory::create(8, 2);
+  ASSERT_TRUE(m) << m.error();
+  ASSERT_EQ(m->size(), 8 * kMiB);
+  EXPECT_EQ(m->resident(), 2 * kMiB);
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  auto resident = [&] {
+    auto p = resident_pages(m->data(), m->size());
+    return p ? *p * page : std::size_t{0};
+  };
+  // Huge pages may make up to one more 2 MiB page resident than was touched.
+  EXPECT_GE(resident(), 2 * kMiB);
+  EXPECT_LE(resident(), 4 * kMiB);
+  m->hold(6 * kMiB);
+  EXPECT_EQ(m->resident(), 6 * kMiB);
+  EXPECT_GE(resident(), 6 * kMiB);
+  m->hold(1 * kMiB);
+  EXPECT_EQ(m->resident(), 1 * kMiB);
+  EXPECT_LE(resident(), 3 * kMiB);  // the rest was given back
+  m->hold(100 * kMiB);              // at most the mapping
+  EXPECT_EQ(m->resident(), 8 * kMiB);
+}
+
 TEST(BurnRunner, RunsThePlanOnItsThreads) {
   BurnPlan plan;
   plan.threads = 3;
@@ -283,6 +351,7 @@ struct Outcome {
   int status = -1;  // exit status; -1: did not exit normally
   std::string out;
   std::string err;
+  long max_rss_kib = 0;  // the child's peak resident set (wait4)
 };
 
 std::string read_all(int fd) {
@@ -329,7 +398,9 @@ Outcome run_toolburn(std::vector<std::string> args) {
     o.out = read_all(out[0]);
     o.err = read_all(err[0]);
     int status = 0;
-    if (waitpid(pid, &status, 0) == pid && WIFEXITED(status)) o.status = WEXITSTATUS(status);
+    rusage ru{};
+    if (wait4(pid, &status, 0, &ru) == pid && WIFEXITED(status)) o.status = WEXITSTATUS(status);
+    o.max_rss_kib = ru.ru_maxrss;
   }
   close(out[0]);
   close(err[0]);
@@ -353,6 +424,22 @@ TEST(ToolburnBinary, BurnsSleepsAndReports) {
   ASSERT_TRUE(j.at("cgroup").is_array());
   EXPECT_FALSE(j.at("cgroup").empty()) << o.out;
   for (const auto& line : j.at("cgroup")) EXPECT_TRUE(line.is_string());
+}
+
+TEST(ToolburnBinary, AMemoryBurstReachesItsPeakOnlyWhenTheCallGetsThere) {
+  // 64 MiB peak, 16 MiB base. A burst 0.05 s into a 0.3 s call reaches the
+  // peak; one drawn after the call's end never does.
+  auto run = [](std::string burst) {
+    return run_toolburn({"--cpu-seconds", "0.01", "--wall-seconds", "0.3", "--mem-mb", "64", "--mem-base-mb", "16",
+                         "--mem-burst", std::move(burst)});
+  };
+  const Outcome reached = run("0.05,0.02,0.05");
+  ASSERT_EQ(reached.status, 0) << reached.err;
+  EXPECT_GE(reached.max_rss_kib, 64L * 1024);
+  const Outcome never = run("10,0,1");
+  ASSERT_EQ(never.status, 0) << never.err;
+  EXPECT_GE(never.max_rss_kib, 16L * 1024);
+  EXPECT_LT(never.max_rss_kib, 40L * 1024);  // the base (16 MiB, 18 with huge pages) and the binary
 }
 
 TEST(ToolburnBinary, NoReportNoOutput) {
