@@ -210,8 +210,11 @@ TEST_F(ToolPool, NoCgroupIsHandedOutTwiceAndEachStartsEmpty) {
               std::to_string(pid));
   }
   const auto p = pool();
-  EXPECT_GE(p["hits"].get<int>(), 1) << p.dump();    // the pool served some ...
-  EXPECT_GE(p["misses"].get<int>(), 2) << p.dump();  // ... and ran out: 1 cold first call, 8 calls > 4 ready
+  // The pool served some, and every one of the 9 calls was counted as a hit
+  // or a miss. Whether the 8 calls ran it dry depends on how fast it refills
+  // between them (under ASan it can keep up), so that is not asked.
+  EXPECT_GE(p["hits"].get<int>(), 1) << p.dump();
+  EXPECT_GE(p["hits"].get<int>() + p["misses"].get<int>(), 9) << p.dump();
   // Ready cgroups (those no call holds) hold no process.
   for (const Hier& h : hier_) {
     for (const std::string& n : pool_dirs(h, session_rel(s))) {
