@@ -125,9 +125,8 @@ void MarsStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   for (std::uint32_t i = 0; i < n_req; ++i) {
     const StepRequest& r = in.requests[i];
     if (!prefilling(r)) continue;
-    std::uint32_t level = effective_level(r, st[i], now);
-    if (params_.program_quanta) level = std::max(level, program_level(r.session));
-    quantum_of[i] = quantum(in, level);
+    // program_level() is 0 with program_quanta off: MARS's own level then.
+    quantum_of[i] = quantum(in, std::max(effective_level(r, st[i], now), program_level(r.session)));
   }
 
   // 1. Running requests by (effective level, last scheduled, arrival).

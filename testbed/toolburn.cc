@@ -341,10 +341,6 @@ void TouchedMemory::reset() {
   resident_ = 0;
 }
 
-std::expected<void, std::string> run_burn(const BurnPlan& plan, double caller_cpu_base_s) {
-  return run_burn(plan, caller_cpu_base_s, CycleHook{});
-}
-
 std::expected<void, std::string> run_burn(const BurnPlan& plan, double caller_cpu_base_s,
                                           const CycleHook& at_cycle_end) {
   if (plan.threads < 1 || plan.threads > kMaxBurnThreads) {

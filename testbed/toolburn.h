@@ -134,16 +134,16 @@ std::size_t burst_bytes_at(const std::optional<MemBurst>& burst, std::size_t bas
 // CPU clock (thread_cpu_seconds()) when the tool started: what it spent since
 // (touching the memory) counts toward its share. The error (a thread that
 // could not be started) says so; the threads already started stop early.
-// With `at_cycle_end`, the calling thread calls it after each of its cycles
-// with the progress so far (cycles done × the cycle's uncontended length).
-[[nodiscard]] std::expected<void, std::string> run_burn(const BurnPlan& plan, double caller_cpu_base_s);
+// With `at_cycle_end.fn`, the calling thread calls it after each of its
+// cycles with the progress so far (cycles done × the cycle's uncontended
+// length).
 struct CycleHook {
   double cycle_s = 0;  // uncontended length of one cycle
   void (*fn)(void* ctx, double progress_s) = nullptr;
   void* ctx = nullptr;
 };
 [[nodiscard]] std::expected<void, std::string> run_burn(const BurnPlan& plan, double caller_cpu_base_s,
-                                                        const CycleHook& at_cycle_end);
+                                                        const CycleHook& at_cycle_end = {});
 
 // Spins on arithmetic until the calling thread's CPU clock
 // (CLOCK_THREAD_CPUTIME_ID) reads at least `target_s`.

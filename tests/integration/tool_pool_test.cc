@@ -212,7 +212,9 @@ TEST_F(ToolPool, NoCgroupIsHandedOutTwiceAndEachStartsEmpty) {
   const auto p = pool();
   // The pool served some, and every one of the 9 calls was counted as a hit
   // or a miss. Whether the 8 calls ran it dry depends on how fast it refills
-  // between them (under ASan it can keep up), so that is not asked.
+  // between them (under ASan it can keep up), so that is not asked here:
+  // AnEmptyPoolFallsBackToTheColdPathAndCountsIt checks the cold path and its
+  // count on a pool held empty (pool_max = 0).
   EXPECT_GE(p["hits"].get<int>(), 1) << p.dump();
   EXPECT_GE(p["hits"].get<int>() + p["misses"].get<int>(), 9) << p.dump();
   // Ready cgroups (those no call holds) hold no process.
