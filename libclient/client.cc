@@ -519,16 +519,18 @@ void Client::apply(const ipc::Record& record) {
       if (Session* s = find(id)) s->residency = Residency::kResident;
       break;
     case ipc::RecordType::kClose:
-      // The session is over: forget it (an engine after the round it runs).
-      if (Session* s = find(id)) {
-        if (s->in_flight) {
-          s->closed = true;
-          s->tool_follows = false;
-        } else {
+      // The session is over: forget it, here and in the step scheduler (an
+      // engine after the round it runs: maybe_forget()).
+      if (Session* s = find(id); s != nullptr && s->in_flight) {
+        s->closed = true;
+        s->tool_follows = false;
+      } else {
+        if (s != nullptr) {
           waiting_.erase({s->submit_seq, id});
           release_slot(id, *s);
           sessions_.erase(id);
         }
+        coordinator_.session_end(id);
       }
       break;
     default:
@@ -637,8 +639,10 @@ void Client::maybe_forget(std::uint64_t id) {
   Session* s = find(id);
   if (s == nullptr || s->in_flight || s->has_slot) return;
   if (!s->closed && (s->blocks_held > 0 || s->tool_follows)) return;
+  const bool over = s->closed;
   waiting_.erase({s->submit_seq, id});
   sessions_.erase(id);
+  if (over) coordinator_.session_end(id);
 }
 
 int Client::runnable(std::uint64_t session) {
@@ -712,6 +716,7 @@ int Client::session_close(std::uint64_t session, std::uint8_t reason) {
   r.reason = reason;
   send_record(r, session);
   sessions_.erase(session);
+  coordinator_.session_end(session);
   drop_ahead(session);  // tandemd removes its cgroup with the session's
   reap_tools(session);  // tandemd kills what its cgroups hold; these are ours to reap
   return 0;

@@ -96,7 +96,8 @@ int Coordinator::plan(const tandem_step_input& in, tandem_step_plan& out, std::s
   step.pinned = pinned_;
 
   plan_.clear();
-  step_->plan(step, base::from_ns(in.now_ns), plan_);
+  last_now_ = base::from_ns(in.now_ns);
+  step_->plan(step, last_now_, plan_);
 
   // The scheduler's contract bounds these; check before writing into arrays
   // the caller sized from it.
@@ -141,5 +142,7 @@ sched::KeepPlan Coordinator::keep(const tandem_round_end_info& info) {
   r.other_running_tokens = info.other_running_tokens;
   return step_->on_round_end(r, base::from_ns(info.now_ns));
 }
+
+void Coordinator::session_end(std::uint64_t id) { step_->on_session_end(id, last_now_); }
 
 }  // namespace tandem::client

@@ -47,10 +47,17 @@ class Coordinator {
   // The keep decision for a finished round.
   sched::KeepPlan keep(const tandem_round_end_info& info);
 
+  // Session `id` is over (a CLOSE directive, or the engine closed it): the
+  // scheduler forgets what it kept about it (Autellix's program service,
+  // tandem's pins), so its per-session state lives as long as the session.
+  // Stamped with the last step's `now_ns`, the engine's clock.
+  void session_end(std::uint64_t id);
+
  private:
   std::string name_;
   std::unique_ptr<sched::StepScheduler> step_;
   std::uint64_t epoch_ = 0;
+  base::Time last_now_{};  // the last plan's now_ns
   std::vector<sched::StepRequest> requests_;
   std::vector<sched::PinnedKv> pinned_;
   sched::StepPlan plan_;

@@ -142,9 +142,9 @@ class MarsStepScheduler final : public StepScheduler {
   // program_quanta: the level of `session` by the tokens it has had
   // scheduled (0 when off or unknown).
   std::uint32_t program_level(SessionId session) const;
-  // A session's service is forgotten at on_session_end, or once none of its
-  // requests has been seen for this long (engines that never report a
-  // session's end).
+  // A session's service is forgotten at on_session_end (libtandem calls it
+  // on CLOSE), or once none of its requests has been seen for this long (a
+  // session that ended while its engine ran without a daemon).
   static constexpr Duration kProgramForget = std::chrono::hours(1);
 
  private:

@@ -1088,6 +1088,63 @@ TEST(FakeDaemon, PolicyConfigSwitchesThePolicyAndBadOnesAreIgnored) {
   EXPECT_TRUE(moved.connected());
 }
 
+// A CLOSE directive ends the session in the step scheduler too, so what a
+// policy keeps per session (here Autellix's program service) lives as long
+// as the session: without it an engine's scheduler state grows with every
+// session it ever ran. A round in flight when CLOSE comes ends it when the
+// round ends.
+TEST(FakeDaemon, ACloseDirectiveEndsTheSessionInTheStepScheduler) {
+  TempDir dir;
+  FakeDaemon daemon(dir.path());
+  auto o = options(dir.path().c_str());
+  auto p = engine_params();
+  Client c;
+  ASSERT_EQ(Client::open_engine(&o, p, c), 0);
+  ASSERT_NO_FATAL_FAILURE(connect(c.get(), daemon, 7, "autellix"));
+  ASSERT_STREQ(c.policy(), "autellix") << c.last_error();
+
+  // The first chunk of a new request: Q0's 2048 tokens while its session has
+  // had under q1_service (2048) tokens, Q1's 1024 after.
+  std::uint64_t next_id = 1;
+  auto first_chunk = [&](std::uint64_t session) {
+    tandem_step_request r = request(next_id++, TANDEM_REQ_WAITING, 3000, 0, 0);
+    r.session = session;
+    tandem_step_input in{};
+    in.sz = sizeof in;
+    in.token_budget = 4096;
+    in.max_seqs = 8;
+    in.block_size = 16;
+    in.free_blocks = 1000;
+    in.requests = &r;
+    in.n_requests = 1;
+    PlanBuffers out(1);
+    EXPECT_EQ(c.plan_step(in, out.plan), 0) << c.last_error();
+    return out.plan.n_run == 1 ? out.run[0].tokens : 0u;
+  };
+  auto close = [&](std::uint64_t session) {
+    const std::uint64_t before = get_stats(c.get()).directives;
+    daemon.push(ipc::Close{}, session);
+    return pump_until(c.get(), [&] { return get_stats(c.get()).directives == before + 1; });
+  };
+
+  const std::uint64_t s = tandem_session_id("s");
+  EXPECT_EQ(first_chunk(s), 2048u);
+  EXPECT_EQ(first_chunk(s), 1024u) << "the session's service so far demotes its next request";
+  ASSERT_TRUE(close(s));
+  EXPECT_EQ(first_chunk(s), 2048u) << "CLOSE forgot the session's service";
+
+  // CLOSE while the session's round is in flight: the scheduler forgets it
+  // once the round has ended, not before.
+  const std::uint64_t t = tandem_session_id("t");
+  auto round = make_round(0);
+  ASSERT_EQ(tandem_round_submit(c.get(), t, &round), 0);
+  EXPECT_EQ(first_chunk(t), 2048u);
+  ASSERT_TRUE(close(t));
+  EXPECT_EQ(first_chunk(t), 1024u) << "the round runs on: its service is still counted";
+  ASSERT_EQ(tandem_round_end(c.get(), t, 0, 10, 0, 0), 0) << c.last_error();
+  EXPECT_EQ(first_chunk(t), 2048u) << "the round ended: the closed session is forgotten";
+}
+
 // tandem_gpu.hpp on the simulated device, against no daemon: the RAII types
 // (move-over-live closes the old handle, self-move keeps it, failed opens
 // leave `ret` alone) and every call through them.
