@@ -25,7 +25,7 @@ constexpr std::array<std::string_view, 15> kCommands = {"status", "engines",    
 
 // The keys `status` is documented to carry (docs/tandemctl.md), in display
 // order.
-constexpr std::array<std::string_view, 37> kStatusKeys = {
+constexpr std::array<std::string_view, 38> kStatusKeys = {
     // the daemon
     "version", "pid", "uptime_s", "runtime_dir", "policy.name", "policy.epoch", "admission_window", "metrics.listen",
     // connected clients by role
@@ -33,7 +33,7 @@ constexpr std::array<std::string_view, 37> kStatusKeys = {
     // sessions by state
     "sessions.total", "sessions.waiting", "sessions.reasoning", "sessions.acting", "sessions.paused",
     // activity counters
-    "records.accepted", "records.rejected", "ticks", "directives",
+    "records.accepted", "records.rejected", "records.late", "ticks", "directives",
     // side effects applied, by kind
     "effects.cpu_weight", "effects.cpu_quota", "effects.sm_partition", "effects.kill_tools",
     // the host plane: cgroups, telemetry and its mode, memory pressure

@@ -140,11 +140,13 @@ struct Client {
     std::string problem;  // the first refusal's reason
   } resync;
 
-  // Counters: records accepted and rejected (in all, and in this pump round),
-  // and event-ring slots taken (Resync.ring_position's counterpart).
+  // Counters: records accepted, rejected (in all, and in this pump round)
+  // and late (about an ended session: ignored), and event-ring slots taken
+  // (Resync.ring_position's counterpart).
   struct Counts {
     std::uint64_t accepted = 0;
     std::uint64_t rejected = 0;
+    std::uint64_t late = 0;
     std::uint64_t rejected_this_round = 0;
     std::uint64_t records_taken = 0;
   } counts;

@@ -253,7 +253,8 @@ std::string CtlService::status(base::Time now) const {
         {"reasoning", table.count(sched::SessionState::kReasoning)},
         {"acting", table.count(sched::SessionState::kActing)},
         {"paused", table.count(sched::SessionState::kPaused)}}},
-      {"records", {{"accepted", stats.records_accepted}, {"rejected", stats.records_rejected}}},
+      {"records",
+       {{"accepted", stats.records_accepted}, {"rejected", stats.records_rejected}, {"late", stats.records_late}}},
       {"ticks", stats.ticks},
       {"actions", stats.actions},
       {"directives", stats.directives},
@@ -464,6 +465,7 @@ CtlService::Page CtlService::engines(std::string_view cursor) const {
         {"offload_freed_bytes", c.gpu.offload_freed_bytes},
         {"records_accepted", c.accepted},
         {"records_rejected", c.rejected},
+        {"records_late", c.late},
     });
     bytes += text(list.back()).size() + 1;
   });

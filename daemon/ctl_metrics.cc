@@ -325,6 +325,8 @@ std::string CtlService::metrics_text(base::Time now) const {
             static_cast<double>(stats.records_accepted), {{"result", "accepted"}});
   p.counter("tandem_records_total", "ring records taken from clients, by result",
             static_cast<double>(stats.records_rejected), {{"result", "rejected"}});
+  p.counter("tandem_records_total", "ring records taken from clients, by result",
+            static_cast<double>(stats.records_late), {{"result", "late"}});
   p.counter("tandem_directives_total", "directives sent to engines", static_cast<double>(stats.directives));
   p.counter("tandem_directive_ring_overflows_total",
             "directives dropped because an engine's directive ring and backlog were full",

@@ -50,6 +50,7 @@ struct ClientCard {
   GpuChoice gpu;  // engines
   std::uint64_t accepted = 0;
   std::uint64_t rejected = 0;
+  std::uint64_t late = 0;  // records about an ended session, skipped
 };
 
 // A session's daemon-side facts (its name, owner and effects) as tandemctl

@@ -36,6 +36,43 @@ RecordRule record_rule(ipc::RecordType type) {
   }
 }
 
+Verdict authorize(const Sending& from, const RecordRule& rule, const SessionFacts& session) {
+  if (rule.sender == Sender::kNobody) return Verdict::refused("a directive on the event ring");
+  if (rule.sender != from.as) {
+    return Verdict::refused(from.as == Sender::kEngine ? "an engine sent a runner's record"
+                                                       : "a runner sent an engine's record");
+  }
+  const sched::Session* s = session.live;
+  const std::optional<std::uint32_t>& owner = session.owner;
+  const bool others = owner.has_value() && *owner != 0 && *owner != from.owner;  // another runner's
+  switch (rule.session) {
+    case SessionRule::kNone:
+      return Verdict::taken();
+    case SessionRule::kSubmit:
+      if (s != nullptr && s->round_in_flight && s->engine != from.client) {
+        return Verdict::refused("ROUND_SUBMIT: the session has a round in flight on another engine");
+      }
+      if (!owner) return Verdict::charged("ROUND_SUBMIT: over limits.sessions_per_client");  // a new session
+      return Verdict::taken();
+    case SessionRule::kRoundOnSender:
+      if (session.ended) return Verdict::too_late("the session has ended");
+      if (s == nullptr || s->engine != from.client)
+        return Verdict::refused("the session's round is not on this engine");
+      return Verdict::taken();
+    case SessionRule::kOpen:
+      if (others) return Verdict::refused("SESSION_OPEN: the session belongs to another runner");
+      if (!owner || *owner != from.owner) return Verdict::charged("SESSION_OPEN: over limits.sessions_per_client");
+      return Verdict::taken();
+    case SessionRule::kOwned:
+      if (session.ended) return Verdict::too_late("the session has ended");
+      if (!owner || s == nullptr) return Verdict::refused("unknown session");
+      if (others) return Verdict::refused("the session belongs to another runner");
+      if (*owner == 0) return Verdict::charged("over limits.sessions_per_client");  // taking over an engine's
+      return Verdict::taken();
+  }
+  return Verdict::refused("unknown session rule");
+}
+
 std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId client) {
   using ipc::RecordType;
   const sched::SessionId session = record.session();

@@ -15,6 +15,7 @@
 // the steps (daemon/sessions.cc).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <variant>
 #include <vector>
@@ -32,7 +33,7 @@ namespace tandem::daemon {
 std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId client);
 
 // Who may put a record type on its event ring, and what the record needs of
-// its session: the one table ring intake consults (Server::authorize, then
+// its session: the one table ring intake consults (authorize() below, then
 // Server::take_record), beside to_event(), the one conversion.
 enum class Sender : std::uint8_t {
   kNobody,  // a directive (daemon → client): never accepted on an event ring
@@ -55,15 +56,47 @@ RecordRule record_rule(ipc::RecordType type);
 
 // What ring intake makes of one record under its rule: taken, or refused
 // with a reason (counted, not answered), or refused at the client's session
-// limit (answered: the client is told which session was not taken).
+// limit (answered: the client is told which session was not taken), or late:
+// about a session that has ended, which a client cannot always know yet (a
+// runner's SESSION_CLOSE can overtake its engine's ROUND_END, which waits in
+// the engine's ring for the tick), so it is ignored and counted apart, not
+// held against the client.
+// authorize() leaves one check to its caller: a verdict that charges the
+// sender a session (`charge`) is taken only while the sender has room for
+// one more under limits.sessions_per_client; otherwise it is over_limit(why).
 struct Verdict {
   bool ok = true;
   bool limit = false;
+  bool late = false;
+  bool charge = false;
   const char* why = "";
   static Verdict taken() { return {}; }
-  static Verdict refused(const char* why) { return {false, false, why}; }
-  static Verdict over_limit(const char* why) { return {false, true, why}; }
+  static Verdict charged(const char* why_if_full) { return {true, false, false, true, why_if_full}; }
+  static Verdict refused(const char* why) { return {false, false, false, false, why}; }
+  static Verdict over_limit(const char* why) { return {false, true, false, false, why}; }
+  static Verdict too_late(const char* why) { return {false, false, true, false, why}; }
 };
+
+// Who sent a record, as far as authorize() asks.
+struct Sending {
+  Sender as = Sender::kNobody;  // the client's role: kEngine or kRunner
+  std::uint32_t client = 0;     // its id (an engine's is its EngineId)
+  std::uint32_t owner = 0;      // a runner's handle (daemon/owners.h Owner id; 0: none)
+};
+// What the daemon holds of the record's session.
+struct SessionFacts {
+  const sched::Session* live = nullptr;  // the policy's table entry (nullptr: none)
+  std::optional<std::uint32_t> owner;    // the daemon's meta of it: its runner handle (0: none); nullopt: no meta
+  // It has ended: DONE in the table, or remembered by a tombstone. Read only
+  // by the rules about a live session (kRoundOnSender, kOwned).
+  bool ended = false;
+};
+// Whether a record of rule `rule` from `from` about a session the daemon
+// holds as `session` is taken. Pure: it changes nothing and sends nothing;
+// ring intake (daemon/intake.cc) gathers the facts, applies the session
+// limit to a charged verdict, and acts on it. `session` is read only for
+// rules with a session.
+Verdict authorize(const Sending& from, const RecordRule& rule, const SessionFacts& session);
 
 // ---- resync ------------------------------------------------------------------
 

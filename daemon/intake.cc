@@ -110,53 +110,28 @@ void Server::reject_record(Client& c, std::string_view why) {
 }
 
 Verdict Server::authorize(const Client& c, const ipc::Record& r, const RecordRule& rule) const {
-  if (rule.sender == Sender::kNobody) return Verdict::refused("a directive on the event ring");
-  if ((rule.sender == Sender::kEngine) != (c.role == Role::kEngine)) {
-    return Verdict::refused(c.role == Role::kEngine ? "an engine sent a runner's record"
-                                                    : "a runner sent an engine's record");
+  SessionFacts session;
+  if (rule.session != SessionRule::kNone) {
+    session.live = control_->model().sessions().find(r.session());
+    if (auto m = meta_.find(r.session()); m != meta_.end()) session.owner = m->second.owner;
+    const bool about_live = rule.session == SessionRule::kRoundOnSender || rule.session == SessionRule::kOwned;
+    session.ended = session.live != nullptr ? session.live->state == SessionState::kDone
+                                            : about_live && ledger_.tombstone(r.session()).has_value();
   }
-  if (rule.session == SessionRule::kNone) return Verdict::taken();
-  const sched::SessionId id = r.session();
-  const sched::Session* s = control_->model().sessions().find(id);
-  auto m = meta_.find(id);
-  switch (rule.session) {
-    case SessionRule::kNone:
-      return Verdict::taken();
-    case SessionRule::kSubmit:
-      if (s != nullptr && s->round_in_flight && s->engine != c.id) {
-        return Verdict::refused("ROUND_SUBMIT: the session has a round in flight on another engine");
-      }
-      if (m == meta_.end() && !may_open_session(c)) {
-        return Verdict::over_limit("ROUND_SUBMIT: over limits.sessions_per_client");
-      }
-      return Verdict::taken();
-    case SessionRule::kRoundOnSender:
-      if (s == nullptr || s->engine != c.id) return Verdict::refused("the session's round is not on this engine");
-      return Verdict::taken();
-    case SessionRule::kOpen:
-      if (m != meta_.end() && m->second.owner != 0 && m->second.owner != c.owner) {
-        return Verdict::refused("SESSION_OPEN: the session belongs to another runner");
-      }
-      if ((m == meta_.end() || m->second.owner != c.owner) && !may_open_session(c)) {
-        return Verdict::over_limit("SESSION_OPEN: over limits.sessions_per_client");
-      }
-      return Verdict::taken();
-    case SessionRule::kOwned:
-      if (m == meta_.end() || s == nullptr) return Verdict::refused("unknown session");
-      if (m->second.owner != 0 && m->second.owner != c.owner) {
-        return Verdict::refused("the session belongs to another runner");
-      }
-      if (m->second.owner == 0 && !may_open_session(c)) {  // taking over an engine's session: charged now
-        return Verdict::over_limit("over limits.sessions_per_client");
-      }
-      return Verdict::taken();
-  }
-  return Verdict::refused("unknown session rule");
+  const Sending from{c.role == Role::kEngine ? Sender::kEngine : Sender::kRunner, c.id, c.owner};
+  const Verdict v = daemon::authorize(from, rule, session);
+  if (v.charge && !may_open_session(c)) return Verdict::over_limit(v.why);
+  return v;
 }
 
 void Server::take_record(Client& c, const ipc::Record& r, Time now) {
   const RecordRule rule = record_rule(r.type());
   if (const Verdict v = authorize(c, r, rule); !v.ok) {
+    if (v.late) {  // not the client's fault: ignored, counted apart
+      ++c.counts.late;
+      ++stats_.records_late;
+      return;
+    }
     if (v.limit) refuse_session(c, r.session());  // answered: the client learns which session was not taken
     reject_record(c, v.why);
     return;
@@ -220,7 +195,10 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     unplaced_.ended(r.session(), call);
   }
   if (!control_->feed(*event, now)) {
-    reject_record(c, fmt::format("{}: not legal in the session's state", ipc::record_type_name(r.type())));
+    const sched::Session* s = control_->model().sessions().find(r.session());
+    reject_record(c, fmt::format("{}: not legal in the session's state ({}{})", ipc::record_type_name(r.type()),
+                                 s == nullptr ? "no such session" : sched::to_string(s->state),
+                                 s != nullptr && s->round_in_flight ? ", a round in flight" : ""));
     return;
   }
   ++c.counts.accepted;

@@ -227,9 +227,10 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   // Drains up to the client's batch; returns true if records remain.
   bool pump_client(Client& c, base::Time now);
   void take_record(Client& c, const ipc::Record& r, base::Time now);
-  // Whether client `c` may send record `r` under its type's rule
-  // (daemon/events.h record_rule). A check only: it changes nothing and
-  // sends nothing; take_record() acts on the verdict.
+  // Whether client `c` may send record `r` under its type's rule: the facts
+  // the daemon holds of `c` and the record's session, judged by the pure
+  // daemon::authorize (daemon/events.h). A check only: it changes nothing
+  // and sends nothing; take_record() acts on the verdict.
   Verdict authorize(const Client& c, const ipc::Record& r, const RecordRule& rule) const;
   void reject_record(Client& c, std::string_view why);
 

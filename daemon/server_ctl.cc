@@ -34,6 +34,7 @@ ClientCard Server::card(const Client& c) {
   card.gpu = c.engine.gpu;
   card.accepted = c.counts.accepted;
   card.rejected = c.counts.rejected;
+  card.late = c.counts.late;
   return card;
 }
 

@@ -14,6 +14,7 @@ namespace tandem::daemon {
 struct ServerStats {
   std::uint64_t records_accepted = 0;
   std::uint64_t records_rejected = 0;  // failed validation, authorization or the session table
+  std::uint64_t records_late = 0;      // about a session that had ended: ignored (events.h Verdict)
   std::uint64_t messages = 0;
   std::uint64_t ticks = 0;
   std::uint64_t actions = 0;

@@ -18,7 +18,7 @@ using Row = std::vector<std::string>;
 
 constexpr std::string_view kStatus = R"({"version":"0.1.0","pid":123,"uptime_s":12.5,"runtime_dir":"/run/tandem",
   "policy":{"name":"tandem","epoch":1},"clients":{"engine":1,"runner":1,"ctl_read":1,"ctl_admin":0},
-  "sessions":{"total":3,"waiting":0,"reasoning":1,"acting":2,"paused":0},"records":{"accepted":1000,"rejected":2},
+  "sessions":{"total":3,"waiting":0,"reasoning":1,"acting":2,"paused":0},"records":{"accepted":1000,"rejected":2,"late":1},
   "ticks":250,"directives":40,"effects":{"cpu_weight":3,"cpu_quota":0,"sm_partition":0,"kill_tools":0},
   "host":{"cgroups":"v2 cpuacct,freezer /sys/fs/cgroup/unified/tandem","telemetry_mode":"ebpf",
   "telemetry":"ebpf: tp_btf, ringbuf, task storage","sessions":2,"tool_cgroups":3,"memory_pressure":"normal"},
@@ -59,6 +59,7 @@ TEST(RenderStatus, SampleIsAlignedKeyValueLines) {
             "sessions.paused:      0\n"
             "records.accepted:     1000\n"
             "records.rejected:     2\n"
+            "records.late:         1\n"
             "ticks:                250\n"
             "directives:           40\n"
             "effects.cpu_weight:   3\n"

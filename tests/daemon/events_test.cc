@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "ipc/messages.h"
 #include "sched/model.h"
 
@@ -175,6 +177,105 @@ void run(const std::vector<ResyncStep>& steps, sched::NodeModel& model, sched::T
     } else {
       ASSERT_TRUE(model.observe(std::get<sched::Event>(step), now));
     }
+  }
+}
+
+// ---- authorize: who may send what about which session ---------------------
+
+constexpr std::uint32_t kEngine = 7;  // the sending engine's id
+constexpr std::uint32_t kMine = 3;    // the sending runner's handle
+constexpr std::uint32_t kTheirs = 4;  // another runner's handle
+
+constexpr Sending kFromEngine{Sender::kEngine, kEngine, 0};
+constexpr Sending kFromRunner{Sender::kRunner, 21, kMine};
+
+RecordRule rule_of(ipc::RecordType t) { return record_rule(t); }
+
+// A live session whose latest round is on `on` (in flight if `flying`).
+sched::Session live_on(sched::EngineId on, bool flying) {
+  sched::Session s;
+  s.engine = on;
+  s.round_in_flight = flying;
+  return s;
+}
+
+// A verdict in words: "charged" verdicts are taken only while the sender has
+// room for one more session, and say what it is told when it has none.
+std::string said(const Verdict& v) {
+  if (v.ok) return v.charge ? std::string("charged, else: ") + v.why : "taken";
+  if (v.late) return std::string("late: ") + v.why;
+  return std::string(v.limit ? "over limit: " : "refused: ") + v.why;
+}
+
+TEST(Authorize, EachRoleSendsOnlyItsOwnRecordsAndNoDirectives) {
+  using T = ipc::RecordType;
+  EXPECT_EQ(said(authorize(kFromEngine, rule_of(T::kAdmit), {})), "refused: a directive on the event ring");
+  EXPECT_EQ(said(authorize(kFromRunner, rule_of(T::kClose), {})), "refused: a directive on the event ring");
+  EXPECT_EQ(said(authorize(kFromEngine, rule_of(T::kSessionOpen), {})), "refused: an engine sent a runner's record");
+  EXPECT_EQ(said(authorize(kFromRunner, rule_of(T::kRoundSubmit), {})), "refused: a runner sent an engine's record");
+  EXPECT_EQ(said(authorize(kFromRunner, rule_of(T::kKvStats), {})), "refused: a runner sent an engine's record");
+  // An engine's pool and GPU records name no session: nothing about one is asked.
+  EXPECT_EQ(said(authorize(kFromEngine, rule_of(T::kKvStats), {})), "taken");
+  EXPECT_EQ(said(authorize(kFromEngine, rule_of(T::kGpuPartitions), {})), "taken");
+}
+
+TEST(Authorize, ARoundIsSubmittedOnlyWhereNoOtherEngineRunsOneAndNewSessionsAreCharged) {
+  const RecordRule submit = rule_of(ipc::RecordType::kRoundSubmit);
+  const sched::Session elsewhere = live_on(9, true);
+  const sched::Session here = live_on(kEngine, true);
+  const sched::Session idle_elsewhere = live_on(9, false);
+  EXPECT_EQ(said(authorize(kFromEngine, submit, {&elsewhere, 0u})),
+            "refused: ROUND_SUBMIT: the session has a round in flight on another engine");
+  EXPECT_EQ(said(authorize(kFromEngine, submit, {&here, 0u})), "taken");
+  EXPECT_EQ(said(authorize(kFromEngine, submit, {&idle_elsewhere, kMine})), "taken") << "moving between rounds";
+  // A session the daemon holds costs nothing more; a new one is charged.
+  EXPECT_EQ(said(authorize(kFromEngine, submit, {nullptr, 0u})), "taken");
+  EXPECT_EQ(said(authorize(kFromEngine, submit, {})), "charged, else: ROUND_SUBMIT: over limits.sessions_per_client");
+}
+
+TEST(Authorize, RoundRecordsComeOnlyFromTheEngineRunningTheRound) {
+  for (ipc::RecordType t : {ipc::RecordType::kRoundFirstToken, ipc::RecordType::kRoundEnd, ipc::RecordType::kKvEvent}) {
+    const RecordRule rule = rule_of(t);
+    const sched::Session here = live_on(kEngine, true);
+    const sched::Session elsewhere = live_on(9, true);
+    EXPECT_EQ(said(authorize(kFromEngine, rule, {&here, 0u})), "taken") << ipc::record_type_name(t);
+    EXPECT_EQ(said(authorize(kFromEngine, rule, {&elsewhere, 0u})),
+              "refused: the session's round is not on this engine");
+    EXPECT_EQ(said(authorize(kFromEngine, rule, {nullptr, 0u})), "refused: the session's round is not on this engine");
+    // Its runner closed it before this engine's record was taken: late,
+    // whether the table still holds it (DONE) or a tombstone remembers it.
+    EXPECT_EQ(said(authorize(kFromEngine, rule, {&here, kMine, true})), "late: the session has ended");
+    EXPECT_EQ(said(authorize(kFromEngine, rule, {nullptr, std::nullopt, true})), "late: the session has ended");
+  }
+}
+
+TEST(Authorize, ARunnerOpensOnlySessionsNoOtherRunnerHoldsAndIsChargedForNewOnes) {
+  const RecordRule open = rule_of(ipc::RecordType::kSessionOpen);
+  const sched::Session s = live_on(kEngine, false);
+  EXPECT_EQ(said(authorize(kFromRunner, open, {&s, kTheirs})),
+            "refused: SESSION_OPEN: the session belongs to another runner");
+  EXPECT_EQ(said(authorize(kFromRunner, open, {&s, kMine})), "taken") << "its own: already charged";
+  EXPECT_EQ(said(authorize(kFromRunner, open, {&s, 0u})),
+            "charged, else: SESSION_OPEN: over limits.sessions_per_client")
+      << "taking over an engine's session";
+  EXPECT_EQ(said(authorize(kFromRunner, open, {})), "charged, else: SESSION_OPEN: over limits.sessions_per_client");
+  EXPECT_EQ(said(authorize(kFromRunner, open, {nullptr, std::nullopt, true})),
+            "charged, else: SESSION_OPEN: over limits.sessions_per_client")
+      << "a runner may open a session of an ended one's name anew";
+}
+
+TEST(Authorize, ToolsAndClosesAreForLiveSessionsOfTheSendingRunner) {
+  for (ipc::RecordType t : {ipc::RecordType::kSessionClose, ipc::RecordType::kToolStart, ipc::RecordType::kToolEnd}) {
+    const RecordRule rule = rule_of(t);
+    const sched::Session s = live_on(kEngine, false);
+    EXPECT_EQ(said(authorize(kFromRunner, rule, {})), "refused: unknown session") << ipc::record_type_name(t);
+    EXPECT_EQ(said(authorize(kFromRunner, rule, {nullptr, kMine})), "refused: unknown session") << "no longer live";
+    EXPECT_EQ(said(authorize(kFromRunner, rule, {&s, kTheirs})), "refused: the session belongs to another runner");
+    EXPECT_EQ(said(authorize(kFromRunner, rule, {&s, kMine})), "taken");
+    EXPECT_EQ(said(authorize(kFromRunner, rule, {&s, 0u})), "charged, else: over limits.sessions_per_client")
+        << "taking over an engine's session";
+    // An operator killed it while its tool ran: the runner learns late.
+    EXPECT_EQ(said(authorize(kFromRunner, rule, {nullptr, std::nullopt, true})), "late: the session has ended");
   }
 }
 

@@ -275,6 +275,56 @@ TEST(Ownership, AnEngineActsOnARunnersSessionOnlyThroughItsRounds) {
   EXPECT_TRUE(entry["round_in_flight"].get<bool>()) << entry.dump();
 }
 
+// A runner's SESSION_CLOSE can overtake its engine's ROUND_END (the engine's
+// records wait in its ring for the tick). The late record is skipped and
+// counted apart, never held against the engine; so is one that comes after
+// the session has left the table (its tombstone says it ended). A record
+// about a session that never was is still rejected.
+TEST(Ownership, RecordsAboutAClosedSessionAreLateNotRejected) {
+  Sleeper runner_proc;
+  InProcessDaemon d;
+  ASSERT_TRUE(d.ok()) << d.error();
+  const std::uint64_t s = base::session_id("closing");
+  auto runner = d.connect(runner_proc.cred());
+  ASSERT_TRUE(runner.hello(wire::Role::Runner, "runner", std::nullopt, kVictimInstance));
+  ASSERT_TRUE(runner.push(ipc::SessionOpen{}, s));
+  auto engine = d.connect();
+  ASSERT_TRUE(engine.hello(wire::Role::Engine, "engine", test_engine_info()));
+  ipc::RoundSubmit submit;
+  submit.prompt_tokens = 10;
+  submit.projected_blocks = 1;
+  ASSERT_TRUE(engine.push(submit, s));
+  ASSERT_NE(find(sessions(d), s), nullptr);
+  ASSERT_TRUE((*find(sessions(d), s))["round_in_flight"].get<bool>());
+  const daemon::ServerStats before = d.server().stats();
+
+  ASSERT_TRUE(runner.push(ipc::SessionClose{}, s));
+  (void)sessions(d);
+  ipc::RoundEnd end;
+  end.output_tokens = 5;
+  end.blocks_held = 1;
+  ASSERT_TRUE(engine.push(end, s));
+  (void)sessions(d);
+  EXPECT_EQ(d.server().stats().records_late, before.records_late + 1);
+  EXPECT_EQ(d.server().stats().records_rejected, before.records_rejected);
+
+  ASSERT_TRUE(d.until([&] { return find(sessions(d), s) == nullptr; })) << "the tick reaps the closed session";
+  ipc::KvEvent ev;
+  ev.kind = static_cast<std::uint8_t>(ipc::KvEventKind::kEvicted);
+  ev.blocks = 1;
+  ASSERT_TRUE(engine.push(ev, s));
+  (void)sessions(d);
+  EXPECT_EQ(d.server().stats().records_late, before.records_late + 2);
+  EXPECT_EQ(d.server().stats().records_rejected, before.records_rejected);
+
+  ASSERT_TRUE(engine.push(ev, base::session_id("never-opened")));
+  (void)sessions(d);
+  EXPECT_EQ(d.server().stats().records_rejected, before.records_rejected + 1);
+  EXPECT_EQ(d.server().stats().records_late, before.records_late + 2);
+  EXPECT_TRUE(engine.take_errors().empty());
+  EXPECT_FALSE(engine.closed());
+}
+
 // A client that sends no Hello.instance (an older libtandem, a raw client)
 // is its process's one handle: reconnecting, it gets back what it held; a
 // second one beside it is a handle of its own. It is never sent a non-fatal

@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/host_memory.h"
+
 namespace tandem::testbed {
 namespace {
 
@@ -132,6 +134,30 @@ TEST(MemBurst, BytesFollowTheSimulatorsShape) {
   // No ramp: straight to the peak; no burst at all: the peak throughout.
   EXPECT_EQ(burst_bytes_at(MemBurst{1.0, 0.0, 1.0}, 100, 500, 1.0), 500u);
   EXPECT_EQ(burst_bytes_at(std::nullopt, 100, 500, 0.0), 500u);
+}
+
+// The live tool's shape is the simulator's, side by side: tandem-agents
+// gives a call the drawn peak, start, ramp and hold, and a base of
+// kResidualShare of the peak; toolburn must then hold what tool_memory_at
+// says, at every point of the call (toolburn links only the standard
+// library, so the two are separate code that this keeps in step).
+TEST(MemBurst, MatchesTheSimulatorsToolMemoryAtEveryPoint) {
+  const sim::ToolMemDraw draws[] = {
+      {512.0 * (1 << 20), 1.0, 0.5, 2.0},  // the usual shape
+      {64.0 * (1 << 20), 0.0, 1.5, 1.0},   // a burst from the start
+      {3.0 * (1u << 30), 7.25, 0.0, 1.5},  // no ramp: straight to the peak
+      {100.0 * (1 << 20), 2.0, 1.0, 0.0},  // no hold: down as soon as it is up
+  };
+  for (const sim::ToolMemDraw& d : draws) {
+    const MemBurst burst{d.start_s, d.ramp_s, d.burst_s};
+    const auto peak = static_cast<std::size_t>(d.peak_bytes);
+    const auto base = static_cast<std::size_t>(d.peak_bytes * sim::kResidualShare);
+    for (double x = 0; x <= d.start_s + d.ramp_s + d.burst_s + 1.0; x += 0.0625) {
+      const double want = sim::tool_memory_at(d, x);
+      EXPECT_NEAR(static_cast<double>(burst_bytes_at(burst, base, peak, x)), want, 1.0)
+          << "peak " << d.peak_bytes << " at progress " << x << " s";
+    }
+  }
 }
 
 TEST(BurnPlan, OneThreadWhenCpuFitsInWall) {
