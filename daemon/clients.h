@@ -70,7 +70,7 @@ struct Client {
   base::UniqueFd pidfd;
   base::Time connected_at{};
   std::uint64_t instance = 0;  // Hello.instance
-  std::uint32_t owner = 0;     // runners: its Owner (owners_), which holds its sessions
+  std::uint32_t owner = 0;     // runners: its Owner (SessionDirectory::owners()), which holds its sessions
   base::Time last_request{};   // ctl: when it last sent something (ctl_idle_timeout_s)
   std::unordered_map<sched::SessionId, std::string> pending_names;  // names before their session
 
@@ -125,7 +125,6 @@ struct Client {
     sched::EngineParams params;
     std::int32_t gpu_index = -1;
     std::uint32_t saturating_tokens = 0;
-    std::uint32_t sessions = 0;  // sessions opened by submitting, no runner took (sessions_per_client)
     GpuChoice gpu;
     KvEventBatch kv_batch;
     std::uint64_t kv_seq = 0;

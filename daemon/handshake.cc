@@ -148,7 +148,7 @@ void Server::on_hello(Client& c, const wire::Hello& hello) {
     OwnerKey key{c.uid, c.pid, 0, c.instance};
     if (c.pid > 0) key.start = process_start_time(kProcRoot, c.pid).value_or(0);
     if (key.instance == 0) {
-      const Owner* handle = owners_.find(key);
+      const Owner* handle = sessions_.owners().find(key);
       Client* holder = handle == nullptr ? nullptr : find_client(handle->client);
       // A holder whose peer already closed (its EOF not yet read) is the
       // connection this one replaces.
@@ -236,11 +236,11 @@ void Server::on_session_name(Client& c, const wire::SessionName& sn) {
 }
 
 void Server::set_name(Client& c, sched::SessionId id, std::string_view name) {
-  auto it = meta_.find(id);
-  if (it == meta_.end()) {
+  SessionMeta* found = sessions_.find(id);
+  if (found == nullptr) {
     // The name may come before the record that opens the session — but not
     // after the session ended (a runner's name trailing its close).
-    if (!ledger_.tombstone(id) && c.pending_names.size() < config_->config().limits.sessions_per_client) {
+    if (!sessions_.ledger().tombstone(id) && c.pending_names.size() < config_->config().limits.sessions_per_client) {
       c.pending_names[id] = std::string(name);
     }
     return;
@@ -248,7 +248,7 @@ void Server::set_name(Client& c, sched::SessionId id, std::string_view name) {
   // A session's name is its owner's to give (ids are hashes, and a name
   // hashing to a chosen id can be made): a runner's session takes its
   // runner's name, another client's only while it has none.
-  SessionMeta& m = it->second;
+  SessionMeta& m = *found;
   const bool owner = m.owner == 0 || (c.role == Role::kRunner && m.owner == c.owner);
   if (owner || m.name.empty()) {
     m.name = std::string(name);
@@ -283,13 +283,13 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
     if (c.doomed()) return;
   }
   // The runner's own, open session only.
-  auto m = meta_.find(tp.session());
+  const SessionMeta* m = sessions_.find(tp.session());
   const sched::Session* s = control_->model().sessions().find(tp.session());
-  if (m == meta_.end() || s == nullptr || s->state == SessionState::kDone) {
+  if (m == nullptr || s == nullptr || s->state == SessionState::kDone) {
     answer_error(ENOENT, fmt::format("session {:#018x} is not open", tp.session()));
     return;
   }
-  if (m->second.owner != c.owner || c.owner == 0) {
+  if (m->owner != c.owner || c.owner == 0) {
     answer_error(EPERM, fmt::format("session {:#018x} belongs to another client", tp.session()));
     return;
   }
@@ -315,7 +315,7 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
     return;
   }
   std::size_t held = 0;
-  if (const Owner* o = owners_.find(c.owner)) {
+  if (const Owner* o = sessions_.owners().find(c.owner)) {
     for (sched::SessionId id : o->sessions) held += effects_->tool_cgroups(id);
   }
   if (held >= limits.tools_per_client) {
@@ -348,9 +348,9 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
 }
 
 void Server::send_tool_notice(const ToolNotice& n) {
-  auto m = meta_.find(n.session);
-  if (m == meta_.end()) return;
-  const Owner* o = owners_.find(m->second.owner);
+  const SessionMeta* m = sessions_.find(n.session);
+  if (m == nullptr) return;
+  const Owner* o = sessions_.owners().find(m->owner);
   Client* owner = o == nullptr ? nullptr : find_client(o->client);
   if (owner == nullptr || owner->doomed()) return;
   send_message(*owner, ipc::build_tool_killed(n.session, n.call, static_cast<std::uint8_t>(n.reason), n.message));

@@ -113,10 +113,10 @@ Verdict Server::authorize(const Client& c, const ipc::Record& r, const RecordRul
   SessionFacts session;
   if (rule.session != SessionRule::kNone) {
     session.live = control_->model().sessions().find(r.session());
-    if (auto m = meta_.find(r.session()); m != meta_.end()) session.owner = m->second.owner;
+    if (const SessionMeta* m = sessions_.find(r.session())) session.owner = m->owner;
     const bool about_live = rule.session == SessionRule::kRoundOnSender || rule.session == SessionRule::kOwned;
     session.ended = session.live != nullptr ? session.live->state == SessionState::kDone
-                                            : about_live && ledger_.tombstone(r.session()).has_value();
+                                            : about_live && sessions_.ledger().tombstone(r.session()).has_value();
   }
   const Sending from{c.role == Role::kEngine ? Sender::kEngine : Sender::kRunner, c.id, c.owner};
   const Verdict v = daemon::authorize(from, rule, session);
@@ -173,9 +173,9 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
       // first. The runner takes the session over (authorize() checked that
       // no other runner holds it); its hints come too late for the policy,
       // which saw the session arrive with the round.
-      SessionMeta& m = meta_for(c, r.session());
+      SessionMeta& m = sessions_.meta_for(c, r.session());
       if (m.owner != c.owner) log_event(now, LogKind::kSessionTakeover, r.session());
-      set_owner(c, r.session(), m);
+      sessions_.set_owner(c, r.session(), m);
       m.attached_at = c.counts.records_taken;
       ++c.counts.accepted;
       ++stats_.records_accepted;
@@ -206,12 +206,12 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
   if (r.type() == ipc::RecordType::kKvStats) return;
   const sched::Session* s = control_->model().sessions().find(r.session());
   if (s == nullptr) return;
-  SessionMeta& m = meta_for(c, r.session());
+  SessionMeta& m = sessions_.meta_for(c, r.session());
   if (c.role == Role::kRunner) {
-    if (m.owner != c.owner) set_owner(c, r.session(), m);  // a runner takes over an engine-opened session
+    if (m.owner != c.owner) sessions_.set_owner(c, r.session(), m);  // a runner takes over an engine-opened session
     if (r.type() == ipc::RecordType::kSessionOpen) m.attached_at = c.counts.records_taken;
   }
-  if (r.type() == ipc::RecordType::kSessionClose) ledger_.ended(r.session(), Closed::kByOwner);
+  if (r.type() == ipc::RecordType::kSessionClose) sessions_.ledger().ended(r.session(), Closed::kByOwner);
   if (r.type() == ipc::RecordType::kRoundSubmit && s->state == SessionState::kReasoning && m.steer.told != c.id) {
     // Admitted before this round reached this engine (a runner opened it and
     // the policy admitted it, or it moved engines): the engine has not been
@@ -262,7 +262,7 @@ void Server::count_record(const ipc::Record& r) {
 void Server::log_event(Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v) {
   std::string name;
   if (kind == LogKind::kSessionClose || kind == LogKind::kKill) {
-    if (auto m = meta_.find(session); m != meta_.end()) name = m->second.name;
+    if (const SessionMeta* m = sessions_.find(session)) name = m->name;
   }
   log_.add(now, kind, session, v, std::move(name));
 }

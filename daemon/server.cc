@@ -113,7 +113,7 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   // Who owned which session when a tandemd last ran here, and which ended.
   auto ledger = SessionLedger::open(dfd);
   if (!ledger) return base::propagate(std::move(ledger.error()));
-  s->ledger_ = std::move(*ledger);
+  s->sessions_.set_ledger(std::move(*ledger));
 
   // The signalfd, the tick's timer and the ring.
   if (auto loop = s->loop_.open(cfg.tick); !loop) return base::propagate(std::move(loop.error()));
@@ -134,13 +134,13 @@ base::Result<std::unique_ptr<Server>> Server::create(Compiled config, HostEffect
   s->started_ = s->clock_->now();
   s->log_ = EventLog(s->started_);
   s->watchdog_usec_ = notifier.watchdog_usec();
-  s->restore_owners(s->ledger_.loaded(), s->started_);
+  s->restore_owners(s->sessions_.ledger().loaded(), s->started_);
   return s;
 }
 
 Server::~Server() {
   if (effects_ != nullptr) effects_->set_notice_sink(nullptr);
-  ledger_.flush();
+  sessions_.ledger().flush();
   // Only our own socket: a successor may have bound its own there already.
   struct stat st {};
   if (listen_ && dir_fd_ && ::fstatat(dir_fd_.get(), "tandemd.sock", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -171,7 +171,7 @@ void Server::arm() {
   armed_ = true;
   loop_.uring().accept(listen_.get(), Tag{Op::kAccept});
   accept_armed_ = true;
-  for (auto& [id, o] : owners_) {
+  for (auto& [id, o] : sessions_.owners()) {
     if (o.pidfd && !o.pidfd_armed) {
       loop_.uring().poll_in(o.pidfd.get(), Tag{Op::kOwnerPidfd, id});
       o.pidfd_armed = true;
@@ -199,7 +199,7 @@ base::Result<void> Server::run_once(base::Duration timeout) {
   if (!n) return base::propagate(std::move(n.error()));
   guarded("the pump", [&] { pump(); });
   guarded("the sweep", [&] { sweep(); });
-  ledger_.flush();  // what this iteration changed of who owns which session: one write
+  sessions_.ledger().flush();  // what this iteration changed of who owns which session: one write
   return {};
 }
 
@@ -227,7 +227,7 @@ base::Result<void> Server::run() {
   spdlog::info("stopping: {} clients, {} sessions", clients_.size(), control_->model().sessions().size());
   for (auto& [id, c] : clients_) c.doom.marked = true;
   sweep();
-  ledger_.flush();
+  sessions_.ledger().flush();
   metrics_.close_all(loop_.uring());
   return {};
 }
@@ -281,7 +281,7 @@ void Server::handle(Tag tag, int res) {
       }
       break;
     case Op::kOwnerPidfd:
-      if (Owner* o = owners_.find(tag.client)) {
+      if (Owner* o = sessions_.owners().find(tag.client)) {
         o->pidfd_armed = false;
         if (res >= 0) end_owner(tag.client, Closed::kOwnerGone, clock_->now());
       }
@@ -416,7 +416,8 @@ void Server::add_connection(base::UniqueFd sock, const ucred& cred) {
   const bool serves = config_->allowed(Role::kEngine, cred.uid, cred.gid, euid) ||
                       config_->allowed(Role::kRunner, cred.uid, cred.gid, euid);
   const bool trusted = cred.uid == 0 || cred.uid == euid;
-  const std::string refusal = clients_.refusal(limits, cred, serves, trusted, owners_.held(cred.uid, cred.pid));
+  const std::string refusal =
+      clients_.refusal(limits, cred, serves, trusted, sessions_.owners().held(cred.uid, cred.pid));
   if (!refusal.empty()) {
     ++stats_.clients_refused;
     ++stats_.clients_refused_limits;

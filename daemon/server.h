@@ -3,18 +3,20 @@
 // model", "Processes"). One object, written in parts, a file each
 // (docs/architecture.md "The daemon's parts"): server.cc (start-up, the
 // loop), handshake.cc, sessions.cc, intake.cc, tick.cc and server_ctl.cc.
-// Four parts are classes with their own state: Loop (daemon/loop.h: the
+// Five parts are classes with their own state: Loop (daemon/loop.h: the
 // ring, the signalfd, the tick's timer); Clients (daemon/clients.h: the
-// client registry and the limits it judges); Control (daemon/control.h: the
-// model, the policy, the GPU plane, actions into directives and effects),
-// which reaches the rest through ControlOutlet; and CtlService
-// (daemon/ctl_service.h: tandemctl's answers and the metrics text), which
-// reads the Server only through CtlView and steers it only through
-// CtlCommands. The Server implements those three interfaces (tick.cc,
-// server_ctl.cc). Smaller parts hold state of their own and reach nothing:
-// Owners (the runner handles that own sessions) and SessionLedger
-// (tombstones and the ownership journal) in daemon/owners.h, UnplacedTools
-// (daemon/unplaced.h) and KvEventsOut (daemon/kv_events.h).
+// client registry and the limits it judges); SessionDirectory
+// (daemon/directory.h: each session's meta, the runner handles that own
+// sessions, tombstones and the ownership journal, what each engine is
+// charged); Control (daemon/control.h: the model, the policy, the GPU plane,
+// actions into directives and effects), which reaches the rest through
+// ControlOutlet; and CtlService (daemon/ctl_service.h: tandemctl's answers
+// and the metrics text), which reads the Server only through CtlView and
+// steers it only through CtlCommands. The Server implements those three
+// interfaces (tick.cc, server_ctl.cc). Smaller parts hold state of their own
+// and reach nothing: UnplacedTools (daemon/unplaced.h) and KvEventsOut
+// (daemon/kv_events.h). Ring intake judges each record with the pure
+// daemon::authorize (daemon/events.h) over facts it gathers from them.
 //
 // One thread owns everything here. Inputs arrive as io_uring completions
 // (daemon/uring.h): the signalfd (SIGTERM/SIGINT stop, SIGHUP reloads), a
@@ -63,6 +65,7 @@
 #include "daemon/config.h"
 #include "daemon/control.h"
 #include "daemon/ctl_service.h"
+#include "daemon/directory.h"
 #include "daemon/effects.h"
 #include "daemon/event_log.h"
 #include "daemon/events.h"
@@ -141,19 +144,6 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   const std::string& socket_path() const { return socket_path_; }
 
  private:
-  struct SessionMeta {
-    std::string name;
-    std::uint32_t owner = 0;    // the runner handle (Owner id) it belongs to (0: none, an engine opened it)
-    std::uint32_t creator = 0;  // engine client charged for it while no runner owns it (0: none)
-    // The connection that attached it and at which of its records (its
-    // records_taken then; 0: by a resync): a later snapshot of that
-    // connection taken after that record judges it (Resync.ring_position).
-    std::uint32_t attached_conn = 0;
-    std::uint64_t attached_at = 0;
-    bool named_by_owner = false;  // its name came from its runner (or no runner owns it)
-    SessionSteer steer;           // what Control last told about it
-  };
-
   Server() = default;
 
   // Loop plumbing.
@@ -214,11 +204,6 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   // Tells `c` that session `id` was refused at sessions_per_client (and
   // warns once per client).
   void refuse_session(Client& c, sched::SessionId id);
-  // The session's meta, created (and charged to `c`: to its handle for a
-  // runner) on first use.
-  SessionMeta& meta_for(Client& c, sched::SessionId id);
-  // Makes runner `c`'s handle the owner of session `id` (charged to it).
-  void set_owner(Client& c, sched::SessionId id, SessionMeta& m);
   void send_policy_config(Client& c);
   void send_message(Client& c, const std::vector<std::uint8_t>& bytes);
 
@@ -328,14 +313,13 @@ class Server : private ControlOutlet, private CtlView, private CtlCommands {
   // create(), the GPU plane configured from config_ there and in
   // apply_config().
   std::optional<Control> control_;
-  std::unordered_map<sched::SessionId, SessionMeta> meta_;
+  // Each session's meta, the runner handles that own sessions, tombstones
+  // and the ownership journal (daemon/directory.h).
+  SessionDirectory sessions_;
   // Tools a runner started without a cgroup (daemon/unplaced.h).
   UnplacedTools unplaced_;
   // Tracks runner `c`'s unplaced tool (UnplacedTools::track), counted.
   void track_unplaced(Client& c, sched::SessionId session, std::uint32_t call, std::int32_t pid);
-  Owners owners_;  // runner handles owning sessions (daemon/owners.h)
-  // Tombstones and the ownership journal (daemon/owners.h).
-  SessionLedger ledger_;
   base::UniqueFd dir_fd_;  // the runtime dir (daemon/runtime_dir.h)
   dev_t socket_dev_ = 0;   // the socket file we bound, to remove only ours
   ino_t socket_ino_ = 0;

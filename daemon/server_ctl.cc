@@ -42,7 +42,7 @@ SessionCard Server::card(const SessionMeta& m) const {
   SessionCard card;
   card.name = m.name;
   card.owner = m.owner;
-  if (const Owner* o = owners_.find(m.owner)) card.owner_client = o->client;
+  if (const Owner* o = sessions_.owners().find(m.owner)) card.owner_client = o->client;
   card.priority = m.steer.priority;
   card.cpu_weight = m.steer.cpu_weight;
   card.cpu_quota = m.steer.cpu_quota;
@@ -60,13 +60,13 @@ std::optional<ClientCard> Server::client(std::uint32_t id) const {
 }
 
 std::optional<SessionCard> Server::session(sched::SessionId id) const {
-  const auto m = meta_.find(id);
-  if (m == meta_.end()) return std::nullopt;
-  return card(m->second);
+  const SessionMeta* m = sessions_.find(id);
+  if (m == nullptr) return std::nullopt;
+  return card(*m);
 }
 
 void Server::for_each_session(const std::function<void(sched::SessionId, const SessionCard&)>& f) const {
-  for (const auto& [id, m] : meta_) f(id, card(m));
+  for (const auto& [id, m] : sessions_) f(id, card(m));
 }
 
 // ---- CtlCommands ---------------------------------------------------------------

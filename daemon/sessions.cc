@@ -55,18 +55,14 @@ void Server::release_sessions(Client& c, Time now) {
     control_->engine_gone(c.id, now);
     // The sessions it opened by submitting that no runner took die with it
     // (its resync brings them back if it returns).
-    std::vector<sched::SessionId> closing;
-    for (const auto& [id, m] : meta_) {
-      if (m.owner == 0 && m.creator == c.id) closing.push_back(id);
+    for (sched::SessionId id : sessions_.unowned_of(c.id)) {
+      close_session(id, ipc::ToolExitReason::kKilledSession, std::nullopt, now);
     }
-    for (sched::SessionId id : closing) close_session(id, ipc::ToolExitReason::kKilledSession, std::nullopt, now);
-    for (auto& [id, m] : meta_) {
-      if (m.creator == c.id) m.creator = 0;  // no one is charged for it any more
-    }
+    sessions_.engine_gone(c.id);  // no one is charged for what is left of them
     return;
   }
   if (c.role != Role::kRunner) return;
-  Owner* found = owners_.find(c.owner);
+  Owner* found = sessions_.owners().find(c.owner);
   if (found == nullptr || found->client != c.id) return;  // replaced by a newer connection of the handle
   Owner& o = *found;
   o.client = 0;
@@ -85,15 +81,15 @@ void Server::release_sessions(Client& c, Time now) {
   // back) or its process exits (the pidfd).
   stats_.sessions_detached += o.sessions.size();
   for (sched::SessionId id : o.sessions) {
-    if (auto m = meta_.find(id); m != meta_.end()) m->second.attached_conn = 0;
+    if (SessionMeta* m = sessions_.find(id)) m->attached_conn = 0;
   }
   spdlog::info("runner handle of pid {} (uid {}): its {} sessions are held until it reconnects or its process exits",
                o.key.pid, o.key.uid, o.sessions.size());
 }
 
 Owner& Server::owner_for(const OwnerKey& key) {
-  if (Owner* known = owners_.find(key)) return *known;
-  Owner& o = owners_.add(key);
+  if (Owner* known = sessions_.owners().find(key)) return *known;
+  Owner& o = sessions_.owners().add(key);
   if (key.pid > 0) {
     base::UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, key.pid, 0)));
     // The pidfd is of whatever process has the pid now: it is the owner's
@@ -110,11 +106,11 @@ Owner& Server::owner_for(const OwnerKey& key) {
 }
 
 void Server::end_owner(std::uint32_t owner, Closed why, Time now) {
-  const Owner* o = owners_.find(owner);
+  const Owner* o = sessions_.owners().find(owner);
   if (o == nullptr) return;
   const std::vector<sched::SessionId> sessions(o->sessions.begin(), o->sessions.end());
   for (sched::SessionId id : sessions) close_session(id, ipc::ToolExitReason::kKilledSession, why, now);
-  o = owners_.find(owner);  // close_session may have touched the table
+  o = sessions_.owners().find(owner);  // close_session may have touched the table
   if (o == nullptr) return;
   if (Client* c = find_client(o->client)) c->owner = 0;
   forget_owner(*o);
@@ -122,7 +118,7 @@ void Server::end_owner(std::uint32_t owner, Closed why, Time now) {
 
 void Server::forget_owner(const Owner& o) {
   if (o.pidfd_armed) loop_.uring().cancel(Tag{Op::kOwnerPidfd, o.id});
-  owners_.erase(o.id);
+  sessions_.owners().erase(o.id);
 }
 
 void Server::close_session(sched::SessionId id, ipc::ToolExitReason reason, std::optional<Closed> why, Time now) {
@@ -131,7 +127,7 @@ void Server::close_session(sched::SessionId id, ipc::ToolExitReason reason, std:
   effects_->kill_tools(id, reason);
   ++stats_.effects_kill_tools;
   (void)unplaced_.kill(id);
-  if (why) ledger_.ended(id, *why);
+  if (why) sessions_.ledger().ended(id, *why);
   (void)control_->feed(sched::SessionClosed{id}, now);
 }
 
@@ -165,14 +161,12 @@ void Server::restore_owners(const JournalState& loaded, Time now) {
     if (!o.pidfd) {
       // Its runner exited while no tandemd ran: the session is over.
       forget_owner(o);
-      ledger_.ended(id, Closed::kOwnerGone);
+      sessions_.ledger().ended(id, Closed::kOwnerGone);
       ++gone;
       continue;
     }
     if (!control_->feed(sched::SessionOpened{id}, now)) continue;
-    SessionMeta& m = meta_[id];
-    m.owner = o.id;
-    o.sessions.insert(id);
+    sessions_.restore(id, o);
     ++stats_.sessions_restored;
   }
   if (!loaded.owned.empty()) {
@@ -185,11 +179,11 @@ Server::Footprint Server::footprint() const {
   Footprint f;
   f.clients = clients_.size();
   f.sessions = control_->model().sessions().size();
-  f.session_meta = meta_.size();
+  f.session_meta = sessions_.size();
   for (const auto& [id, c] : clients_) f.pending_names += c.pending_names.size();
-  f.owners = owners_.size();
-  f.detached = owners_.detached();
-  f.tombstones = ledger_.tombstones();
+  f.owners = sessions_.owners().size();
+  f.detached = sessions_.owners().detached();
+  f.tombstones = sessions_.ledger().tombstones();
   return f;
 }
 
@@ -259,18 +253,18 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
   auto& table = control_->model().sessions();
   const sched::Session* s = table.find(id);
   const bool live = s != nullptr && s->state != SessionState::kDone;
-  auto m = meta_.find(id);
-  if (live && m != meta_.end() && m->second.owner != 0 && m->second.owner != c.owner) {
+  const SessionMeta* m = sessions_.find(id);
+  if (live && m != nullptr && m->owner != 0 && m->owner != c.owner) {
     *why = "it belongs to another runner";
     *code = EPERM;
     return false;
   }
-  if (!live && ledger_.tombstone(id) == Closed::kKilled) {
+  if (!live && sessions_.ledger().tombstone(id) == Closed::kKilled) {
     *why = "an operator killed it";
     *code = ECANCELED;
     return false;
   }
-  const bool mine = m != meta_.end() && m->second.owner == c.owner;
+  const bool mine = m != nullptr && m->owner == c.owner;
   if (!mine && !may_open_session(c)) {
     refuse_session(c, id);
     *why = nullptr;  // told already, with its own message
@@ -283,9 +277,9 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
     return false;
   }
   take_name(c, id, snap.name());
-  SessionMeta& m2 = meta_for(c, id);
+  SessionMeta& m2 = sessions_.meta_for(c, id);
   const bool was_held = m2.owner == c.owner && m2.attached_conn != c.id;
-  set_owner(c, id, m2);
+  sessions_.set_owner(c, id, m2);
   m2.attached_at = 0;
   if (was_held) ++stats_.sessions_reattached;
   // Its tools that run without a cgroup: known by pid from here on.
@@ -308,7 +302,7 @@ bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const c
   const auto state = static_cast<SessionState>(snap.state());
   const sched::Session* s = table.find(id);
   const bool live = s != nullptr && s->state != SessionState::kDone;
-  if (!live && ledger_.tombstone(id)) {
+  if (!live && sessions_.ledger().tombstone(id)) {
     // Its runner closed it, or an operator killed it: the engine should
     // forget it, and is told to.
     push_directive(c, directive_slot(ipc::Close{}, id, now));
@@ -326,8 +320,8 @@ bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const c
     *code = EBUSY;
     return false;
   }
-  auto m = meta_.find(id);
-  const bool runners = m != meta_.end() && m->second.owner != 0;
+  const SessionMeta* m = sessions_.find(id);
+  const bool runners = m != nullptr && m->owner != 0;
   if (!live && !may_open_session(c)) {
     refuse_session(c, id);
     *why = nullptr;  // told already, with its own message
@@ -339,7 +333,7 @@ bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const c
   (void)run_steps(
       resync_steps(snap, Sender::kEngine, c.id, s, runners),
       [&](const sched::Event& e) { return control_->feed(e, now); }, table, now);
-  if (table.find(id) != nullptr) meta_for(c, id);
+  if (table.find(id) != nullptr) sessions_.meta_for(c, id);
   return true;
 }
 
@@ -349,15 +343,15 @@ void Server::finish_resync(Client& c) {
   // sessions the snapshot knew of are judged: held ones (attached to no
   // connection or another one of the handle's) and ones this connection
   // opened at a record before the snapshot was taken.
-  const Owner* o = owners_.find(c.owner);
+  const Owner* o = sessions_.owners().find(c.owner);
   if (o == nullptr) return;
   std::vector<sched::SessionId> gone;
   for (sched::SessionId id : o->sessions) {
     if (c.resync.listed.contains(id)) continue;
-    auto m = meta_.find(id);
-    if (m == meta_.end()) continue;
-    const bool judged = m->second.attached_conn != c.id || (c.resync.position != 0 && m->second.attached_at != 0 &&
-                                                            m->second.attached_at <= c.resync.position);
+    const SessionMeta* m = sessions_.find(id);
+    if (m == nullptr) continue;
+    const bool judged = m->attached_conn != c.id ||
+                        (c.resync.position != 0 && m->attached_at != 0 && m->attached_at <= c.resync.position);
     if (judged) gone.push_back(id);
   }
   const Time now = clock_->now();
@@ -368,12 +362,7 @@ void Server::finish_resync(Client& c) {
 }
 
 bool Server::may_open_session(const Client& c) const {
-  std::size_t held = c.engine.sessions;
-  if (c.role == Role::kRunner) {
-    const Owner* o = owners_.find(c.owner);
-    held = o == nullptr ? 0 : o->sessions.size();
-  }
-  return held < config_->config().limits.sessions_per_client;
+  return sessions_.held(c) < config_->config().limits.sessions_per_client;
 }
 
 void Server::refuse_session(Client& c, sched::SessionId id) {
@@ -390,41 +379,6 @@ void Server::refuse_session(Client& c, sched::SessionId id) {
                    "close",
                    id, limit),
        id);
-}
-
-Server::SessionMeta& Server::meta_for(Client& c, sched::SessionId id) {
-  auto [it, fresh] = meta_.try_emplace(id);
-  if (fresh) {
-    if (c.role == Role::kRunner) {
-      set_owner(c, id, it->second);
-    } else {
-      it->second.creator = c.id;
-      ++c.engine.sessions;
-    }
-    if (auto n = c.pending_names.find(id); n != c.pending_names.end()) {
-      it->second.name = std::move(n->second);
-      c.pending_names.erase(n);
-    }
-    ledger_.revive(id);
-  }
-  return it->second;
-}
-
-void Server::set_owner(Client& c, sched::SessionId id, SessionMeta& m) {
-  Owner* o = owners_.find(c.owner);
-  if (o == nullptr) return;
-  if (m.owner == c.owner) {
-    m.attached_conn = c.id;
-    return;
-  }
-  if (Client* creator = find_client(m.creator); creator != nullptr && creator->engine.sessions > 0)
-    --creator->engine.sessions;
-  m.creator = 0;
-  if (Owner* old = owners_.find(m.owner)) old->sessions.erase(id);
-  m.owner = c.owner;
-  m.attached_conn = c.id;
-  o->sessions.insert(id);
-  ledger_.owned(id, o->key);
 }
 
 }  // namespace tandem::daemon

@@ -53,11 +53,7 @@ void Server::tick(Time now) {
 }
 
 void Server::session_done(sched::SessionId id) {
-  auto m = meta_.find(id);
-  if (m != meta_.end()) {
-    if (Client* creator = find_client(m->second.creator); creator != nullptr && creator->engine.sessions > 0) {
-      --creator->engine.sessions;
-    }
+  if (const SessionMeta* m = sessions_.find(id)) {
     // The engine that ran it and its runner forget it (CLOSE): the engine
     // frees what it kept for it, and neither brings it back in a resync.
     const Time now = clock_->now();
@@ -66,17 +62,18 @@ void Server::session_done(sched::SessionId id) {
     if (s != nullptr && s->engine != sched::kNoEngine) {
       if (Client* e = find_client(s->engine)) push_directive(*e, close);
     }
-    const sched::EngineId told = m->second.steer.told;
+    const sched::EngineId told = m->steer.told;
     if (told != sched::kNoEngine && (s == nullptr || told != s->engine)) {
       if (Client* e = find_client(told)) push_directive(*e, close);
     }
-    if (Owner* o = owners_.find(m->second.owner)) {
-      o->sessions.erase(id);
+    const std::uint32_t owner = m->owner;
+    if (const Owner* o = sessions_.owners().find(owner)) {
       if (Client* r = find_client(o->client)) push_directive(*r, close);
-      ledger_.released(id);  // ended some other way: not owned any more
-      if (o->client == 0 && o->sessions.empty()) forget_owner(*o);
     }
-    meta_.erase(m);
+    sessions_.erase(id);  // uncharged, its handle's no more, the journal told
+    if (const Owner* o = sessions_.owners().find(owner); o != nullptr && o->client == 0 && o->sessions.empty()) {
+      forget_owner(*o);
+    }
   }
   (void)unplaced_.kill(id);
   effects_->session_gone(id);
@@ -85,8 +82,8 @@ void Server::session_done(sched::SessionId id) {
 // ---- where Control's decisions go (ControlOutlet; daemon/control.h) ----------
 
 SessionSteer* Server::steer(sched::SessionId id) {
-  auto m = meta_.find(id);
-  return m == meta_.end() ? nullptr : &m->second.steer;
+  SessionMeta* m = sessions_.find(id);
+  return m == nullptr ? nullptr : &m->steer;
 }
 
 GpuChoice* Server::gpu_choice(sched::EngineId engine) {

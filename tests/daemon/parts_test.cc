@@ -16,6 +16,7 @@
 #include "daemon/clients.h"
 #include "daemon/control.h"
 #include "daemon/ctl_service.h"
+#include "daemon/directory.h"
 #include "ipc/messages.h"
 #include "sched/registry.h"
 
@@ -331,6 +332,89 @@ TEST(ClientsPart, ErrorsAreBudgetedPerSecond) {
   for (int i = 0; i < 100; ++i) sent += Clients::take_error(c, at(10)) ? 1 : 0;
   EXPECT_EQ(sent, 64);
   EXPECT_TRUE(Clients::take_error(c, at(1010)));  // a new second
+}
+
+// ---- SessionDirectory --------------------------------------------------------------
+
+Client engine_client(std::uint32_t id) {
+  Client c;
+  c.id = id;
+  c.role = Role::kEngine;
+  return c;
+}
+
+Client runner_client(std::uint32_t id, std::uint32_t handle) {
+  Client c;
+  c.id = id;
+  c.role = Role::kRunner;
+  c.owner = handle;
+  return c;
+}
+
+// Who is charged for a session under limits.sessions_per_client, as it moves
+// from the engine that opened it to a runner and out of the table.
+TEST(SessionDirectoryPart, ASessionIsChargedToItsEngineUntilARunnerTakesItThenToTheRunner) {
+  SessionDirectory dir;
+  Client engine = engine_client(7);
+  Owner& handle = dir.owners().add(OwnerKey{1000, 42, 5, 9});
+  Client runner = runner_client(8, handle.id);
+  runner.pending_names[0xc] = "named-early";
+
+  SessionMeta& a = dir.meta_for(engine, 0xa);
+  EXPECT_EQ(a.creator, 7u);
+  EXPECT_EQ(a.owner, 0u);
+  (void)dir.meta_for(engine, 0xb);
+  (void)dir.meta_for(engine, 0xa);  // already held: charged once
+  EXPECT_EQ(dir.held(engine), 2u);
+  EXPECT_EQ(dir.held(runner), 0u);
+  EXPECT_EQ(dir.unowned_of(7).size(), 2u);
+
+  // The runner takes 0xa over: the engine is charged no more for it.
+  dir.set_owner(runner, 0xa, *dir.find(0xa));
+  EXPECT_EQ(dir.find(0xa)->owner, handle.id);
+  EXPECT_EQ(dir.find(0xa)->creator, 0u);
+  EXPECT_EQ(dir.find(0xa)->attached_conn, 8u);
+  EXPECT_EQ(dir.held(engine), 1u);
+  EXPECT_EQ(dir.held(runner), 1u);
+  EXPECT_EQ(dir.unowned_of(7), std::vector<sched::SessionId>{0xb});
+
+  // A runner's new session is its handle's, with the name it sent first.
+  SessionMeta& c = dir.meta_for(runner, 0xc);
+  EXPECT_EQ(c.owner, handle.id);
+  EXPECT_EQ(c.name, "named-early");
+  EXPECT_EQ(dir.held(runner), 2u);
+  EXPECT_TRUE(runner.pending_names.empty());
+  runner.pending_names[0xa] = "too-late";
+  (void)dir.meta_for(runner, 0xa);
+  EXPECT_TRUE(dir.find(0xa)->name.empty()) << "names are taken when a session is first held, not after";
+
+  // Out of the table: nobody is charged for it.
+  dir.erase(0xa);
+  dir.erase(0xb);
+  EXPECT_EQ(dir.find(0xa), nullptr);
+  EXPECT_EQ(dir.held(runner), 1u);
+  EXPECT_EQ(dir.held(engine), 0u);
+  dir.erase(0xdead);  // unknown: nothing
+  EXPECT_EQ(dir.size(), 1u);
+}
+
+TEST(SessionDirectoryPart, AnEngineGoneIsChargedForNothingAndARestoredSessionIsItsHandles) {
+  SessionDirectory dir;
+  Client engine = engine_client(3);
+  (void)dir.meta_for(engine, 0x1);
+  (void)dir.meta_for(engine, 0x2);
+  dir.engine_gone(3);
+  EXPECT_EQ(dir.held(engine), 0u);
+  EXPECT_EQ(dir.find(0x1)->creator, 0u);
+  EXPECT_TRUE(dir.unowned_of(3).empty());
+  dir.erase(0x1);  // its charge is gone already: nothing goes below zero
+  EXPECT_EQ(dir.held(engine), 0u);
+
+  Owner& handle = dir.owners().add(OwnerKey{1000, 43, 6, 1});
+  dir.restore(0x9, handle);
+  EXPECT_EQ(dir.find(0x9)->owner, handle.id);
+  EXPECT_TRUE(handle.sessions.contains(0x9));
+  EXPECT_EQ(dir.held(runner_client(4, handle.id)), 1u);
 }
 
 }  // namespace

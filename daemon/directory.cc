@@ -1,0 +1,99 @@
+// SessionDirectory: the daemon's record of each session beside the policy's table (daemon/directory.h).
+#include "daemon/directory.h"
+
+#include <utility>
+
+namespace tandem::daemon {
+
+SessionMeta* SessionDirectory::find(sched::SessionId id) {
+  auto it = meta_.find(id);
+  return it == meta_.end() ? nullptr : &it->second;
+}
+
+const SessionMeta* SessionDirectory::find(sched::SessionId id) const {
+  auto it = meta_.find(id);
+  return it == meta_.end() ? nullptr : &it->second;
+}
+
+std::size_t SessionDirectory::held(const Client& c) const {
+  if (c.role == Role::kRunner) {
+    const Owner* o = owners_.find(c.owner);
+    return o == nullptr ? 0 : o->sessions.size();
+  }
+  auto it = charged_.find(c.id);
+  return it == charged_.end() ? 0 : it->second;
+}
+
+SessionMeta& SessionDirectory::meta_for(Client& c, sched::SessionId id) {
+  auto [it, fresh] = meta_.try_emplace(id);
+  if (fresh) {
+    if (c.role == Role::kRunner) {
+      set_owner(c, id, it->second);
+    } else {
+      it->second.creator = c.id;
+      ++charged_[c.id];
+    }
+    if (auto n = c.pending_names.find(id); n != c.pending_names.end()) {
+      it->second.name = std::move(n->second);
+      c.pending_names.erase(n);
+    }
+    ledger_.revive(id);
+  }
+  return it->second;
+}
+
+void SessionDirectory::set_owner(Client& c, sched::SessionId id, SessionMeta& m) {
+  Owner* o = owners_.find(c.owner);
+  if (o == nullptr) return;
+  if (m.owner == c.owner) {
+    m.attached_conn = c.id;
+    return;
+  }
+  uncharge(m.creator);
+  m.creator = 0;
+  if (Owner* old = owners_.find(m.owner)) old->sessions.erase(id);
+  m.owner = c.owner;
+  m.attached_conn = c.id;
+  o->sessions.insert(id);
+  ledger_.owned(id, o->key);
+}
+
+void SessionDirectory::restore(sched::SessionId id, Owner& o) {
+  meta_[id].owner = o.id;
+  o.sessions.insert(id);
+}
+
+void SessionDirectory::erase(sched::SessionId id) {
+  auto it = meta_.find(id);
+  if (it == meta_.end()) return;
+  uncharge(it->second.creator);
+  if (Owner* o = owners_.find(it->second.owner)) {
+    o->sessions.erase(id);
+    ledger_.released(id);  // ended some other way: not owned any more
+  }
+  meta_.erase(it);
+}
+
+std::vector<sched::SessionId> SessionDirectory::unowned_of(std::uint32_t engine) const {
+  std::vector<sched::SessionId> ids;
+  for (const auto& [id, m] : meta_) {
+    if (m.owner == 0 && m.creator == engine) ids.push_back(id);
+  }
+  return ids;
+}
+
+void SessionDirectory::engine_gone(std::uint32_t engine) {
+  for (auto& [id, m] : meta_) {
+    if (m.creator == engine) m.creator = 0;
+  }
+  charged_.erase(engine);
+}
+
+void SessionDirectory::uncharge(std::uint32_t engine) {
+  if (engine == 0) return;
+  auto it = charged_.find(engine);
+  if (it == charged_.end()) return;
+  if (--it->second == 0) charged_.erase(it);
+}
+
+}  // namespace tandem::daemon
