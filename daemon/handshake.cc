@@ -18,6 +18,7 @@
 #include "base/ids.h"
 #include "base/text.h"
 #include "daemon/events.h"
+#include "daemon/hello.h"
 #include "daemon/server.h"
 #include "daemon/server_parts.h"
 
@@ -30,66 +31,22 @@ using sched::SessionState;
 
 void Server::on_hello(Client& c, const wire::Hello& hello) {
   const Config& cfg = config_->config();
-  if (hello.protocol_version() != ipc::kProtocolVersion) {
-    refuse(c, EPROTONOSUPPORT,
-           fmt::format("protocol version {} is not supported: tandemd speaks version {}", hello.protocol_version(),
-                       ipc::kProtocolVersion));
+  HelloVerdict v = judge_hello(hello, *config_, c.uid, c.gid, ::geteuid(), clients_);
+  if (v.bad_name) ++stats_.names_refused;
+  if (v.over_limit) ++stats_.clients_refused_limits;
+  if (v.identified) {
+    c.role = v.terms.role;
+    c.name = std::move(v.terms.name);
+    c.instance = v.terms.instance;
+  }
+  if (!v.taken) {
+    refuse(c, v.code, v.why);
     return;
   }
-  auto role = role_from_wire(hello.role());
-  if (!role) {
-    refuse(c, EINVAL, fmt::format("unknown role {}", static_cast<unsigned>(hello.role())));
-    return;
-  }
-  const std::string_view name = hello.name()->string_view();
-  if (auto ok = base::check_name(name, "client name"); !ok) {
-    ++stats_.names_refused;
-    refuse(c, ok.error().code(), ok.error().context());
-    return;
-  }
-  if (!config_->allowed(*role, c.uid, c.gid, ::geteuid())) {
-    refuse(c, EACCES,
-           fmt::format("uid {} (gid {}) may not connect as {}: see [roles.{}] in {}", c.uid, c.gid, to_string(*role),
-                       to_string(*role), cfg.source));
-    return;
-  }
-  if (*role == Role::kCtlRead || *role == Role::kCtlAdmin) {
-    // Readers never take the slots kept for engines and runners, whoever
-    // they are.
-    if (const std::string refusal = clients_.ctl_refusal(cfg.limits); !refusal.empty()) {
-      ++stats_.clients_refused_limits;
-      refuse(c, EAGAIN, refusal);
-      return;
-    }
-  }
-  c.role = *role;
-  c.name = std::string(name);
-  c.instance = hello.instance();
   if (c.role == Role::kEngine) {
-    const wire::EngineParams* p = hello.engine();
-    if (p == nullptr) {
-      refuse(c, EINVAL, "an engine's Hello must carry its engine parameters");
-      return;
-    }
-    const char* bad = p->block_size() == 0     ? "block_size"
-                      : p->total_blocks() == 0 ? "total_blocks"
-                      : p->max_seqs() == 0     ? "max_seqs"
-                      : p->token_budget() == 0 ? "token_budget"
-                                               : nullptr;
-    if (bad != nullptr) {
-      refuse(c, EINVAL, fmt::format("engine parameter {} must be > 0", bad));
-      return;
-    }
-    c.engine.params.block_size = p->block_size();
-    c.engine.params.total_blocks = p->total_blocks();
-    c.engine.params.max_seqs = p->max_seqs();
-    c.engine.params.token_budget = p->token_budget();
-    if (p->max_model_len() > 0) c.engine.params.max_model_len = p->max_model_len();
-    c.engine.gpu_index = p->gpu_index();
-    c.engine.saturating_tokens = p->saturating_tokens();
-  } else if (hello.engine() != nullptr) {
-    refuse(c, EINVAL, fmt::format("only an engine's Hello carries engine parameters, not a {}'s", to_string(c.role)));
-    return;
+    c.engine.params = v.terms.engine;
+    c.engine.gpu_index = v.terms.gpu_index;
+    c.engine.saturating_tokens = v.terms.saturating_tokens;
   }
 
   ipc::WelcomeInfo welcome;

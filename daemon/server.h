@@ -15,8 +15,9 @@
 // steers it only through CtlCommands. The Server implements those three
 // interfaces (tick.cc, server_ctl.cc). Smaller parts hold state of their own
 // and reach nothing: UnplacedTools (daemon/unplaced.h) and KvEventsOut
-// (daemon/kv_events.h). Ring intake judges each record with the pure
-// daemon::authorize (daemon/events.h) over facts it gathers from them.
+// (daemon/kv_events.h). The handshake judges a Hello with the pure
+// judge_hello (daemon/hello.h), and ring intake each record with the pure
+// daemon::authorize (daemon/events.h), over facts the Server gathers.
 //
 // One thread owns everything here. Inputs arrive as io_uring completions
 // (daemon/uring.h): the signalfd (SIGTERM/SIGINT stop, SIGHUP reloads), a

@@ -17,6 +17,7 @@
 #include "daemon/control.h"
 #include "daemon/ctl_service.h"
 #include "daemon/directory.h"
+#include "daemon/hello.h"
 #include "ipc/messages.h"
 #include "sched/registry.h"
 
@@ -332,6 +333,102 @@ TEST(ClientsPart, ErrorsAreBudgetedPerSecond) {
   for (int i = 0; i < 100; ++i) sent += Clients::take_error(c, at(10)) ? 1 : 0;
   EXPECT_EQ(sent, 64);
   EXPECT_TRUE(Clients::take_error(c, at(1010)));  // a new second
+}
+
+// ---- the handshake's verdict (judge_hello) ------------------------------------------
+
+class HelloPart : public ::testing::Test {
+ protected:
+  HelloPart() {
+    Config cfg;
+    cfg.nvml.enabled = "off";
+    cfg.role(Role::kEngine).uids = {1000};
+    cfg.limits.max_clients = 4;
+    cfg.limits.reserved_clients = 1;
+    auto compiled = CompiledConfig::compile(std::move(cfg));
+    EXPECT_TRUE(compiled) << compiled.error().message();
+    config_ = std::move(compiled->config);
+  }
+
+  // `hello`'s verdict for a peer of uid `uid` (gid the same), the daemon
+  // running as root.
+  HelloVerdict judge(const std::vector<std::uint8_t>& hello, uid_t uid = 1000) {
+    auto msg = ipc::verify_message(hello);
+    EXPECT_TRUE(msg) << msg.error().message();
+    return judge_hello(*(*msg)->payload_as_Hello(), *config_, uid, uid, 0, clients_);
+  }
+
+  static ipc::EngineInfo engine_info() {
+    ipc::EngineInfo e;
+    e.gpu_index = 2;
+    e.block_size = 16;
+    e.total_blocks = 1000;
+    e.max_seqs = 64;
+    e.token_budget = 4096;
+    e.saturating_tokens = 512;
+    return e;
+  }
+
+  std::shared_ptr<const CompiledConfig> config_;
+  Clients clients_;
+};
+
+TEST_F(HelloPart, AnEngineGrantedItsRoleGetsItsParameters) {
+  const HelloVerdict v = judge(ipc::build_hello(wire::Role::Engine, "engine-a", 1, engine_info(), 77));
+  ASSERT_TRUE(v.taken) << v.why;
+  EXPECT_EQ(v.terms.role, Role::kEngine);
+  EXPECT_EQ(v.terms.name, "engine-a");
+  EXPECT_EQ(v.terms.instance, 77u);
+  EXPECT_EQ(v.terms.engine.total_blocks, 1000u);
+  EXPECT_EQ(v.terms.engine.token_budget, 4096u);
+  EXPECT_EQ(v.terms.engine.max_model_len, sched::EngineParams{}.max_model_len) << "0 means unknown";
+  EXPECT_EQ(v.terms.gpu_index, 2);
+  EXPECT_EQ(v.terms.saturating_tokens, 512u);
+}
+
+TEST_F(HelloPart, EachRefusalNamesItsReason) {
+  // A role the peer's uid is not granted: refused before anything else is read.
+  HelloVerdict v = judge(ipc::build_hello(wire::Role::Runner, "runner-a", 1), 1000);
+  EXPECT_FALSE(v.taken);
+  EXPECT_EQ(v.code, EACCES);
+  EXPECT_NE(v.why.find("uid 1000 (gid 1000) may not connect as runner"), std::string::npos) << v.why;
+  EXPECT_FALSE(v.identified);
+  // The daemon's own user (root here) may take any role.
+  EXPECT_TRUE(judge(ipc::build_hello(wire::Role::Runner, "runner-a", 1), 0).taken);
+
+  // A bad client name: counted as a refused name.
+  v = judge(ipc::build_hello(wire::Role::Engine, std::string("bad\nname"), 1, engine_info()));
+  EXPECT_FALSE(v.taken);
+  EXPECT_TRUE(v.bad_name);
+  EXPECT_NE(v.why.find("client name"), std::string::npos) << v.why;
+
+  // Engine parameters: required of an engine, each > 0, and only an engine's.
+  v = judge(ipc::build_hello(wire::Role::Engine, "engine-a", 1));
+  EXPECT_EQ(v.code, EINVAL);
+  EXPECT_EQ(v.why, "an engine's Hello must carry its engine parameters");
+  EXPECT_TRUE(v.identified) << "logged under its role and name";
+  EXPECT_EQ(v.terms.name, "engine-a");
+  ipc::EngineInfo zero = engine_info();
+  zero.max_seqs = 0;
+  v = judge(ipc::build_hello(wire::Role::Engine, "engine-a", 1, zero));
+  EXPECT_EQ(v.why, "engine parameter max_seqs must be > 0");
+  v = judge(ipc::build_hello(wire::Role::CtlRead, "reader", 1, engine_info()));
+  EXPECT_EQ(v.why, "only an engine's Hello carries engine parameters, not a ctl_read's");
+}
+
+TEST_F(HelloPart, CtlClientsNeverTakeTheReservedSlots) {
+  const ucred peer{.pid = 5, .uid = 1000, .gid = 1000};
+  for (int i = 0; i < 3; ++i) {  // three readers connected: all the slots but the reserved one
+    Client& reader = clients_.add(base::UniqueFd(), peer, at(0), config_->config().limits);
+    reader.role = Role::kCtlRead;
+    reader.phase = Phase::kActive;
+  }
+  const HelloVerdict v = judge(ipc::build_hello(wire::Role::CtlRead, "reader", 1));
+  EXPECT_FALSE(v.taken);
+  EXPECT_TRUE(v.over_limit);
+  EXPECT_EQ(v.code, EAGAIN);
+  EXPECT_TRUE(judge(ipc::build_hello(wire::Role::Engine, "engine-b", 1, engine_info())).taken)
+      << "the reserved slot is an engine's";
 }
 
 // ---- SessionDirectory --------------------------------------------------------------
