@@ -5,16 +5,6 @@
 
 namespace tandem::daemon {
 
-SessionMeta* SessionDirectory::find(sched::SessionId id) {
-  auto it = meta_.find(id);
-  return it == meta_.end() ? nullptr : &it->second;
-}
-
-const SessionMeta* SessionDirectory::find(sched::SessionId id) const {
-  auto it = meta_.find(id);
-  return it == meta_.end() ? nullptr : &it->second;
-}
-
 std::size_t SessionDirectory::held(const Client& c) const {
   if (c.role == Role::kRunner) {
     const Owner* o = owners_.find(c.owner);

@@ -43,8 +43,15 @@ class SessionDirectory {
  public:
   using Map = std::unordered_map<sched::SessionId, SessionMeta>;
 
-  SessionMeta* find(sched::SessionId id);
-  const SessionMeta* find(sched::SessionId id) const;
+  // Several times per record: defined here, so it inlines.
+  SessionMeta* find(sched::SessionId id) {
+    auto it = meta_.find(id);
+    return it == meta_.end() ? nullptr : &it->second;
+  }
+  const SessionMeta* find(sched::SessionId id) const {
+    auto it = meta_.find(id);
+    return it == meta_.end() ? nullptr : &it->second;
+  }
   std::size_t size() const { return meta_.size(); }
   Map::const_iterator begin() const { return meta_.begin(); }
   Map::const_iterator end() const { return meta_.end(); }
