@@ -61,6 +61,7 @@ RecordRule record_rule(ipc::RecordType type);
 // runner's SESSION_CLOSE can overtake its engine's ROUND_END, which waits in
 // the engine's ring for the tick), so it is ignored and counted apart, not
 // held against the client.
+//
 // authorize() leaves one check to its caller: a verdict that charges the
 // sender a session (`charge`) is taken only while the sender has room for
 // one more under limits.sessions_per_client; otherwise it is over_limit(why).
