@@ -2,6 +2,8 @@
 #include "daemon/hello.h"
 
 #include <cerrno>
+#include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
