@@ -63,19 +63,18 @@ RecordRule record_rule(ipc::RecordType type);
 // held against the client.
 //
 // authorize() leaves one check to its caller: a verdict that charges the
-// sender a session (`charge`) is taken only while the sender has room for
+// sender a session (kCharged) is taken only while the sender has room for
 // one more under limits.sessions_per_client; otherwise it is over_limit(why).
 struct Verdict {
-  bool ok = true;
-  bool limit = false;
-  bool late = false;
-  bool charge = false;
-  const char* why = "";
+  enum class Kind : std::uint8_t { kTaken, kCharged, kRefused, kOverLimit, kLate };
+  Kind kind = Kind::kTaken;
+  const char* why = "";  // kCharged: what the sender is told when it has no room
+  bool ok() const { return kind == Kind::kTaken || kind == Kind::kCharged; }
   static Verdict taken() { return {}; }
-  static Verdict charged(const char* why_if_full) { return {true, false, false, true, why_if_full}; }
-  static Verdict refused(const char* why) { return {false, false, false, false, why}; }
-  static Verdict over_limit(const char* why) { return {false, true, false, false, why}; }
-  static Verdict too_late(const char* why) { return {false, false, true, false, why}; }
+  static Verdict charged(const char* why_if_full) { return {Kind::kCharged, why_if_full}; }
+  static Verdict refused(const char* why) { return {Kind::kRefused, why}; }
+  static Verdict over_limit(const char* why) { return {Kind::kOverLimit, why}; }
+  static Verdict too_late(const char* why) { return {Kind::kLate, why}; }
 };
 
 // Who sent a record, as far as authorize() asks.

@@ -120,19 +120,20 @@ Verdict Server::authorize(const Client& c, const ipc::Record& r, const RecordRul
   }
   const Sending from{c.role == Role::kEngine ? Sender::kEngine : Sender::kRunner, c.id, c.owner};
   const Verdict v = daemon::authorize(from, rule, session);
-  if (v.charge && !may_open_session(c)) return Verdict::over_limit(v.why);
+  if (v.kind == Verdict::Kind::kCharged && !may_open_session(c)) return Verdict::over_limit(v.why);
   return v;
 }
 
 void Server::take_record(Client& c, const ipc::Record& r, Time now) {
   const RecordRule rule = record_rule(r.type());
-  if (const Verdict v = authorize(c, r, rule); !v.ok) {
-    if (v.late) {  // not the client's fault: ignored, counted apart
+  if (const Verdict v = authorize(c, r, rule); !v.ok()) {
+    if (v.kind == Verdict::Kind::kLate) {  // not the client's fault: ignored, counted apart
       ++c.counts.late;
       ++stats_.records_late;
       return;
     }
-    if (v.limit) refuse_session(c, r.session());  // answered: the client learns which session was not taken
+    if (v.kind == Verdict::Kind::kOverLimit)
+      refuse_session(c, r.session());  // answered: the client learns which session was not taken
     reject_record(c, v.why);
     return;
   }

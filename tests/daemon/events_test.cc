@@ -202,9 +202,19 @@ sched::Session live_on(sched::EngineId on, bool flying) {
 // A verdict in words: "charged" verdicts are taken only while the sender has
 // room for one more session, and say what it is told when it has none.
 std::string said(const Verdict& v) {
-  if (v.ok) return v.charge ? std::string("charged, else: ") + v.why : "taken";
-  if (v.late) return std::string("late: ") + v.why;
-  return std::string(v.limit ? "over limit: " : "refused: ") + v.why;
+  switch (v.kind) {
+    case Verdict::Kind::kTaken:
+      return "taken";
+    case Verdict::Kind::kCharged:
+      return std::string("charged, else: ") + v.why;
+    case Verdict::Kind::kRefused:
+      return std::string("refused: ") + v.why;
+    case Verdict::Kind::kOverLimit:
+      return std::string("over limit: ") + v.why;
+    case Verdict::Kind::kLate:
+      return std::string("late: ") + v.why;
+  }
+  return "?";
 }
 
 TEST(Authorize, EachRoleSendsOnlyItsOwnRecordsAndNoDirectives) {

@@ -20,6 +20,7 @@
 #include "daemon/hello.h"
 #include "ipc/messages.h"
 #include "sched/registry.h"
+#include "tests/engine_info.h"
 
 namespace tandem::daemon {
 namespace {
@@ -358,13 +359,10 @@ class HelloPart : public ::testing::Test {
     return judge_hello(*(*msg)->payload_as_Hello(), *config_, uid, uid, 0, clients_);
   }
 
+  // The tests' engine, with a GPU and a saturation point of its own.
   static ipc::EngineInfo engine_info() {
-    ipc::EngineInfo e;
+    ipc::EngineInfo e = test_support::test_engine_info();
     e.gpu_index = 2;
-    e.block_size = 16;
-    e.total_blocks = 1000;
-    e.max_seqs = 64;
-    e.token_budget = 4096;
     e.saturating_tokens = 512;
     return e;
   }
@@ -380,7 +378,7 @@ TEST_F(HelloPart, AnEngineGrantedItsRoleGetsItsParameters) {
   EXPECT_EQ(v.terms.name, "engine-a");
   EXPECT_EQ(v.terms.instance, 77u);
   EXPECT_EQ(v.terms.engine.total_blocks, 1000u);
-  EXPECT_EQ(v.terms.engine.token_budget, 4096u);
+  EXPECT_EQ(v.terms.engine.token_budget, 2048u);
   EXPECT_EQ(v.terms.engine.max_model_len, sched::EngineParams{}.max_model_len) << "0 means unknown";
   EXPECT_EQ(v.terms.gpu_index, 2);
   EXPECT_EQ(v.terms.saturating_tokens, 512u);
