@@ -69,7 +69,8 @@
 // Process hygiene: tandemd dies with the bench (PR_SET_PDEATHSIG), is stopped
 // and reaped on every error path (testbed::DaemonProcess's destructor, which
 // also sweeps its cgroup subtree), and killed on SIGINT or SIGTERM to the
-// bench.
+// bench. The handler exits at once, so the subtree of a bench killed that
+// way is swept by the next daemon_bench (testbed::sweep_stale_subtrees).
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -1027,6 +1028,17 @@ int run_main(int argc, char** argv) {
              o.policy, (o.policy == "mars" || o.policy == "tandem") ? fmt::format(" (window {})", kOpenWindow) : "",
              o.tick_ms > 0 ? o.tick_ms : 50, o.wake == Wake::kDoorbell ? "doorbell" : "polling every 1 ms", o.tool_ms,
              o.seconds, o.warmup, cores, cores == 1 ? "" : "s");
+
+  // A bench killed by a signal exits at once and leaves its subtree: sweep
+  // those of benches that are gone.
+  if (o.host != "off") {
+    auto swept = testbed::sweep_stale_subtrees("tandem-bench-");
+    if (!swept) {
+      fmt::print(stderr, "daemon_bench: {}\n", swept.error().message());
+      return 1;
+    }
+    for (const std::string& name : *swept) fmt::print("swept {}, left by a daemon_bench that was killed\n", name);
+  }
 
   std::fflush(stdout);
   std::vector<RunResult> runs;

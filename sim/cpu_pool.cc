@@ -12,9 +12,14 @@ constexpr double kEpsilon = 1e-9;
 
 }  // namespace
 
-void CpuPool::start(std::uint64_t tool, std::uint64_t group, double demand_cores, double nominal_s, Time now) {
+void CpuPool::start(std::uint64_t tool, std::uint64_t group, double demand_cores, double nominal_s, Time now,
+                    double start_cpu_s) {
   advance(now);
-  tools_[tool] = Tool{group, std::max(kMinDemand, demand_cores), std::max(0.0, nominal_s), std::max(0.0, nominal_s)};
+  tools_[tool] = Tool{.group = group,
+                      .demand = std::max(kMinDemand, demand_cores),
+                      .remaining_s = std::max(0.0, nominal_s),
+                      .start_left = start_cpu_s > 0 ? start_cpu_s : 0,
+                      .nominal_s = std::max(0.0, nominal_s)};
   reshare(now);
 }
 
@@ -58,8 +63,19 @@ void CpuPool::advance(Time now) {
   if (now <= last_) return;
   const double dt = std::chrono::duration<double>(now - last_).count();
   for (auto& [id, t] : tools_) {
-    t.remaining_s = std::max(0.0, t.remaining_s - dt * t.rate / t.demand);
-    core_seconds_ += dt * t.rate;
+    // A start phase that ends inside dt leaves the rest of dt at the same
+    // rate (the rate was shared for the start phase's demand; the next
+    // reshare, at the completion this phase's end schedules, corrects it).
+    double cpu = dt * t.rate;
+    core_seconds_ += cpu;
+    if (t.start_left > 0) {
+      t.start_wall_s += t.rate > 0 ? std::min(dt, t.start_left / t.rate) : dt;
+      const double used = std::min(cpu, t.start_left);
+      t.start_left -= used;
+      cpu -= used;
+      if (t.start_left <= kEpsilon) t.start_left = 0;
+    }
+    t.remaining_s = std::max(0.0, t.remaining_s - cpu / t.demand);
   }
   const double decay = std::exp(-dt / 10.0);
   psi_ = psi_ * decay + (contended_ ? 100.0 : 0.0) * (1.0 - decay);
@@ -81,7 +97,7 @@ void CpuPool::reshare(Time now) {
     auto g = groups_.find(t.group);
     const double weight = g != groups_.end() ? g->second.weight : 100.0;
     const double quota = g != groups_.end() ? g->second.quota : 0.0;
-    const double want = t.demand * t.speed;
+    const double want = (t.start_left > 0 ? 1.0 : t.demand) * t.speed;
     const double cap = quota > 0 ? std::min(want, quota) : want;
     entries.push_back({id, &t, cap, weight});
     total_cap += cap;
@@ -103,25 +119,29 @@ void CpuPool::reshare(Time now) {
     weights -= e.weight;
   }
   contended_ = total_cap > cores_ + kEpsilon;
-  // The next completion.
+  // The next completion, or the next end of a start phase (a reshare point).
   next_.reset();
   for (auto& [id, t] : tools_) {
     if (t.rate <= 0) continue;
-    const double s = t.remaining_s * t.demand / t.rate;
+    const double s = t.start_left > 0 ? t.start_left / t.rate : t.remaining_s * t.demand / t.rate;
     const Time at = now + std::chrono::duration_cast<base::Duration>(std::chrono::duration<double>(s)) +
                     base::Duration(1);  // round up: never complete before the work is done
     if (!next_ || at < *next_) next_ = at;
   }
 }
 
-std::vector<std::uint64_t> CpuPool::complete(Time now) {
+std::vector<std::uint64_t> CpuPool::complete(Time now, std::vector<double>* start_walls) {
   advance(now);
   std::vector<std::uint64_t> done;
   for (auto& [id, t] : tools_) {
-    if (t.remaining_s <= 1e-9) done.push_back(id);
+    if (t.start_left <= 0 && t.remaining_s <= 1e-9) done.push_back(id);
   }
   std::sort(done.begin(), done.end());
-  for (std::uint64_t id : done) tools_.erase(id);
+  if (start_walls != nullptr) start_walls->clear();
+  for (std::uint64_t id : done) {
+    if (start_walls != nullptr) start_walls->push_back(tools_.at(id).start_wall_s);
+    tools_.erase(id);
+  }
   reshare(now);
   return done;
 }

@@ -48,6 +48,8 @@ node
   --token-budget N      tokens per engine step (default: the preset's, 8192)
   --max-seqs N          sequences per engine step (default: the preset's, 1024)
   --tool-cpu SPEC       CPU demand per tool kind, "pytest=1,Read=0.05,*=0.5"
+  --tool-start-ms MS    each tool call's first MS ms run at one whole core (its exec and start;
+                        docs/sim.md "Tools"; default 0: none)
   --host-kv-gib G       host memory for KV copies per engine, GiB (default 128; 0 = unlimited)
 host memory (docs/sim.md "Host memory"; off unless --tool-mem is given or the workload is agentic-mem)
   --tool-mem SPEC       model tool and session memory: "on" for the defaults, or per-kind P95 peaks
@@ -104,6 +106,7 @@ struct Options {
   std::vector<std::string> exclude_sources;
   std::uint32_t engines = 2;
   double tool_cores = 16;
+  double tool_start_ms = 0;
   double host_kv_gib = 128;
   std::optional<std::uint32_t> token_budget;
   std::optional<std::uint32_t> max_seqs;
@@ -253,6 +256,14 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       if (a == "--session-mem-mib") o.session_mem_mib = d;
       if (a == "--retry-delay") o.retry_delay_s = *d;
       if (a == "--tool-mem-scale") o.tool_mem_scale = *d;
+    } else if (a == "--tool-start-ms") {
+      auto v = need(a);
+      if (!v) return 2;
+      auto d = parse_number<double>(*v);
+      if (!d || *d < 0 || *d > 60000) {
+        return usage_error("--tool-start-ms: '" + std::string(*v) + "' is not a number of ms in [0, 60000]");
+      }
+      o.tool_start_ms = *d;
     } else if (a == "--host-kv-gib") {
       auto v = need(a);
       if (!v) return 2;
@@ -406,6 +417,7 @@ int run(const Options& o) {
   base_config.limits.max_seqs = o.max_seqs.value_or(preset->max_seqs);
   base_config.engines = o.engines;
   base_config.tool_cores = o.tool_cores;
+  base_config.tool_start_s = o.tool_start_ms / 1000;
   base_config.host_kv_gib = o.host_kv_gib;
   base_config.tick_s = o.tick_s;
   if (base_config.limits.token_budget < preset->block_size) {

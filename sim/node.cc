@@ -118,7 +118,10 @@ class Node final : public EngineHost, private sched::ActionSink {
   void arrive(SimSession& s, Time now);
   void round_ready(SimSession& s, Time now);  // the next round exists: submit or hold it
   void submit(SimSession& s, Time now);
-  void tool_done(SimSession& s, Time now, std::int32_t exit_code);
+  // start_wall_s: the wall seconds its start phase took (CpuPool::complete).
+  void tool_done(SimSession& s, Time now, std::int32_t exit_code, double start_wall_s = 0);
+  // A tool call's CPU: its start phase (config_.tool_start_s), then its body.
+  void start_tool_cpu(std::uint64_t tool, std::uint64_t session, double demand, double nominal_s, Time now);
   void tick(Time now);
   // What the policy's actions do in the simulator (sched/apply.h applies
   // them, as in tandemd): its engines, its CPU pool, its tools.
@@ -326,12 +329,14 @@ base::Result<void> Node::step() {
     }
   }
   if (auto c = cpu_.next_completion(); c && *c <= now) {
-    for (std::uint64_t tool : cpu_.complete(now)) {
-      auto it = tool_owner_.find(tool);
+    std::vector<double> start_walls;
+    const std::vector<std::uint64_t> done = cpu_.complete(now, &start_walls);
+    for (std::size_t i = 0; i < done.size(); ++i) {
+      auto it = tool_owner_.find(done[i]);
       const SessionId sid = it->second;
       tool_owner_.erase(it);
-      host_tools_.erase(tool);
-      tool_done(session(sid), now, 0);
+      host_tools_.erase(done[i]);
+      tool_done(session(sid), now, 0, start_walls[i]);
     }
     last_progress_ = now;
   }
@@ -500,22 +505,31 @@ void Node::round_done(EngineId engine, const RoundWork& work, std::uint32_t bloc
   s.tool_start = now;
   const std::uint64_t tool = next_tool_++;
   tool_owner_.emplace(tool, s.id);
-  cpu_.start(tool, s.id, config_.tool_cpu.demand(r.tool), r.tool_seconds, now);
+  start_tool_cpu(tool, s.id, config_.tool_cpu.demand(r.tool), r.tool_seconds, now);
   if (mem_on_) start_host_tool(tool, s, r, now);
 }
 
-void Node::tool_done(SimSession& s, Time now, std::int32_t exit_code) {
+void Node::start_tool_cpu(std::uint64_t tool, std::uint64_t session, double demand, double nominal_s, Time now) {
+  const double start = config_.tool_start_extra ? config_.tool_start_s : std::min(config_.tool_start_s, nominal_s);
+  cpu_.start(tool, session, demand, config_.tool_start_extra ? nominal_s : nominal_s - start, now, start);
+}
+
+void Node::tool_done(SimSession& s, Time now, std::int32_t exit_code, double start_wall_s) {
   const RoundSpec& r = s.spec->rounds[s.round];
   const Duration wall = now - s.tool_start;
   const sched::ToolKind kind = base::tool_kind_id(r.tool);
   emit(sched::ToolEnded{s.id, kind, s.tool_call, exit_code, wall, Duration{}}, now);
   for (auto& st : steps_) st->on_tool_end(s.id, kind, wall, now);
   ++result_.counters.tool_calls;
+  // Stretch is the call's run over its nominal time. A start phase on top of
+  // that time (the replay's stand-in tool) is not part of its run: the live
+  // replay times its tool from main() on.
+  const double run_s = base::to_seconds(wall) - (config_.tool_start_extra ? start_wall_s : 0.0);
   if (r.tool_seconds > 0) {
-    result_.counters.tool_stretch_sum += base::to_seconds(wall) / r.tool_seconds;
+    result_.counters.tool_stretch_sum += run_s / r.tool_seconds;
     ++result_.counters.tool_stretch_calls;
   }
-  result_.tool_calls.push_back({r.tool_seconds, base::to_seconds(wall)});
+  result_.tool_calls.push_back({r.tool_seconds, run_s});
   ++s.round;
   // In a cluster the router picks the node of every round (most keep it).
   if (router_ != nullptr) {
@@ -783,7 +797,7 @@ void Node::host_step(Time now) {
       t.draw = config_.tool_mem_table.draw(t.kind, mix64(t.key + t.attempt), t.nominal_s);
       t.draw.peak_bytes *= t.scale;
       t.waiting = false;
-      cpu_.start(id, t.session, t.demand, t.nominal_s, now);
+      start_tool_cpu(id, t.session, t.demand, t.nominal_s, now);
     }
     if (t.waiting) continue;
     t.progress = cpu_.progress(id, now);

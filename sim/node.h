@@ -33,6 +33,13 @@ struct SimConfig {
   std::map<std::string, double> params;  // policy parameters (validated by the registry)
   double tick_s = 0.05;                  // control tick period
   ToolCpuTable tool_cpu;
+  // Each tool call's start phase (docs/sim.md "Tools", the start phase):
+  // CPU-seconds run at one full core before the call's body. Inside the
+  // call's nominal time (a trace's tool time includes its exec), unless
+  // tool_start_extra: then on top of it (the live replay's stand-in tool,
+  // whose --wall-seconds excludes its own start). 0: none.
+  double tool_start_s = 0;
+  bool tool_start_extra = false;
   double stall_s = 3600;  // no round ends, tool ends or arrivals for this long (virtual): the run fails
   // Host memory for KV copies (offload, swap), per engine; the node's pool is
   // engines × this, shared. 0: unlimited. InferCept's experiments give each
@@ -54,7 +61,7 @@ struct SimConfig {
 
 struct ToolCallRecord {
   double nominal_s = 0;  // the trace's tool_seconds
-  double wall_s = 0;     // what it took under contention
+  double wall_s = 0;     // what it took under contention (without a start phase on top: SimConfig::tool_start_extra)
 };
 
 struct SimResult {

@@ -784,6 +784,13 @@ int run(const ReplayFlags& flags) {
   config.policy = policy;
   for (const auto& [name, v] : flags.params) config.params[name] = v;
   config.tool_cpu = cpus;
+  // The stand-in tool's own start (fork, exec, its runtime) costs CPU its
+  // step does not ask for, and on a busy core it waits for it at a whole
+  // core's demand: the prediction runs what this run measured as each call's
+  // start phase, on top of its time (docs/replay.md "The prediction").
+  const double start_cpu_s = tool_start_cpu_s(logs, cpus);
+  config.tool_start_s = start_cpu_s * flags.compress;
+  config.tool_start_extra = true;
   if (mem) {
     // Host memory as the live run has it: the tools' budget is tandemd's
     // ([memory] tools_budget, given here as --host-mem-gib); the agents'
@@ -809,6 +816,7 @@ int run(const ReplayFlags& flags) {
   summary.compress = flags.compress;
   summary.sessions = logs.size();
   summary.wall_s = wall_s;
+  summary.tool_start_ms = start_cpu_s * 1000;
   summary.measured = sim::compute_metrics(a.records, a.counters);
   for (const sim::SessionRecord& r : a.records) summary.e2e_s.push_back(r.finish_s - r.arrival_s);
   summary.ttft_s = a.ttft_s;

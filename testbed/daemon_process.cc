@@ -77,6 +77,26 @@ base::Result<base::UniqueFd> open_output(const std::string& path) {
   return fd;
 }
 
+// Kills what runs in the subtree `name` and removes it; whether there was
+// something left (a process or a child cgroup). Root only.
+base::Result<bool> sweep_subtree(const std::string& name) {
+  const std::string what = fmt::format("sweep the cgroup subtree {}", name);
+  cpu::ManagerOptions o;
+  o.subtree = name;
+  auto m = cpu::CgroupManager::open(o);  // (makes the subtree when it is gone: removed below)
+  if (!m) return base::propagate(std::move(m.error()), what);
+  const cpu::Node& root = (*m)->root();
+  auto procs = (*m)->processes(root);
+  auto children = (*m)->children("");
+  const bool left = (procs && !procs->empty()) || (children && !children->empty());
+  if (auto k = (*m)->kill(root, kSweepKillTimeoutMs); !k) return base::propagate(std::move(k.error()), what);
+  if (auto r = (*m)->remove(root); !r) return base::propagate(std::move(r.error()), what);
+  return left;
+}
+
+// Whether `pid` names a process (one we may not signal still runs).
+bool pid_runs(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -336,19 +356,53 @@ base::Result<void> DaemonProcess::stop() {
 
 base::Result<bool> DaemonProcess::sweep_cgroups() {
   if (options_.cgroup_subtree.empty() || ::geteuid() != 0) return false;
-  const std::string what = fmt::format("sweep tandemd's cgroup subtree {}", options_.cgroup_subtree);
-  if (child_.pid() > 0) return base::make_error(EBUSY, fmt::format("{}: {} is running", what, who()));
+  if (child_.pid() > 0) {
+    return base::make_error(
+        EBUSY, fmt::format("sweep tandemd's cgroup subtree {}: {} is running", options_.cgroup_subtree, who()));
+  }
+  return sweep_subtree(options_.cgroup_subtree);
+}
+
+base::Result<std::vector<std::string>> sweep_stale_subtrees(std::string_view prefix) {
+  std::vector<std::string> swept;
+  if (prefix.empty() || prefix.find('/') != std::string_view::npos || prefix.starts_with(".")) {
+    return base::make_error(EINVAL, fmt::format("sweep stale subtrees: '{}' is not a subtree name prefix", prefix));
+  }
+  if (::geteuid() != 0) return swept;
+  // Where subtrees beneath this process's cgroup live: the planner's answer
+  // for a probe subtree (no I/O), less the probe.
+  const auto text = [](const char* path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
   cpu::ManagerOptions o;
-  o.subtree = options_.cgroup_subtree;
-  auto m = cpu::CgroupManager::open(o);  // (makes the subtree when it is gone: removed below)
-  if (!m) return base::propagate(std::move(m.error()), what);
-  const cpu::Node& root = (*m)->root();
-  auto procs = (*m)->processes(root);
-  auto children = (*m)->children("");
-  const bool left = (procs && !procs->empty()) || (children && !children->empty());
-  if (auto k = (*m)->kill(root, kSweepKillTimeoutMs); !k) return base::propagate(std::move(k.error()), what);
-  if (auto r = (*m)->remove(root); !r) return base::propagate(std::move(r.error()), what);
-  return left;
+  o.subtree = std::string(prefix) + "probe";
+  auto plan = cpu::plan_cgroups(text(o.mountinfo_path.c_str()), text(o.self_cgroup_path.c_str()), o);
+  if (!plan) return swept;  // no cgroup hierarchy this process sits in: nothing to sweep
+  std::vector<std::string> stale;
+  for (const cpu::Hierarchy& h : plan->hierarchies) {
+    std::error_code ec;
+    const std::filesystem::path parent = std::filesystem::path(h.path()).parent_path();
+    for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.starts_with(prefix) || !entry.is_directory(ec)) continue;
+      const std::string_view digits = std::string_view(name).substr(prefix.size());
+      if (digits.empty() || digits.size() > 9 ||
+          !std::ranges::all_of(digits, [](char c) { return c >= '0' && c <= '9'; })) {
+        continue;
+      }
+      const auto pid = static_cast<pid_t>(std::stol(std::string(digits)));
+      if (pid <= 0 || pid == ::getpid() || pid_runs(pid)) continue;
+      if (std::ranges::find(stale, name) == stale.end()) stale.push_back(name);
+    }
+  }
+  for (const std::string& name : stale) {
+    if (auto r = sweep_subtree(name); !r) return base::propagate(std::move(r.error()));
+    swept.push_back(name);
+  }
+  return swept;
 }
 
 std::string DaemonProcess::log() const {

@@ -46,6 +46,15 @@
 
 namespace tandem::testbed {
 
+// Subtrees named <prefix><pid> beneath this process's own cgroup, in every
+// hierarchy, whose pid no longer runs: what a bench killed by a signal left
+// (its handler kills tandemd and exits at once, with no time to sweep). Each
+// is swept as DaemonProcess::sweep_cgroups() sweeps: what runs in it is
+// killed, then it is removed. Returns the names swept. Nothing without root.
+// `prefix` must be non-empty and name no path ("tandem-bench-"); a pid that
+// runs, and any other name, are left alone.
+base::Result<std::vector<std::string>> sweep_stale_subtrees(std::string_view prefix);
+
 // A directory made by mkdtemp(3), removed with everything in it at
 // destruction unless kept. Move-only: moving over a live one removes the old
 // directory first; a self-move keeps it.

@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include "base/parse.h"
+#include "base/stats.h"
 #include "sched/registry.h"
 #include "sim/host_memory.h"
 #include "testbed/flags.h"
@@ -440,6 +441,18 @@ double mean_stretch(std::span<const std::pair<double, double>> calls, double min
     ++n;
   }
   return n ? sum / static_cast<double>(n) : 0.0;
+}
+
+double tool_start_cpu_s(std::span<const SessionLog> sessions, const sim::ToolCpuTable& cpus) {
+  std::vector<double> extra;
+  for (const SessionLog& s : sessions) {
+    for (const ToolLog& t : s.tools) {
+      if (t.exit_code != 0 || t.memory_kill || t.reason != 0) continue;
+      const double asked = std::max(0.001, cpus.demand(t.kind)) * t.nominal_s;  // as tool_step() asks
+      extra.push_back(std::max(0.0, t.cpu_s - asked));
+    }
+  }
+  return extra.empty() ? 0.0 : base::median(extra);
 }
 
 }  // namespace tandem::testbed

@@ -200,4 +200,11 @@ Assembled assemble(std::span<const SessionLog> sessions, std::span<const double>
 constexpr double kLongToolWallS = 0.010;  // compressed (wall) seconds
 double mean_stretch(std::span<const std::pair<double, double>> calls, double min_nominal_s);
 
+// The CPU a tool call used beyond what its step asked for (fork, exec, the
+// C++ runtime, its report): the median, in wall seconds, over the calls that
+// ran to the end (exit 0, not killed); 0 when there are none. The prediction
+// runs it, in trace seconds, as each call's start phase on top of its time
+// (sim::SimConfig::tool_start_s, docs/replay.md "The prediction").
+double tool_start_cpu_s(std::span<const SessionLog> sessions, const sim::ToolCpuTable& cpus);
+
 }  // namespace tandem::testbed

@@ -38,6 +38,7 @@ struct RunSummary {
   std::string prediction_error;
   std::vector<double> predicted_e2e_s;
   std::vector<double> predicted_ttft_s;
+  double tool_start_ms = 0;  // CPU per tool call beyond its step's, wall ms (the prediction's start phase)
   // Mean tool stretch over calls of at least kLongToolWallS compressed.
   double long_stretch = 0, predicted_long_stretch = 0;
   const std::vector<SessionLog>* logs = nullptr;

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
+#include <optional>
+#include <vector>
 
 namespace tandem::sim {
 namespace {
@@ -82,6 +85,44 @@ TEST(CpuPool, StopEndsAToolAndReleasesItsShare) {
   EXPECT_FALSE(pool.stop(1, at(1)));
   auto ends = drain(pool);
   EXPECT_NEAR(ends[2], 1.5, 1e-6);
+}
+
+TEST(CpuPool, StartPhaseAddsItsCpuUncontended) {
+  // A 0.1-core tool of 1 s with a 0.05 CPU-second start: 0.05 s at one core,
+  // then its body, so it ends at 1.05 s and used 0.05 + 0.1 core-seconds.
+  CpuPool pool(4);
+  pool.start(1, 10, 0.1, 1.0, at(0), 0.05);
+  EXPECT_EQ(pool.progress(1, at(0.04)), 0.0);  // no progress while it starts
+  auto ends = drain(pool);
+  EXPECT_NEAR(ends[1], 1.05, 1e-6);
+  EXPECT_NEAR(pool.core_seconds(), 0.15, 1e-6);
+}
+
+TEST(CpuPool, StartPhaseWaitsBehindBusyToolsAtAWholeCoresDemand) {
+  // One core, three 1-core tools running long. A light tool (0.1 core) with
+  // a 0.1 CPU-second start competes as a fourth whole-core task while it
+  // starts: a quarter of the core, so its start takes 0.4 s. Then its body
+  // wants only 0.1 core, which water-filling grants in full: 1 s more.
+  // Without the start phase it would have ended at 1 s, unstretched.
+  CpuPool pool(1);
+  for (std::uint64_t id = 1; id <= 3; ++id) pool.start(id, 10 + id, 1.0, 100.0, at(0));
+  pool.start(9, 19, 0.1, 1.0, at(0), 0.1);
+  std::optional<double> end;
+  double start_wall = -1;
+  while (auto t = pool.next_completion()) {
+    std::vector<double> start_walls;
+    const auto done = pool.complete(*t, &start_walls);
+    ASSERT_EQ(done.size(), start_walls.size());
+    for (std::size_t i = 0; i < done.size(); ++i) {
+      if (done[i] != 9) continue;
+      end = secs(*t);
+      start_wall = start_walls[i];
+    }
+    if (end) break;
+  }
+  ASSERT_TRUE(end.has_value());
+  EXPECT_NEAR(*end, 1.4, 1e-6);
+  EXPECT_NEAR(start_wall, 0.4, 1e-6);  // the wait for its start, which the call's run excludes
 }
 
 TEST(CpuPool, PressureRisesOnlyUnderContention) {

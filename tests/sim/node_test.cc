@@ -37,6 +37,30 @@ TEST(Node, ASessionAloneTakesItsIdealTime) {
   }
 }
 
+TEST(Node, ToolStartPhaseIsInsideTheCallUnlessExtra) {
+  // Alone on the node a tool is never contended, so a start phase inside the
+  // call's time leaves T_ideal as it is, and one on top adds its length to
+  // every call (the session has 5 tool calls: 6 rounds, the last without).
+  Workload w;
+  w.sessions.push_back(session("alone", 0, 20000, 6, 0.5, 1));
+  SimConfig c = config("fcfs");
+  const auto ideal = ideal_times(w, c);
+  c.tool_start_s = 0.02;
+  auto inside = simulate(w, c, ideal);
+  ASSERT_TRUE(inside) << inside.error().context();
+  EXPECT_NEAR(inside->sessions[0].finish_s - inside->sessions[0].arrival_s, ideal[0], 1e-5);
+  c.tool_start_extra = true;
+  auto extra = simulate(w, c, ideal);
+  ASSERT_TRUE(extra) << extra.error().context();
+  EXPECT_NEAR(extra->sessions[0].finish_s - extra->sessions[0].arrival_s, ideal[0] + 5 * 0.02, 1e-5);
+  // A start on top of the call is not part of its run: uncontended, every
+  // call's run is its nominal time (stretch 1), as the live replay times it.
+  ASSERT_EQ(extra->tool_calls.size(), 5u);
+  for (const ToolCallRecord& t : extra->tool_calls) EXPECT_NEAR(t.wall_s, t.nominal_s, 1e-6);
+  // Inside the call, the start is part of it: the call still takes its time.
+  for (const ToolCallRecord& t : inside->tool_calls) EXPECT_NEAR(t.wall_s, t.nominal_s, 1e-6);
+}
+
 // A small pool (8B model, 6,000 blocks per engine) under 40 overlapping
 // sessions: KV runs short, so preemption, eviction and admission control all act.
 Workload contended() {

@@ -374,5 +374,59 @@ TEST(DaemonProcess, SweepRemovesWhatIsLeftOfTheSubtree) {
   EXPECT_TRUE((*m)->remove((*m)->root()).has_value());
 }
 
+// What a bench killed by a signal left: a subtree named after its pid, gone.
+// The stale one is swept; one whose pid runs, and any other name, stay.
+TEST(DaemonProcess, StaleSubtreesOfDeadPidsAreSwept) {
+  EXPECT_FALSE(sweep_stale_subtrees("").has_value());
+  EXPECT_FALSE(sweep_stale_subtrees("a/b-").has_value());
+  EXPECT_FALSE(sweep_stale_subtrees("..").has_value());
+  const std::string prefix = fmt::format("tandem-harness-stale-{}-", ::getpid());
+  if (::geteuid() != 0) {
+    auto r = sweep_stale_subtrees(prefix);
+    ASSERT_TRUE(r.has_value()) << r.error().message();
+    EXPECT_TRUE(r->empty()) << "without root there is nothing to sweep";
+    GTEST_SKIP() << "needs root to create cgroups";
+  }
+  // A pid that ran and is gone: a child reaped at once.
+  const pid_t dead = ::fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  // One that runs: a child that waits to be killed.
+  const pid_t live = ::fork();
+  ASSERT_GE(live, 0);
+  if (live == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  const std::string stale = prefix + std::to_string(dead);
+  const std::string running = prefix + std::to_string(live);
+  const std::string other = prefix + "x" + std::to_string(dead);
+  for (const std::string& name : {stale, running, other}) {
+    cpu::ManagerOptions mo;
+    mo.subtree = name;
+    auto m = cpu::CgroupManager::open(mo);
+    ASSERT_TRUE(m.has_value()) << m.error().message();
+    ASSERT_TRUE((*m)->create("tools/left-behind").has_value());
+  }
+  auto r = sweep_stale_subtrees(prefix);
+  ::kill(live, SIGKILL);
+  ::waitpid(live, nullptr, 0);
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_EQ(*r, std::vector<std::string>{stale});
+  // Each is looked at (open makes a subtree that is gone: an empty one means
+  // it was swept), then removed.
+  for (const std::string& name : {stale, running, other}) {
+    cpu::ManagerOptions mo;
+    mo.subtree = name;
+    auto m = cpu::CgroupManager::open(mo);
+    ASSERT_TRUE(m.has_value()) << m.error().message();
+    auto children = (*m)->children("");
+    ASSERT_TRUE(children.has_value());
+    EXPECT_EQ(children->empty(), name == stale) << name;
+    EXPECT_TRUE((*m)->remove((*m)->root()).has_value()) << name;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::testbed

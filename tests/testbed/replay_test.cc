@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/config.h"
+#include "tandem/tandem.h"
 #include "testbed/replay.h"
 #include "testbed/replay_report.h"
 
@@ -266,6 +268,34 @@ TEST(MeanStretchTest, OnlyCallsLongEnough) {
   EXPECT_DOUBLE_EQ(mean_stretch(calls, 0.010), (1.5 + 1.0) / 2);
   EXPECT_DOUBLE_EQ(mean_stretch(calls, 0), (10 + 1.5 + 1.0) / 3);
   EXPECT_EQ(mean_stretch(calls, 1), 0);
+}
+
+TEST(ToolStartTest, MedianCpuBeyondTheStepOverCallsThatRanToTheEnd) {
+  sim::ToolCpuTable cpus;
+  ASSERT_TRUE(cpus.apply("pytest=1,Read=0.1"));
+  const auto call = [](std::string kind, double nominal, double cpu) {
+    ToolLog t;
+    t.kind = std::move(kind);
+    t.nominal_s = nominal;
+    t.cpu_s = cpu;
+    return t;
+  };
+  SessionLog s;
+  s.tools = {call("pytest", 0.10, 0.107), call("Read", 0.20, 0.028), call("Read", 0.05, 0.014)};
+  ToolLog killed = call("pytest", 1.0, 0.5);  // killed part way: not a start cost
+  killed.memory_kill = true;
+  killed.reason = TANDEM_TOOL_OOM_KILLED;
+  s.tools.push_back(killed);
+  ToolLog failed = call("Read", 0.1, 0.5);
+  failed.exit_code = 1;
+  s.tools.push_back(failed);
+  // Extras 7, 8 and 9 ms; the median is 8 ms.
+  EXPECT_NEAR(tool_start_cpu_s(std::span(&s, 1), cpus), 0.008, 1e-9);
+  EXPECT_EQ(tool_start_cpu_s({}, cpus), 0.0);
+  // A call that used less than it asked for counts as no start cost, not a negative one.
+  SessionLog light;
+  light.tools = {call("pytest", 0.1, 0.05)};
+  EXPECT_EQ(tool_start_cpu_s(std::span(&light, 1), cpus), 0.0);
 }
 
 class CompareTest : public ::testing::Test {
