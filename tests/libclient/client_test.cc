@@ -1002,20 +1002,28 @@ TEST(FakeDaemon, LargeResyncIsSplitInBatches) {
   tandem_close(c);
 }
 
+// An engine (the C++ wrapper) connected to a FakeDaemon whose Welcome names
+// a policy: the set-up of the step-scheduler tests below.
+struct EngineOnFakeDaemon : ::testing::Test {
+  void open(const char* policy) {
+    auto o = options(dir.path().c_str());
+    auto p = engine_params();
+    ASSERT_EQ(Client::open_engine(&o, p, c), 0);
+    ASSERT_NO_FATAL_FAILURE(connect(c.get(), daemon, 7, policy));
+    ASSERT_STREQ(c.policy(), policy) << c.last_error();
+  }
+  TempDir dir;
+  FakeDaemon daemon{dir.path()};
+  Client c;  // closed first: declared last
+};
+
 // A policy that preempts by swapping (autellix's default) reaches the
 // engine's swap array; a caller built against the first, shorter
 // tandem_step_plan, or with no swap array, gets those preemptions as
 // recomputes. None may be lost: a running request left without the blocks
 // its step needs stalls the engine (a live replay under tandem did).
-TEST(FakeDaemon, SwapPreemptionsReachTheEngineWhateverItsPlanStruct) {
-  TempDir dir;
-  FakeDaemon daemon(dir.path());
-  auto o = options(dir.path().c_str());
-  auto p = engine_params();
-  Client c;
-  ASSERT_EQ(Client::open_engine(&o, p, c), 0);
-  ASSERT_NO_FATAL_FAILURE(connect(c.get(), daemon, 7, "autellix"));
-  ASSERT_STREQ(c.policy(), "autellix") << c.last_error();
+TEST_F(EngineOnFakeDaemon, SwapPreemptionsReachTheEngineWhateverItsPlanStruct) {
+  ASSERT_NO_FATAL_FAILURE(open("autellix"));
   // r0 needs a third block for its next token and none is free: one of the
   // two running requests is preempted.
   const tandem_step_request reqs[] = {request(0, TANDEM_REQ_RUNNING, 32, 32, 2),
@@ -1058,15 +1066,8 @@ TEST(FakeDaemon, SwapPreemptionsReachTheEngineWhateverItsPlanStruct) {
   EXPECT_NE(std::strstr(c.last_error(), "ret_plan->sz"), nullptr);
 }
 
-TEST(FakeDaemon, PolicyConfigSwitchesThePolicyAndBadOnesAreIgnored) {
-  TempDir dir;
-  FakeDaemon daemon(dir.path());
-  auto o = options(dir.path().c_str());
-  auto p = engine_params();
-  Client c;
-  ASSERT_EQ(Client::open_engine(&o, p, c), 0);
-  ASSERT_NO_FATAL_FAILURE(connect(c.get(), daemon, 7, "mars"));
-  EXPECT_STREQ(c.policy(), "mars");
+TEST_F(EngineOnFakeDaemon, PolicyConfigSwitchesThePolicyAndBadOnesAreIgnored) {
+  ASSERT_NO_FATAL_FAILURE(open("mars"));
   daemon.send_policy("no-such-policy", {}, {});
   daemon.send_policy("fcfs", {"no_such_param"}, {1.0});
   daemon.send(ipc::build_resync_request("marker"));  // a marker: processed after the two above
@@ -1093,15 +1094,8 @@ TEST(FakeDaemon, PolicyConfigSwitchesThePolicyAndBadOnesAreIgnored) {
 // as the session: without it an engine's scheduler state grows with every
 // session it ever ran. A round in flight when CLOSE comes ends it when the
 // round ends.
-TEST(FakeDaemon, ACloseDirectiveEndsTheSessionInTheStepScheduler) {
-  TempDir dir;
-  FakeDaemon daemon(dir.path());
-  auto o = options(dir.path().c_str());
-  auto p = engine_params();
-  Client c;
-  ASSERT_EQ(Client::open_engine(&o, p, c), 0);
-  ASSERT_NO_FATAL_FAILURE(connect(c.get(), daemon, 7, "autellix"));
-  ASSERT_STREQ(c.policy(), "autellix") << c.last_error();
+TEST_F(EngineOnFakeDaemon, ACloseDirectiveEndsTheSessionInTheStepScheduler) {
+  ASSERT_NO_FATAL_FAILURE(open("autellix"));
 
   // The first chunk of a new request: Q0's 2048 tokens while its session has
   // had under q1_service (2048) tokens, Q1's 1024 after.
