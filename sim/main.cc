@@ -58,6 +58,7 @@ host memory (docs/sim.md "Host memory"; off unless --tool-mem is given or the wo
   --session-mem-mib M   resident baseline of an admitted session, MiB (default: the preset's, 185)
   --retry-delay S       a tool killed for memory runs again S seconds later (default 5)
   --tool-mem-scale X    multiplies every tool call's memory peak (default 1)
+  --tool-mem-cap-mib M  no tool call's memory peak above M MiB, after the scales (default: no cap)
   --host-rules WHO      which policies get tandemd's host memory rules: none (default), tandem, all
   --tick S              control tick period in seconds (default 0.05)
 cluster (docs/sim.md "Multi-node")
@@ -117,6 +118,7 @@ struct Options {
   std::optional<double> session_mem_mib;
   double retry_delay_s = 5;
   double tool_mem_scale = 1;
+  double tool_mem_cap_mib = 0;
   double tick_s = 0.05;
   std::vector<std::string> policies;
   std::map<std::string, std::map<std::string, double>> params;
@@ -243,11 +245,12 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       auto d = parse_number<double>(*v);
       if (!d || *d <= 0) return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a positive number");
       (a == "--tick" ? o.tick_s : o.tool_cores) = *d;
-    } else if (a == "--host-mem-gib" || a == "--session-mem-mib" || a == "--retry-delay" || a == "--tool-mem-scale") {
+    } else if (a == "--host-mem-gib" || a == "--session-mem-mib" || a == "--retry-delay" || a == "--tool-mem-scale" ||
+               a == "--tool-mem-cap-mib") {
       auto v = need(a);
       if (!v) return 2;
       auto d = parse_number<double>(*v);
-      const bool positive = a == "--host-mem-gib";
+      const bool positive = a == "--host-mem-gib" || a == "--tool-mem-cap-mib";
       if (!d || *d < 0 || (positive && *d == 0)) {
         return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a number " +
                            (positive ? "> 0" : ">= 0"));
@@ -256,6 +259,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       if (a == "--session-mem-mib") o.session_mem_mib = d;
       if (a == "--retry-delay") o.retry_delay_s = *d;
       if (a == "--tool-mem-scale") o.tool_mem_scale = *d;
+      if (a == "--tool-mem-cap-mib") o.tool_mem_cap_mib = *d;
     } else if (a == "--tool-start-ms") {
       auto v = need(a);
       if (!v) return 2;
@@ -441,9 +445,11 @@ int run(const Options& o) {
   base_config.session_mem_mib = o.session_mem_mib.value_or(-1);
   base_config.retry_delay_s = o.retry_delay_s;
   base_config.tool_mem_scale = o.tool_mem_scale;
-  if (!base_config.tool_mem && (o.host_mem_gib || o.session_mem_mib || o.tool_mem_scale != 1)) {
+  base_config.tool_mem_cap_mib = o.tool_mem_cap_mib;
+  if (!base_config.tool_mem &&
+      (o.host_mem_gib || o.session_mem_mib || o.tool_mem_scale != 1 || o.tool_mem_cap_mib > 0)) {
     return usage_error(
-        "--host-mem-gib, --session-mem-mib and --tool-mem-scale need --tool-mem (or --synthetic "
+        "--host-mem-gib, --session-mem-mib, --tool-mem-scale and --tool-mem-cap-mib need --tool-mem (or --synthetic "
         "agentic-mem)");
   }
 

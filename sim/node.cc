@@ -120,6 +120,8 @@ class Node final : public EngineHost, private sched::ActionSink {
   void submit(SimSession& s, Time now);
   // start_wall_s: the wall seconds its start phase took (CpuPool::complete).
   void tool_done(SimSession& s, Time now, std::int32_t exit_code, double start_wall_s = 0);
+  // A drawn peak times its scales, held at config_.tool_mem_cap_mib.
+  double scaled_peak(double drawn, double scale) const;
   // A tool call's CPU: its start phase (config_.tool_start_s), then its body.
   void start_tool_cpu(std::uint64_t tool, std::uint64_t session, double demand, double nominal_s, Time now);
   void tick(Time now);
@@ -509,6 +511,11 @@ void Node::round_done(EngineId engine, const RoundWork& work, std::uint32_t bloc
   if (mem_on_) start_host_tool(tool, s, r, now);
 }
 
+double Node::scaled_peak(double drawn, double scale) const {
+  const double peak = drawn * scale;
+  return config_.tool_mem_cap_mib > 0 ? std::min(peak, config_.tool_mem_cap_mib * 1048576.0) : peak;
+}
+
 void Node::start_tool_cpu(std::uint64_t tool, std::uint64_t session, double demand, double nominal_s, Time now) {
   const double start = config_.tool_start_extra ? config_.tool_start_s : std::min(config_.tool_start_s, nominal_s);
   cpu_.start(tool, session, demand, config_.tool_start_extra ? nominal_s : nominal_s - start, now, start);
@@ -736,7 +743,7 @@ void Node::start_host_tool(std::uint64_t tool, const SimSession& s, const RoundS
   t.call = s.tool_call;
   t.scale = s.spec->mem_scale * config_.tool_mem_scale;
   t.draw = config_.tool_mem_table.draw(r.tool, mix64(t.key), r.tool_seconds);
-  t.draw.peak_bytes *= t.scale;
+  t.draw.peak_bytes = scaled_peak(t.draw.peak_bytes, t.scale);
   if (recent_peaks_.size() < kRecentPeaks) {
     recent_peaks_.push_back(t.draw.peak_bytes);
   } else {
@@ -795,7 +802,7 @@ void Node::host_step(Time now) {
     if (t.waiting && t.retry_at <= now) {
       ++t.attempt;
       t.draw = config_.tool_mem_table.draw(t.kind, mix64(t.key + t.attempt), t.nominal_s);
-      t.draw.peak_bytes *= t.scale;
+      t.draw.peak_bytes = scaled_peak(t.draw.peak_bytes, t.scale);
       t.waiting = false;
       start_tool_cpu(id, t.session, t.demand, t.nominal_s, now);
     }

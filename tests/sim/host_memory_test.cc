@@ -171,6 +171,23 @@ TEST(NodeHostMemory, ABurstAboveCapacityIsKilledAndRunAgain) {
   EXPECT_GT(stretched, 1.0 + 5.0 / 4.0);  // a killed call took its retry delay and ran again
 }
 
+TEST(NodeHostMemory, ACapHoldsEveryPeakBelowIt) {
+  // The call that never fits (2 GB on a 1 GiB node) fits once no peak may
+  // pass 900 MiB: nothing is killed, and the host never holds more.
+  Workload w;
+  w.sessions.push_back(one_tool_session("big", 0, "pytest", 4));
+  SimConfig c = config("fcfs");
+  c.tool_mem = true;
+  c.session_mem_mib = 0;
+  c.host_mem_gib = 1;
+  c.tool_mem_cap_mib = 900;
+  ASSERT_TRUE(c.tool_mem_table.apply("pytest=2000:0"));
+  auto r = simulate(w, c, ideal_times(w, c));
+  ASSERT_TRUE(r) << r.error().context();
+  EXPECT_EQ(r->counters.oom_kills, 0u);
+  EXPECT_NEAR(r->counters.host_mem_peak_bytes, 900.0 * 1048576, 1.0);
+}
+
 TEST(NodeHostMemory, KillsAreCountedByWhatTheVictimsPeakExceeds) {
   // A 1 GiB node (1073.7 MB) whose one admitted session holds a 400 MiB
   // baseline: 654 MB of room. The calls peak at a median of 653.7 MB (P95
