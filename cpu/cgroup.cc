@@ -469,12 +469,16 @@ base::Result<Usage> read_usage(const CgroupDirs& dirs) {
 
 CgroupManager::~CgroupManager() = default;
 
-base::Result<std::unique_ptr<CgroupManager>> CgroupManager::open(const ManagerOptions& options) {
+base::Result<CgroupPlan> plan_cgroups(const ManagerOptions& options) {
   auto mi = read_path(options.mountinfo_path);
-  if (!mi) return base::propagate(std::move(mi.error()), "cgroups");
+  if (!mi) return base::propagate(std::move(mi.error()));
   auto sc = read_path(options.self_cgroup_path);
-  if (!sc) return base::propagate(std::move(sc.error()), "cgroups");
-  auto plan = plan_cgroups(*mi, *sc, options);
+  if (!sc) return base::propagate(std::move(sc.error()));
+  return plan_cgroups(*mi, *sc, options);
+}
+
+base::Result<std::unique_ptr<CgroupManager>> CgroupManager::open(const ManagerOptions& options) {
+  auto plan = plan_cgroups(options);
   if (!plan) return base::propagate(std::move(plan.error()), "cgroups");
   return open_plan(std::move(*plan), options.hooks);
 }

@@ -193,6 +193,9 @@ struct CgroupPlan {
 // that does not parse; ENOENT when no hierarchy is left.
 base::Result<CgroupPlan> plan_cgroups(std::string_view mountinfo, std::string_view self_cgroup,
                                       const ManagerOptions& options);
+// plan_cgroups() over the texts of the files `options` names (its
+// mountinfo_path and self_cgroup_path); their read errors as they are.
+base::Result<CgroupPlan> plan_cgroups(const ManagerOptions& options);
 
 class CgroupManager {
  public:

@@ -370,16 +370,10 @@ base::Result<std::vector<std::string>> sweep_stale_subtrees(std::string_view pre
   }
   if (::geteuid() != 0) return swept;
   // Where subtrees beneath this process's cgroup live: the planner's answer
-  // for a probe subtree (no I/O), less the probe.
-  const auto text = [](const char* path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
+  // for a probe subtree (it makes nothing), less the probe.
   cpu::ManagerOptions o;
   o.subtree = std::string(prefix) + "probe";
-  auto plan = cpu::plan_cgroups(text(o.mountinfo_path.c_str()), text(o.self_cgroup_path.c_str()), o);
+  auto plan = cpu::plan_cgroups(o);
   if (!plan) return swept;  // no cgroup hierarchy this process sits in: nothing to sweep
   std::vector<std::string> stale;
   for (const cpu::Hierarchy& h : plan->hierarchies) {
