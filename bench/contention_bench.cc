@@ -54,12 +54,14 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/parse.h"
 #include "base/stats.h"
 #include "sim/cpu_pool.h"
 
@@ -100,32 +102,20 @@ struct Call {
   std::exit(1);
 }
 
-std::vector<double> parse_list(const char* flag, const char* text) {
-  std::vector<double> out;
-  std::string s = text;
-  std::size_t pos = 0;
-  while (pos <= s.size()) {
-    const std::size_t comma = s.find(',', pos);
-    const std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(v) || v <= 0 || v > 16) {
-      die(fmt::format("{}: '{}' is not a load in (0, 16] cores", flag, item));
-    }
-    out.push_back(v);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
+double parse_number(const char* flag, std::string_view text, double lo, double hi) {
+  const auto v = base::parse_double(text);
+  if (!v || *v < lo || *v > hi) die(fmt::format("{}: '{}' is not a number in [{}, {}]", flag, text, lo, hi));
+  return *v;
 }
 
-double parse_number(const char* flag, const char* text, double lo, double hi) {
-  char* end = nullptr;
-  const double v = std::strtod(text, &end);
-  if (*text == '\0' || *end != '\0' || !std::isfinite(v) || v < lo || v > hi) {
-    die(fmt::format("{}: '{}' is not a number in [{}, {}]", flag, text, lo, hi));
+std::vector<double> parse_loads(const char* flag, std::string_view text) {
+  std::vector<double> out;
+  for (std::string_view item : base::split(text, ',')) {
+    const auto v = base::parse_double(item);
+    if (!v || *v <= 0 || *v > 16) die(fmt::format("{}: '{}' is not a load in (0, 16] cores", flag, item));
+    out.push_back(*v);
   }
-  return v;
+  return out;
 }
 
 Options parse(int argc, char** argv) {
@@ -145,7 +135,7 @@ Options parse(int argc, char** argv) {
           "start phase (their CPU beyond d*Y, measured in the run).\n");
       std::exit(0);
     } else if (a == "--loads") {
-      o.loads = parse_list("--loads", value());
+      o.loads = parse_loads("--loads", value());
     } else if (a == "--seconds") {
       o.seconds = parse_number("--seconds", value(), 1, 3600);
     } else if (a == "--median-ms") {
@@ -317,12 +307,6 @@ std::vector<double> predict(const std::vector<Call>& calls, std::size_t first, s
   return wall;
 }
 
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
-
 int pick_core(const Options& o) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -438,9 +422,13 @@ int main_impl(int argc, char** argv) {
     if (live.empty()) continue;
     const double busy = cpu / std::max(1e-9, t_max - t_min);
     const double load = calls[first].load;
+    const double live_mean = base::summarize(live).mean;
+    const double ps_mean = base::summarize(ps).mean;
+    const double pst_mean = base::summarize(pst).mean;
+    const base::Summary start_ms = base::summarize(start);
     std::printf("%5.2f %5zu %4.0f%% %6.2f | %6.2f %6.2f %6.2f | %5.2f× %5.2f× | %7.1f %7.1f |", load, live.size(),
-                busy * 100, n / static_cast<double>(live.size()), mean(live), mean(ps), mean(pst),
-                mean(live) / mean(ps), mean(live) / mean(pst), base::median(start), base::percentile(start, 90));
+                busy * 100, n / static_cast<double>(live.size()), live_mean, ps_mean, pst_mean, live_mean / ps_mean,
+                live_mean / pst_mean, start_ms.p50, start_ms.p90);
     nlohmann::json by_demand = nlohmann::json::object();
     for (std::size_t k = 0; k < demands.size(); ++k) {
       const double r = by_model[k] > 0 ? by_live[k] / by_model[k] : 0;
@@ -452,11 +440,11 @@ int main_impl(int argc, char** argv) {
                        {"calls", live.size()},
                        {"busy", busy},
                        {"model_running_mean", n / static_cast<double>(live.size())},
-                       {"live_stretch_mean", mean(live)},
-                       {"ps_stretch_mean", mean(ps)},
-                       {"ps_start_stretch_mean", mean(pst)},
-                       {"start_ms_p50", base::median(start)},
-                       {"start_ms_p90", base::percentile(start, 90)},
+                       {"live_stretch_mean", live_mean},
+                       {"ps_stretch_mean", ps_mean},
+                       {"ps_start_stretch_mean", pst_mean},
+                       {"start_ms_p50", start_ms.p50},
+                       {"start_ms_p90", start_ms.p90},
                        {"live_over_ps_start_by_demand", by_demand}});
   }
   if (!o.json.empty()) {

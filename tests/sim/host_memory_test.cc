@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string_view>
 
 #include "sim/node.h"
 #include "tests/sim/fixtures.h"
@@ -109,6 +110,17 @@ SimConfig config(std::string policy) {
   return c;
 }
 
+// `c`: fcfs on a 1 GiB host (1073.7 MB) with host memory modelled, each
+// admitted session holding `session_mib`, tool peaks as `peaks`
+// (ToolMemTable::apply). Call under ASSERT_NO_FATAL_FAILURE.
+void one_gib_host(SimConfig& c, double session_mib, std::string_view peaks) {
+  c = config("fcfs");
+  c.tool_mem = true;
+  c.session_mem_mib = session_mib;
+  c.host_mem_gib = 1;
+  ASSERT_TRUE(c.tool_mem_table.apply(peaks)) << peaks;
+}
+
 TEST(NodeHostMemory, PlentifulMemoryChangesNothing) {
   Workload w;
   for (int i = 0; i < 6; ++i) w.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 0.5, "pytest", 3));
@@ -135,25 +147,19 @@ TEST(NodeHostMemory, PlentifulMemoryChangesNothing) {
 TEST(NodeHostMemory, ABurstAboveCapacityIsKilledAndRunAgain) {
   Workload w;
   w.sessions.push_back(one_tool_session("big", 0, "pytest", 4));
-  SimConfig c = config("fcfs");
-  c.tool_mem = true;
-  c.retry_delay_s = 5;
-  c.session_mem_mib = 0;
-  c.host_mem_gib = 1;
   // Every attempt peaks at 2 GB (σ 0) on a 1 GiB node: it never fits.
-  ASSERT_TRUE(c.tool_mem_table.apply("pytest=2000:0"));
+  SimConfig c;
+  ASSERT_NO_FATAL_FAILURE(one_gib_host(c, 0, "pytest=2000:0"));
+  c.retry_delay_s = 5;
   const auto ideal = ideal_times(w, c);
   c.stall_s = 60;  // it can never fit: the run must fail, not spin
   auto r = simulate(w, c, ideal);
   EXPECT_FALSE(r);
 
   // Half the calls' peaks fit: the killed call is run again with a fresh draw.
-  SimConfig d = config("fcfs");
-  d.tool_mem = true;
-  d.session_mem_mib = 0;
-  d.host_mem_gib = 1;  // 1.07 GB
   // Median 1073.7 MB (P95 = median · e^(1.6449 · 0.6079) = 2919 MB): half the attempts fit.
-  ASSERT_TRUE(d.tool_mem_table.apply("pytest=2919:0.6079"));
+  SimConfig d;
+  ASSERT_NO_FATAL_FAILURE(one_gib_host(d, 0, "pytest=2919:0.6079"));
   Workload many;
   for (int i = 0; i < 8; ++i)
     many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
@@ -176,12 +182,9 @@ TEST(NodeHostMemory, ACapHoldsEveryPeakBelowIt) {
   // pass 900 MiB: nothing is killed, and the host never holds more.
   Workload w;
   w.sessions.push_back(one_tool_session("big", 0, "pytest", 4));
-  SimConfig c = config("fcfs");
-  c.tool_mem = true;
-  c.session_mem_mib = 0;
-  c.host_mem_gib = 1;
+  SimConfig c;
+  ASSERT_NO_FATAL_FAILURE(one_gib_host(c, 0, "pytest=2000:0"));
   c.tool_mem_cap_mib = 900;
-  ASSERT_TRUE(c.tool_mem_table.apply("pytest=2000:0"));
   auto r = simulate(w, c, ideal_times(w, c));
   ASSERT_TRUE(r) << r.error().context();
   EXPECT_EQ(r->counters.oom_kills, 0u);
@@ -192,11 +195,8 @@ TEST(NodeHostMemory, KillsAreCountedByWhatTheVictimsPeakExceeds) {
   // A 1 GiB node (1073.7 MB) whose one admitted session holds a 400 MiB
   // baseline: 654 MB of room. The calls peak at a median of 653.7 MB (P95
   // 908 MB, σ 0.2): about half exceed the room, almost none the host.
-  SimConfig d = config("fcfs");
-  d.tool_mem = true;
-  d.session_mem_mib = 400;
-  d.host_mem_gib = 1;
-  ASSERT_TRUE(d.tool_mem_table.apply("pytest=908:0.2"));
+  SimConfig d;
+  ASSERT_NO_FATAL_FAILURE(one_gib_host(d, 400, "pytest=908:0.2"));
   Workload many;
   for (int i = 0; i < 8; ++i)
     many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
