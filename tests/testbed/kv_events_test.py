@@ -50,6 +50,19 @@ LLAMA, MODEL = sys.argv[4:6] if len(sys.argv) >= 6 else (None, None)
 BLOCK = 16
 
 
+# The monitor event that says a connection is up and its subscription sent.
+HANDSHAKE = getattr(zmq, "EVENT_HANDSHAKE_SUCCEEDED", zmq.EVENT_CONNECTED)
+
+
+def monitor_saw(mon, event):
+    """Whether the monitor socket `mon` reports `event` within 100 ms."""
+    from zmq.utils.monitor import recv_monitor_message
+
+    if mon.poll(100) == 0:
+        return False
+    return recv_monitor_message(mon)["event"] == event
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -84,7 +97,15 @@ class KvEventsTest(unittest.TestCase):
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.setsockopt(zmq.RCVTIMEO, 100)
         if self.ENDPOINT is None:
+            # PUB/SUB drops what is published before the subscriber's
+            # connection is up, and a loaded machine can take long to make
+            # it (a retry every 100 ms until tandemd binds): wait for it, or
+            # the first prefill's events can be lost before the test looks.
+            mon = self.sub.get_monitor_socket(HANDSHAKE)
             self.sub.connect(self.endpoint)
+            self.wait_for(lambda: monitor_saw(mon, HANDSHAKE), "the subscriber's connection to tandemd")
+            self.sub.disable_monitor()
+            mon.close(0)
         self.port = free_port()
         self.emu_log = open(os.path.join(self.dir, "emu.log"), "w")
         self.procs.append(subprocess.Popen(self.engine_command(), stdout=self.emu_log, stderr=subprocess.STDOUT))
