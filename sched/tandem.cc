@@ -97,7 +97,7 @@ void TandemControl::on_event(const Event& event, const NodeModel& /*model*/, Tim
         if constexpr (std::is_same_v<E, RoundEnded> || std::is_same_v<E, ToolStarted> || std::is_same_v<E, ToolEnded> ||
                       std::is_same_v<E, RoundSubmitted> || std::is_same_v<E, SessionClosed> ||
                       std::is_same_v<E, KvChanged>) {
-          changed_.insert(e.session);
+          changed_.push_back(e.session);
         }
       },
       event);
@@ -116,6 +116,8 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
   // Ticks until the rotation comes back to a session: pins must outlast it.
   const Duration rotation = interval * static_cast<std::int64_t>((acting.size() + budget - 1) / budget);
 
+  std::sort(changed_.begin(), changed_.end());
+  changed_.erase(std::unique(changed_.begin(), changed_.end()), changed_.end());
   if (p_.residency || p_.cpu_weights) {
     // Sessions whose state changed: decided now, not at their rotation turn.
     for (SessionId id : changed_) {
@@ -141,7 +143,7 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
     const std::size_t n = std::min(budget, acting.size());
     for (std::size_t j = 0; j < n; ++j) {
       const Session* s = acting[(acting_cursor_ + j) % acting.size()];
-      if (!changed_.contains(s->id)) evaluate(model, *s, now, rotation, out);
+      if (!std::binary_search(changed_.begin(), changed_.end(), s->id)) evaluate(model, *s, now, rotation, out);
     }
     acting_cursor_ = acting.empty() ? 0 : (acting_cursor_ + n) % acting.size();
   }

@@ -115,6 +115,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "sched/mars_control.h"
 #include "sched/mars_step.h"
@@ -263,10 +264,13 @@ class TandemControl final : public ControlPolicy {
   MarsControl mars_;
   TandemParams p_;
   std::map<SessionId, Kept> kept_;  // sessions residency has decided for
-  std::set<SessionId> changed_;     // from on_event: handled first at the next tick
-  std::size_t acting_cursor_ = 0;   // rotation through the ACTING sessions
-  std::size_t growth_cursor_ = 0;   // the growth check's rotation through them
-  SessionId kept_cursor_ = 0;       // rotation through kept_
+  // From on_event: handled first at the next tick, in ascending order
+  // (sorted and made unique there; a vector, not a set: an event costs no
+  // allocation).
+  std::vector<SessionId> changed_;
+  std::size_t acting_cursor_ = 0;  // rotation through the ACTING sessions
+  std::size_t growth_cursor_ = 0;  // the growth check's rotation through them
+  SessionId kept_cursor_ = 0;      // rotation through kept_
   std::optional<Time> last_tick_;
   Actions mars_out_;                     // MARS's actions of this tick, before admission is filtered
   std::map<EngineId, double> pressure_;  // projected pressure after this tick's restores
