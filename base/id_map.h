@@ -14,12 +14,14 @@
 // ids to collide would otherwise make every probe walk its chain.
 //
 // Values are moved when the table grows or an entry is erased: hold no
-// pointer or reference into the map across an insert or an erase. Not
-// iterable: nothing that needs a deterministic order can depend on it.
+// pointer or reference into the map across an insert or an erase.
+// for_each visits the entries in slot order, which depends on the seed:
+// nothing that needs a deterministic order can depend on it.
 //
 // Thread-safety: none; one thread, like the containers it replaces.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstddef>
@@ -84,6 +86,27 @@ class IdMap {
     return true;
   }
 
+  // Room for `n` entries without growing (one allocation now instead of a
+  // doubling series later, for a map whose bound is known).
+  void reserve(std::size_t n) {
+    while ((n + 1) * 2 > slots_.size()) grow();
+  }
+
+  // Calls f(key, value) for every entry, in no defined order. f must not
+  // insert into or erase from the map.
+  template <class F>
+  void for_each(F&& f) {
+    for (Slot& s : slots_) {
+      if (s.used) f(s.key, s.value);
+    }
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Slot& s : slots_) {
+      if (s.used) f(s.key, s.value);
+    }
+  }
+
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   void clear() {
@@ -139,6 +162,42 @@ class IdMap {
   std::size_t mask_ = 0;
   int shift_ = 64;
   std::uint64_t seed_;
+};
+
+// IdSet: a set of 64-bit ids over IdMap (the same hashing, no iteration
+// order).
+//
+// Thread-safety: none; one thread.
+class IdSet {
+ public:
+  // False if `id` was there already.
+  bool insert(std::uint64_t id) {
+    if (map_.contains(id)) return false;
+    map_[id] = 1;
+    return true;
+  }
+  bool erase(std::uint64_t id) { return map_.erase(id); }
+  bool contains(std::uint64_t id) const { return map_.contains(id); }
+  std::size_t size() const { return map_.size(); }
+  bool empty() const { return map_.empty(); }
+  // Calls f(id) for every member, in no defined order; f must not change
+  // the set.
+  template <class F>
+  void for_each(F&& f) const {
+    map_.for_each([&](std::uint64_t id, const std::uint8_t&) { f(id); });
+  }
+  // The members, in ascending order (a copy, to change the set while
+  // walking it).
+  std::vector<std::uint64_t> ids() const {
+    std::vector<std::uint64_t> out;
+    out.reserve(map_.size());
+    for_each([&](std::uint64_t id) { out.push_back(id); });
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  IdMap<std::uint8_t> map_;
 };
 
 }  // namespace tandem::base

@@ -1,6 +1,7 @@
 // SessionDirectory: the daemon's record of each session beside the policy's table (daemon/directory.h).
 #include "daemon/directory.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace tandem::daemon {
@@ -15,21 +16,20 @@ std::size_t SessionDirectory::held(const Client& c) const {
 }
 
 SessionMeta& SessionDirectory::meta_for(Client& c, sched::SessionId id) {
-  auto [it, fresh] = meta_.try_emplace(id);
-  if (fresh) {
-    if (c.role == Role::kRunner) {
-      set_owner(c, id, it->second);
-    } else {
-      it->second.creator = c.id;
-      ++charged_[c.id];
-    }
-    if (auto n = c.pending_names.find(id); n != c.pending_names.end()) {
-      it->second.name = std::move(n->second);
-      c.pending_names.erase(n);
-    }
-    ledger_.revive(id);
+  if (SessionMeta* known = meta_.find(id)) return *known;
+  SessionMeta& m = meta_[id];
+  if (c.role == Role::kRunner) {
+    set_owner(c, id, m);
+  } else {
+    m.creator = c.id;
+    ++charged_[c.id];
   }
-  return it->second;
+  if (auto n = c.pending_names.find(id); n != c.pending_names.end()) {
+    m.name = std::move(n->second);
+    c.pending_names.erase(n);
+  }
+  ledger_.revive(id);
+  return m;
 }
 
 void SessionDirectory::set_owner(Client& c, sched::SessionId id, SessionMeta& m) {
@@ -54,28 +54,29 @@ void SessionDirectory::restore(sched::SessionId id, Owner& o) {
 }
 
 void SessionDirectory::erase(sched::SessionId id) {
-  auto it = meta_.find(id);
-  if (it == meta_.end()) return;
-  uncharge(it->second.creator);
-  if (Owner* o = owners_.find(it->second.owner)) {
+  const SessionMeta* m = meta_.find(id);
+  if (m == nullptr) return;
+  uncharge(m->creator);
+  if (Owner* o = owners_.find(m->owner)) {
     o->sessions.erase(id);
     ledger_.released(id);  // ended some other way: not owned any more
   }
-  meta_.erase(it);
+  meta_.erase(id);
 }
 
 std::vector<sched::SessionId> SessionDirectory::unowned_of(std::uint32_t engine) const {
   std::vector<sched::SessionId> ids;
-  for (const auto& [id, m] : meta_) {
+  meta_.for_each([&](sched::SessionId id, const SessionMeta& m) {
     if (m.owner == 0 && m.creator == engine) ids.push_back(id);
-  }
+  });
+  std::sort(ids.begin(), ids.end());
   return ids;
 }
 
 void SessionDirectory::engine_gone(std::uint32_t engine) {
-  for (auto& [id, m] : meta_) {
+  meta_.for_each([&](sched::SessionId, SessionMeta& m) {
     if (m.creator == engine) m.creator = 0;
-  }
+  });
   charged_.erase(engine);
 }
 

@@ -42,20 +42,17 @@ struct SessionMeta {
 
 class SessionDirectory {
  public:
-  using Map = std::unordered_map<sched::SessionId, SessionMeta>;
-
-  // Several times per record: defined here, so it inlines.
-  SessionMeta* find(sched::SessionId id) {
-    auto it = meta_.find(id);
-    return it == meta_.end() ? nullptr : &it->second;
-  }
-  const SessionMeta* find(sched::SessionId id) const {
-    auto it = meta_.find(id);
-    return it == meta_.end() ? nullptr : &it->second;
-  }
+  // Several times per record: defined here, so it inlines. A meta moves
+  // when another session's is created or erased (base::IdMap): hold no
+  // pointer or reference across meta_for() or erase().
+  SessionMeta* find(sched::SessionId id) { return meta_.find(id); }
+  const SessionMeta* find(sched::SessionId id) const { return meta_.find(id); }
   std::size_t size() const { return meta_.size(); }
-  Map::const_iterator begin() const { return meta_.begin(); }
-  Map::const_iterator end() const { return meta_.end(); }
+  // Calls f(id, meta) for every session, in no defined order.
+  template <class F>
+  void for_each(F&& f) const {
+    meta_.for_each(f);
+  }
 
   // Sessions `c` holds under limits.sessions_per_client: its handle's for a
   // runner, those it opened that no runner took for an engine.
@@ -75,7 +72,7 @@ class SessionDirectory {
   // charged no more, its handle holds it no more, and the journal stops
   // holding it for its runner (unless a tombstone said why it ended).
   void erase(sched::SessionId id);
-  // The sessions engine `engine` opened that no runner took.
+  // The sessions engine `engine` opened that no runner took, ascending.
   std::vector<sched::SessionId> unowned_of(std::uint32_t engine) const;
   // Engine `engine` is gone: no session is charged to it any more.
   void engine_gone(std::uint32_t engine);
@@ -89,7 +86,7 @@ class SessionDirectory {
  private:
   void uncharge(std::uint32_t engine);
 
-  Map meta_;
+  base::IdMap<SessionMeta> meta_;
   std::unordered_map<std::uint32_t, std::size_t> charged_;  // engine client id → sessions charged to it
   Owners owners_;
   SessionLedger ledger_;

@@ -273,7 +273,7 @@ void Server::on_tool_prepare(Client& c, const wire::ToolPrepare& tp) {
   }
   std::size_t held = 0;
   if (const Owner* o = sessions_.owners().find(c.owner)) {
-    for (sched::SessionId id : o->sessions) held += effects_->tool_cgroups(id);
+    o->sessions.for_each([&](sched::SessionId id) { held += effects_->tool_cgroups(id); });
   }
   if (held >= limits.tools_per_client) {
     answer_error(ENOSPC,

@@ -174,7 +174,7 @@ base::Result<OwnerJournal> OwnerJournal::open(int dirfd, std::string name) {
     bytes.resize(got);
     j.loaded_ = parse_journal(bytes);
   }
-  j.live_ = j.loaded_.owned;
+  for (const auto& [session, key] : j.loaded_.owned) j.live_[session] = key;
   for (const auto& c : j.loaded_.closed) j.tombstones_.push_back(c);
   j.records_ = j.loaded_.records + j.loaded_.skipped;
   if (j.loaded_.skipped > 0) spdlog::warn("{}: skipped {} unreadable records", j.name_, j.loaded_.skipped);
@@ -200,9 +200,9 @@ void OwnerJournal::flush() {
 }
 
 void OwnerJournal::owned(std::uint64_t session, const OwnerKey& key) {
-  auto [it, fresh] = live_.try_emplace(session, key);
-  if (!fresh && it->second == key) return;  // already recorded
-  it->second = key;
+  OwnerKey* known = live_.find(session);
+  if (known != nullptr && *known == key) return;  // already recorded
+  live_[session] = key;
   append(session, key, 0);
 }
 
@@ -228,10 +228,10 @@ bool OwnerJournal::compact() {
     const auto r = journal_record(session, OwnerKey{}, static_cast<std::uint8_t>(why));
     bytes.insert(bytes.end(), r.begin(), r.end());
   }
-  for (const auto& [session, key] : live_) {
+  live_.for_each([&](std::uint64_t session, const OwnerKey& key) {
     const auto r = journal_record(session, key, 0);
     bytes.insert(bytes.end(), r.begin(), r.end());
-  }
+  });
   if (!write_all(out.get(), bytes)) {
     spdlog::warn("{}: cannot compact ({}); it keeps growing", name_, std::strerror(errno));
     (void)::unlinkat(dirfd_, tmp.c_str(), 0);

@@ -124,7 +124,7 @@ class OwnerJournal {
   base::UniqueFd fd_;
   bool failed_ = false;
   JournalState loaded_;
-  std::unordered_map<std::uint64_t, OwnerKey> live_;
+  base::IdMap<OwnerKey> live_;
   std::deque<std::pair<std::uint64_t, Closed>> tombstones_;
   std::size_t records_ = 0;            // in the file now, and pending
   std::vector<std::uint8_t> pending_;  // recorded, not yet written
@@ -139,7 +139,7 @@ struct Owner {
   base::UniqueFd pidfd;
   bool pidfd_armed = false;  // a poll on pidfd is outstanding (the Server arms it)
   std::uint32_t client = 0;
-  std::unordered_set<std::uint64_t> sessions;  // charged against sessions_per_client
+  base::IdSet sessions;  // charged against sessions_per_client
 };
 
 // The runner handles that own sessions, by id (ids never reused) and by key.
@@ -185,7 +185,9 @@ inline constexpr std::size_t kTombstones = 16384;
 // Thread-safety: one thread.
 class SessionLedger {
  public:
-  SessionLedger() = default;  // no journal: tombstones only (tests)
+  // No journal: tombstones only (tests). The tombstone table is sized for
+  // its bound at once (1.5 MB), so it never grows while sessions churn.
+  SessionLedger() { closed_.reserve(kTombstones + 1); }
   // The journal in the runtime dir `dirfd`, read back: what it says ended
   // becomes tombstones; loaded() keeps what it says is owned.
   static base::Result<SessionLedger> open(int dirfd);

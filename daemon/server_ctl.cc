@@ -66,7 +66,7 @@ std::optional<SessionCard> Server::session(sched::SessionId id) const {
 }
 
 void Server::for_each_session(const std::function<void(sched::SessionId, const SessionCard&)>& f) const {
-  for (const auto& [id, m] : sessions_) f(id, card(m));
+  sessions_.for_each([&](sched::SessionId id, const SessionMeta& m) { f(id, card(m)); });
 }
 
 // ---- CtlCommands ---------------------------------------------------------------

@@ -80,9 +80,9 @@ void Server::release_sessions(Client& c, Time now) {
   // their tools, held for it until it reconnects (its resync takes them
   // back) or its process exits (the pidfd).
   stats_.sessions_detached += o.sessions.size();
-  for (sched::SessionId id : o.sessions) {
+  o.sessions.for_each([&](sched::SessionId id) {
     if (SessionMeta* m = sessions_.find(id)) m->attached_conn = 0;
-  }
+  });
   spdlog::info("runner handle of pid {} (uid {}): its {} sessions are held until it reconnects or its process exits",
                o.key.pid, o.key.uid, o.sessions.size());
 }
@@ -108,7 +108,7 @@ Owner& Server::owner_for(const OwnerKey& key) {
 void Server::end_owner(std::uint32_t owner, Closed why, Time now) {
   const Owner* o = sessions_.owners().find(owner);
   if (o == nullptr) return;
-  const std::vector<sched::SessionId> sessions(o->sessions.begin(), o->sessions.end());
+  const std::vector<sched::SessionId> sessions = o->sessions.ids();
   for (sched::SessionId id : sessions) close_session(id, ipc::ToolExitReason::kKilledSession, why, now);
   o = sessions_.owners().find(owner);  // close_session may have touched the table
   if (o == nullptr) return;
@@ -346,14 +346,15 @@ void Server::finish_resync(Client& c) {
   const Owner* o = sessions_.owners().find(c.owner);
   if (o == nullptr) return;
   std::vector<sched::SessionId> gone;
-  for (sched::SessionId id : o->sessions) {
-    if (c.resync.listed.contains(id)) continue;
+  o->sessions.for_each([&](sched::SessionId id) {
+    if (c.resync.listed.contains(id)) return;
     const SessionMeta* m = sessions_.find(id);
-    if (m == nullptr) continue;
+    if (m == nullptr) return;
     const bool judged = m->attached_conn != c.id ||
                         (c.resync.position != 0 && m->attached_at != 0 && m->attached_at <= c.resync.position);
     if (judged) gone.push_back(id);
-  }
+  });
+  std::sort(gone.begin(), gone.end());
   const Time now = clock_->now();
   for (sched::SessionId id : gone) {
     spdlog::info("session {:#018x}: closed, its runner's resync leaves it out", id);

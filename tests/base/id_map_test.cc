@@ -2,9 +2,11 @@
 // inserts, lookups and erases, key 0 and clustered keys included.
 #include "base/id_map.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <unordered_map>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -70,7 +72,53 @@ TEST(IdMap, AgreesWithUnorderedMapUnderChurn) {
     for (std::uint64_t k = 0; k < space; ++k) {
       ASSERT_EQ(m.contains(k), ref.contains(k)) << k;
     }
+    // for_each visits every entry once, with its value.
+    std::unordered_map<std::uint64_t, std::uint64_t> seen;
+    m.for_each([&](std::uint64_t k, const std::uint64_t& v) { EXPECT_TRUE(seen.emplace(k, v).second) << k; });
+    EXPECT_EQ(seen, ref);
   }
+}
+
+TEST(IdMap, ForEachCanChangeValues) {
+  IdMap<int> m;
+  for (int k = 1; k <= 100; ++k) m[k] = k;
+  m.for_each([](std::uint64_t, int& v) { v *= 2; });
+  for (int k = 1; k <= 100; ++k) {
+    ASSERT_NE(m.find(k), nullptr);
+    EXPECT_EQ(*m.find(k), 2 * k);
+  }
+}
+
+// A reserved map takes its bound without moving an entry: a pointer taken
+// after reserve() stays valid through inserts up to the bound.
+TEST(IdMap, ReserveHoldsTheBoundWithoutGrowing) {
+  IdMap<int> m;
+  m.reserve(1000);
+  m[7] = 7;
+  const int* first = m.find(7);
+  for (int k = 100; k < 1099; ++k) m[k] = k;
+  EXPECT_EQ(m.size(), 1000U);
+  EXPECT_EQ(m.find(7), first);
+  EXPECT_EQ(*first, 7);
+}
+
+TEST(IdSet, InsertsOnceErasesAndListsInOrder) {
+  IdSet set;
+  EXPECT_TRUE(set.empty());
+  EXPECT_TRUE(set.insert(30));
+  EXPECT_TRUE(set.insert(10));
+  EXPECT_FALSE(set.insert(30));
+  EXPECT_TRUE(set.insert(20));
+  EXPECT_EQ(set.size(), 3U);
+  EXPECT_TRUE(set.contains(10));
+  EXPECT_FALSE(set.contains(40));
+  EXPECT_EQ(set.ids(), (std::vector<std::uint64_t>{10, 20, 30}));
+  EXPECT_TRUE(set.erase(20));
+  EXPECT_FALSE(set.erase(20));
+  std::vector<std::uint64_t> seen;
+  set.for_each([&](std::uint64_t id) { seen.push_back(id); });
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<std::uint64_t>{10, 30}));
 }
 
 }  // namespace
