@@ -6,7 +6,7 @@
 //
 // Methodology
 // -----------
-// The real tandemd binary (TANDEMD_PATH) runs as a child in a fresh temporary
+// The real tandemd binary (the build's, TANDEMD_PATH, or --tandemd's) runs as a child in a fresh temporary
 // runtime dir, with a config written for the run (stderr to tandemd.log in
 // that dir), started and stopped by the harness the tests use
 // (testbed/daemon_process.h). The default policy is the daemon's, `tandem`, with window_min =
@@ -71,10 +71,12 @@
 // also sweeps its cgroup subtree), and killed on SIGINT or SIGTERM to the
 // bench. The handler exits at once, so the subtree of a bench killed that
 // way is swept by the next daemon_bench (testbed::sweep_stale_subtrees).
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -193,9 +195,29 @@ struct Options {
   std::string policy = "tandem";
   int repeat = 1;
   Wake wake = Wake::kDoorbell;
-  std::string host = "ebpf";  // the host plane: ebpf, sampling (telemetry) or off (no cgroups)
+  std::string host = "ebpf";           // the host plane: ebpf, sampling (telemetry) or off (no cgroups)
+  std::string tandemd = TANDEMD_PATH;  // --tandemd: another build's, for before/after runs
+  std::string runtime_parent;          // where the runtime dir goes; empty: the first tmpfs (runtime_parent_default)
   bool keep = false;
 };
+
+// Whether `dir` is on a tmpfs.
+bool on_tmpfs(const std::string& dir) {
+  struct statfs fs {};
+  return ::statfs(dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+}
+
+// Under systemd, tandemd's runtime dir (the ownership journal's home) is
+// /run/tandem, on a tmpfs (RuntimeDirectory=): the bench puts its runtime
+// dir on one too, the first writable of /run and /dev/shm, else TMPDIR.
+std::string runtime_parent_default() {
+  for (const char* dir : {"/run", "/dev/shm"}) {
+    if (on_tmpfs(dir) && ::access(dir, W_OK) == 0) return dir;
+  }
+  std::error_code ec;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  return ec ? "/tmp" : tmp.string();
+}
 
 void print_usage(std::FILE* to) {
   fmt::print(
@@ -215,6 +237,9 @@ void print_usage(std::FILE* to) {
       "  --repeat N      runs, each with a fresh daemon; medians are printed (default 1)\n"
       "  --host MODE     the daemon's host plane: ebpf (cgroups, eBPF telemetry; default when root),\n"
       "                  sampling (cgroups, sampled telemetry) or off (no cgroups)\n"
+      "  --runtime-parent DIR  where the runtime dir (socket, journal) goes (default: /run or\n"
+      "                  /dev/shm, the first tmpfs, as systemd gives tandemd; else TMPDIR)\n"
+      "  --tandemd PATH  the tandemd binary to run (default: this build's)\n"
       "  --keep          keep the runtime dir (config, tandemd.log) and print its path\n"
       "  --help          show this text\n");
 }
@@ -294,6 +319,14 @@ int parse_args(int argc, char** argv, Options& o) {
       } else if (v) {
         fmt::print(stderr, "daemon_bench: --wake takes doorbell or poll, got '{}'\n", *v);
       }
+    } else if (arg == "--tandemd") {
+      auto v = value();
+      ok = v.has_value() && !v->empty();
+      if (ok) o.tandemd = *v;
+    } else if (arg == "--runtime-parent") {
+      auto v = value();
+      ok = v.has_value() && !v->empty();
+      if (ok) o.runtime_parent = *v;
     } else if (arg == "--keep") {
       o.keep = true;
     } else {
@@ -702,8 +735,9 @@ std::string config_text(const Options& o) {
 
 Result<RunResult> run_once(const Options& o) {
   testbed::DaemonOptions options;
-  options.tandemd = TANDEMD_PATH;
+  options.tandemd = o.tandemd;
   options.temp_prefix = "tandem-bench-";
+  options.temp_parent = o.runtime_parent;
   options.keep_dir = o.keep;
   options.config = config_text(o);
   if (o.host != "off") options.cgroup_subtree = subtree_name();
@@ -1012,6 +1046,7 @@ void print_run(const Options& o, int index, const RunResult& r) {
 int run_main(int argc, char** argv) {
   Options o;
   if (int rc = parse_args(argc, argv, o); rc != 0) return rc == 1 ? 0 : 2;
+  if (o.runtime_parent.empty()) o.runtime_parent = runtime_parent_default();
 
   struct sigaction sa {};
   sa.sa_handler = on_fatal_signal;
@@ -1023,11 +1058,15 @@ int run_main(int argc, char** argv) {
   fmt::print(
       "daemon_bench: tandemd ({}) with {} engines (KV_STATS {} Hz, {} fresh sessions/s each) and 1 runner, "
       "{} live sessions\n",
-      TANDEMD_PATH, o.engines, o.stats_hz, o.churn_hz, o.sessions);
+      o.tandemd, o.engines, o.stats_hz, o.churn_hz, o.sessions);
   fmt::print("policy {}{}, tick {} ms, engines wait by {}, tool {} ms; window {} s after {} s warm-up; {} CPU{}\n",
              o.policy, (o.policy == "mars" || o.policy == "tandem") ? fmt::format(" (window {})", kOpenWindow) : "",
              o.tick_ms > 0 ? o.tick_ms : 50, o.wake == Wake::kDoorbell ? "doorbell" : "polling every 1 ms", o.tool_ms,
              o.seconds, o.warmup, cores, cores == 1 ? "" : "s");
+  fmt::print("runtime dir under {} ({}){}\n", o.runtime_parent, on_tmpfs(o.runtime_parent) ? "tmpfs" : "not tmpfs",
+             on_tmpfs(o.runtime_parent)
+                 ? ""
+                 : ": tandemd's under systemd is on a tmpfs, and its journal's writes cost more on a disk file system");
 
   // A bench killed by a signal exits at once and leaves its subtree: sweep
   // those of benches that are gone.
@@ -1055,12 +1094,22 @@ int run_main(int argc, char** argv) {
 
   json out;
   out["bench"] = "daemon_bench";
-  out["config"] = {
-      {"engines", o.engines},   {"sessions", o.sessions}, {"stats_hz", o.stats_hz},
-      {"churn_hz", o.churn_hz}, {"tool_ms", o.tool_ms},   {"tick_ms", o.tick_ms > 0 ? o.tick_ms : 50},
-      {"policy", o.policy},     {"seconds", o.seconds},   {"warmup", o.warmup},
-      {"repeat", o.repeat},     {"cores", cores},         {"wake", o.wake == Wake::kDoorbell ? "doorbell" : "poll"},
-      {"host", o.host}};
+  out["config"] = {{"engines", o.engines},
+                   {"sessions", o.sessions},
+                   {"stats_hz", o.stats_hz},
+                   {"churn_hz", o.churn_hz},
+                   {"tool_ms", o.tool_ms},
+                   {"tick_ms", o.tick_ms > 0 ? o.tick_ms : 50},
+                   {"policy", o.policy},
+                   {"seconds", o.seconds},
+                   {"warmup", o.warmup},
+                   {"repeat", o.repeat},
+                   {"cores", cores},
+                   {"wake", o.wake == Wake::kDoorbell ? "doorbell" : "poll"},
+                   {"tandemd", o.tandemd},
+                   {"runtime_parent", o.runtime_parent},
+                   {"runtime_on_tmpfs", on_tmpfs(o.runtime_parent)},
+                   {"host", o.host}};
   json list = json::array();
   for (const RunResult& r : runs) list.push_back(to_json(r));
   out["runs"] = list;

@@ -102,9 +102,9 @@ bool pid_runs(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 // ---------------------------------------------------------------------------
 // TempDir
 
-base::Result<TempDir> TempDir::make(std::string_view prefix) {
+base::Result<TempDir> TempDir::make(std::string_view prefix, std::string_view parent) {
   std::error_code ec;
-  std::filesystem::path base_dir = std::filesystem::temp_directory_path(ec);
+  std::filesystem::path base_dir = parent.empty() ? std::filesystem::temp_directory_path(ec) : parent;
   if (ec) base_dir = "/tmp";
   std::string pattern = (base_dir / fmt::format("{}XXXXXX", prefix)).string();
   if (::mkdtemp(pattern.data()) == nullptr) return base::errno_error(fmt::format("mkdtemp {}", pattern));
@@ -247,7 +247,7 @@ base::Result<std::unique_ptr<DaemonProcess>> DaemonProcess::create(DaemonOptions
   if (options.tandemd.empty()) return base::make_error(EINVAL, "tandemd harness: no tandemd binary given");
   std::unique_ptr<DaemonProcess> d(new DaemonProcess(std::move(options)));
   if (d->options_.runtime_dir.empty()) {
-    auto dir = TempDir::make(d->options_.temp_prefix);
+    auto dir = TempDir::make(d->options_.temp_prefix, d->options_.temp_parent);
     if (!dir) return base::propagate(std::move(dir.error()), "tandemd's runtime dir");
     if (d->options_.keep_dir) dir->keep();
     d->temp_dir_ = std::move(*dir);

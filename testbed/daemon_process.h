@@ -62,8 +62,8 @@ base::Result<std::vector<std::string>> sweep_stale_subtrees(std::string_view pre
 // Thread-safety: one thread at a time.
 class TempDir {
  public:
-  // <TMPDIR, else /tmp>/<prefix>XXXXXX.
-  static base::Result<TempDir> make(std::string_view prefix);
+  // <parent>/<prefix>XXXXXX; an empty parent is TMPDIR, else /tmp.
+  static base::Result<TempDir> make(std::string_view prefix, std::string_view parent = {});
 
   TempDir() = default;  // owns nothing
   ~TempDir();
@@ -130,9 +130,11 @@ struct DaemonOptions {
   // The tandemd binary (tests and benches pass TANDEMD_PATH, the build's).
   std::string tandemd;
   // Where tandemd runs (made if missing, never removed); empty: a fresh
-  // temporary directory, <TMPDIR>/<temp_prefix>XXXXXX, removed at the end.
+  // temporary directory, <temp_parent>/<temp_prefix>XXXXXX, removed at the
+  // end (an empty temp_parent is TMPDIR, else /tmp).
   std::string runtime_dir;
   std::string temp_prefix = "tandem-daemon-";
+  std::string temp_parent;
   // Keep the fresh temporary directory (its config and logs).
   bool keep_dir = false;
   // The text of <runtime_dir>/tandemd.toml.
