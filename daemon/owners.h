@@ -186,7 +186,8 @@ inline constexpr std::size_t kTombstones = 16384;
 class SessionLedger {
  public:
   // No journal: tombstones only (tests). The tombstone table is sized for
-  // its bound at once (1.5 MB), so it never grows while sessions churn.
+  // its bound at once (65,536 slots of 32 bytes: 2 MiB), so it never grows
+  // (rehashing every entry at once) while sessions churn.
   SessionLedger() { closed_.reserve(kTombstones + 1); }
   // The journal in the runtime dir `dirfd`, read back: what it says ended
   // becomes tombstones; loaded() keeps what it says is owned.
