@@ -297,6 +297,9 @@ std::string CtlService::metrics_text(base::Time now) const {
   p.counter("tandem_tool_freezes_total", "tool calls frozen under memory pressure", num("freezes"));
   p.counter("tandem_tool_memory_kills_total", "tool calls OOM-killed or killed by the memory rules",
             num("memory_kills"));
+  p.counter("tandem_tool_memory_stalled_seconds_total",
+            "time tool calls waited at their memory limit (cgroup v1 under_oom), summed over calls",
+            num("tools_memory_stalled_seconds"));
   p.gauge("tandem_tool_memory_peak_p95_bytes", "95th percentile of the last 256 ended tool calls' memory peaks",
           num("tool_peak_p95_bytes"));
   // The warm pool of tool-call cgroups.

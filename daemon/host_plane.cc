@@ -565,6 +565,7 @@ void HostPlane::status(nlohmann::json& out) const {
       {"tools_memory_budget_bytes", config_.tools_budget},
       {"tool_peak_p95_bytes", peak_p95_},
       {"memory_kills", memory_kills_},
+      {"tools_memory_stalled_seconds", std::chrono::duration<double>(tools_memory_stalled_).count()},
       {"tools_cpu_seconds", static_cast<double>(tools_cpu_ns_) * 1e-9},
       {"runq_delay_p50_us", std::chrono::duration<double, std::micro>(view_.runq_delay_p50).count()},
       {"tools_prepared", tools_prepared_},

@@ -237,7 +237,12 @@ class HostPlane final : public HostEffects {
   double memory_psi_ = -1.0;
   double cpu_psi_ = -1.0;
   std::uint64_t tools_memory_ = 0;
-  std::uint64_t memory_kills_ = 0;   // tool calls OOM-killed or killed by the memory rules
+  std::uint64_t memory_kills_ = 0;  // tool calls OOM-killed or killed by the memory rules
+  // Σ over tool calls of the time they waited at their memory limit (v1
+  // under_oom: the throttle stops a tool, and PSI does not count the wait),
+  // each sample charged the time since the previous one.
+  base::Duration tools_memory_stalled_{};
+  std::optional<base::Time> last_memory_sample_;
   std::deque<std::uint64_t> peaks_;  // peaks of the last kRecentPeaks ended calls
   std::uint64_t peak_p95_ = 0;       // their 95th percentile, kept as they change (0: none yet)
   static constexpr std::size_t kRecentPeaks = 256;

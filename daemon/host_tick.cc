@@ -126,6 +126,8 @@ void HostPlane::memory_rules(Time now, const sched::NodeModel& model) {
   // The tools' memory, call by call; the rule itself is sched/host_memory.h,
   // which tandem-sim runs too.
   tools_memory_ = 0;
+  const base::Duration since_sample = last_memory_sample_ ? now - *last_memory_sample_ : base::Duration{};
+  last_memory_sample_ = now;
   std::vector<sched::MemoryCall> calls;
   std::vector<std::pair<SessionCg*, Call*>> where;
   for (auto& [id, s] : sessions_) {
@@ -144,6 +146,7 @@ void HostPlane::memory_rules(Time now, const sched::NodeModel& model) {
         c.memory_bytes = u->memory_bytes.value_or(0);
         tools_memory_ += c.memory_bytes;
         mc.stalled = u->memory_stalled;
+        if (u->memory_stalled && !c.ended) tools_memory_stalled_ += since_sample;
       }
       mc.memory_bytes = c.memory_bytes;
       mc.limit_high = c.limits.memory_high && *c.limits.memory_high != cpu::kUnlimited ? *c.limits.memory_high : 0;

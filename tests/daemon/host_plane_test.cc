@@ -444,6 +444,31 @@ TEST_F(HostPlaneFake, TheHostMemoryViewComesFromTheToolsCgroups) {
   }
 }
 
+// On v1 a throttled tool waits at its limit (under_oom), which PSI does not
+// count: the plane sums that wait over calls, each sample charged the time
+// since the one before (status tools_memory_stalled_seconds).
+TEST_F(HostPlaneFake, TimeAtTheMemoryLimitIsSummedOverCalls) {
+  open(FakeCgroupfs::pure_v1());
+  ASSERT_TRUE(prepare(1));
+  ASSERT_TRUE(prepare(2));
+  fs_->write("memory", call_dir(1), "memory.usage_in_bytes", "1048576\n");
+  fs_->write("memory", call_dir(2), "memory.usage_in_bytes", "1048576\n");
+  fs_->write("memory", call_dir(1), "memory.oom_control", "oom_kill_disable 1\nunder_oom 0\noom_kill 0\n");
+  fs_->write("memory", call_dir(2), "memory.oom_control", "oom_kill_disable 1\nunder_oom 0\noom_kill 0\n");
+  ASSERT_TRUE(tick());
+  EXPECT_DOUBLE_EQ(status()["tools_memory_stalled_seconds"].get<double>(), 0.0) << "nothing waits";
+  fs_->write("memory", call_dir(1), "memory.oom_control", "oom_kill_disable 1\nunder_oom 1\noom_kill 0\n");
+  ASSERT_TRUE(tick());  // 300 ms later: call 1 waits
+  EXPECT_NEAR(status()["tools_memory_stalled_seconds"].get<double>(), 0.3, 1e-9);
+  fs_->write("memory", call_dir(2), "memory.oom_control", "oom_kill_disable 1\nunder_oom 1\noom_kill 0\n");
+  ASSERT_TRUE(tick());  // both wait
+  EXPECT_NEAR(status()["tools_memory_stalled_seconds"].get<double>(), 0.9, 1e-9);
+  fs_->write("memory", call_dir(1), "memory.oom_control", "oom_kill_disable 1\nunder_oom 0\noom_kill 0\n");
+  fs_->write("memory", call_dir(2), "memory.oom_control", "oom_kill_disable 1\nunder_oom 0\noom_kill 0\n");
+  ASSERT_TRUE(tick());
+  EXPECT_NEAR(status()["tools_memory_stalled_seconds"].get<double>(), 0.9, 1e-9) << "no wait, no charge";
+}
+
 TEST_F(HostPlaneFake, WithoutABudgetTheHostMemoryViewHasNoCapacity) {
   open(FakeCgroupfs::pure_v2());
   ASSERT_TRUE(prepare(1));
