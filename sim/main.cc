@@ -60,6 +60,11 @@ host memory (docs/sim.md "Host memory"; off unless --tool-mem is given or the wo
   --tool-mem-scale X    multiplies every tool call's memory peak (default 1)
   --tool-mem-cap-mib M  no tool call's memory peak above M MiB, after the scales (default: no cap)
   --host-rules WHO      which policies get tandemd's host memory rules: none (default), tandem, all
+  --tools-budget-mib M  the host rules' budget for the tools, MiB, as tandemd's [memory] tools_budget
+                        (default: the host's memory less the sessions' baselines)
+  --memory-cgroup V     the host's memory controller: v2 (default: the rules' throttle slows a tool in
+                        reclaim) or v1 (it stops a tool that outgrows it until the limit lifts or the
+                        stall kill takes it; PSI does not count the wait)
   --tick S              control tick period in seconds (default 0.05)
 cluster (docs/sim.md "Multi-node")
   --nodes N[,N...]      nodes behind a router, each with its own engines, tool cores and policy
@@ -114,6 +119,8 @@ struct Options {
   std::string tool_cpu;
   std::string tool_mem;
   std::string host_rules = "none";
+  std::string memory_cgroup = "v2";
+  double tools_budget_mib = 0;
   std::optional<double> host_mem_gib;
   std::optional<double> session_mem_mib;
   double retry_delay_s = 5;
@@ -176,22 +183,23 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       o.poisson = false;
     } else if (a == "--trace" || a == "--synthetic" || a == "--preset" || a == "--tool-cpu" || a == "--json" ||
                a == "--csv" || a == "--plot" || a == "--preset-file" || a == "--calibrate" || a == "--preset-out" ||
-               a == "--check" || a == "--tool-mem" || a == "--host-rules") {
+               a == "--check" || a == "--tool-mem" || a == "--host-rules" || a == "--memory-cgroup") {
       auto v = need(a);
       if (!v) return 2;
-      std::string& dst = a == "--trace"         ? o.trace
-                         : a == "--synthetic"   ? o.synthetic
-                         : a == "--preset"      ? o.preset
-                         : a == "--preset-file" ? o.preset_file
-                         : a == "--calibrate"   ? o.calibrate
-                         : a == "--preset-out"  ? o.preset_out
-                         : a == "--check"       ? o.check
-                         : a == "--tool-cpu"    ? o.tool_cpu
-                         : a == "--tool-mem"    ? o.tool_mem
-                         : a == "--host-rules"  ? o.host_rules
-                         : a == "--json"        ? o.json
-                         : a == "--csv"         ? o.csv
-                                                : o.plot;
+      std::string& dst = a == "--trace"           ? o.trace
+                         : a == "--synthetic"     ? o.synthetic
+                         : a == "--preset"        ? o.preset
+                         : a == "--preset-file"   ? o.preset_file
+                         : a == "--calibrate"     ? o.calibrate
+                         : a == "--preset-out"    ? o.preset_out
+                         : a == "--check"         ? o.check
+                         : a == "--tool-cpu"      ? o.tool_cpu
+                         : a == "--tool-mem"      ? o.tool_mem
+                         : a == "--host-rules"    ? o.host_rules
+                         : a == "--memory-cgroup" ? o.memory_cgroup
+                         : a == "--json"          ? o.json
+                         : a == "--csv"           ? o.csv
+                                                  : o.plot;
       dst = std::string(*v);
       if (dst.empty()) return usage_error(std::string(a) + " needs a non-empty value");
     } else if (a == "--holdout") {
@@ -246,11 +254,11 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       if (!d || *d <= 0) return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a positive number");
       (a == "--tick" ? o.tick_s : o.tool_cores) = *d;
     } else if (a == "--host-mem-gib" || a == "--session-mem-mib" || a == "--retry-delay" || a == "--tool-mem-scale" ||
-               a == "--tool-mem-cap-mib") {
+               a == "--tool-mem-cap-mib" || a == "--tools-budget-mib") {
       auto v = need(a);
       if (!v) return 2;
       auto d = parse_number<double>(*v);
-      const bool positive = a == "--host-mem-gib" || a == "--tool-mem-cap-mib";
+      const bool positive = a == "--host-mem-gib" || a == "--tool-mem-cap-mib" || a == "--tools-budget-mib";
       if (!d || *d < 0 || (positive && *d == 0)) {
         return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a number " +
                            (positive ? "> 0" : ">= 0"));
@@ -258,6 +266,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       if (a == "--host-mem-gib") o.host_mem_gib = d;
       if (a == "--session-mem-mib") o.session_mem_mib = d;
       if (a == "--retry-delay") o.retry_delay_s = *d;
+      if (a == "--tools-budget-mib") o.tools_budget_mib = *d;
       if (a == "--tool-mem-scale") o.tool_mem_scale = *d;
       if (a == "--tool-mem-cap-mib") o.tool_mem_cap_mib = *d;
     } else if (a == "--tool-start-ms") {
@@ -441,16 +450,22 @@ int run(const Options& o) {
     return usage_error("--host-rules: '" + o.host_rules + "' is not tandem, all or none");
   }
   base_config.host_rules = o.host_rules;
+  if (o.memory_cgroup != "v1" && o.memory_cgroup != "v2") {
+    return usage_error("--memory-cgroup: '" + o.memory_cgroup + "' is not v1 or v2");
+  }
+  base_config.memory_v1 = o.memory_cgroup == "v1";
+  base_config.tools_budget_mib = o.tools_budget_mib;
   base_config.host_mem_gib = o.host_mem_gib.value_or(0);
   base_config.session_mem_mib = o.session_mem_mib.value_or(-1);
   base_config.retry_delay_s = o.retry_delay_s;
   base_config.tool_mem_scale = o.tool_mem_scale;
   base_config.tool_mem_cap_mib = o.tool_mem_cap_mib;
-  if (!base_config.tool_mem &&
-      (o.host_mem_gib || o.session_mem_mib || o.tool_mem_scale != 1 || o.tool_mem_cap_mib > 0)) {
+  if (!base_config.tool_mem && (o.host_mem_gib || o.session_mem_mib || o.tool_mem_scale != 1 ||
+                                o.tool_mem_cap_mib > 0 || o.tools_budget_mib > 0)) {
     return usage_error(
-        "--host-mem-gib, --session-mem-mib, --tool-mem-scale and --tool-mem-cap-mib need --tool-mem (or --synthetic "
-        "agentic-mem)");
+        "--host-mem-gib, --session-mem-mib, --tool-mem-scale, --tool-mem-cap-mib and --tools-budget-mib need "
+        "--tool-mem "
+        "(or --synthetic agentic-mem)");
   }
 
   // Policies: validate every name and parameter before running anything.

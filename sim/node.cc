@@ -155,6 +155,7 @@ class Node final : public EngineHost, private sched::ActionSink {
     double resident = 0;  // bytes now
     double progress = 0;  // nominal seconds done
     bool stalled = false;
+    bool at_limit_v1 = false;  // memory_v1: waiting at its limit (under_oom)
     bool frozen = false;
     bool throttled = false;
     double limit = 0;      // memory.high the host rule set (0: none)
@@ -763,7 +764,7 @@ void Node::kill_host_tool(std::uint64_t tool, HostTool& t, Time now, bool oom) {
   t.retry_at = now + base::from_seconds(config_.retry_delay_s);
   t.resident = 0;
   t.progress = 0;
-  t.stalled = t.frozen = t.throttled = false;
+  t.stalled = t.frozen = t.throttled = t.at_limit_v1 = false;
   t.limit = 0;
   t.stalled_since.reset();
 }
@@ -782,7 +783,7 @@ void Node::host_step(Time now) {
         ++active;
       }
       if (t.stalled && !t.frozen) {
-        ++stalled;
+        if (!t.at_limit_v1) ++stalled;  // the kernel's PSI does not count a wait at a v1 limit
         result_.counters.throttled_s += dt;
       }
       if (t.stalled || t.frozen) {
@@ -841,9 +842,9 @@ void Node::host_step(Time now) {
       c.session = t.session;
       c.call = t.call;
       c.memory_bytes = static_cast<std::uint64_t>(t.resident);
-      // cgroup v2: the daemon reads no per-call stall (memory_stalled is v1's
-      // under_oom), so its stall kill never fires here either.
-      c.stalled = false;
+      // The daemon's per-call stall is v1's under_oom: on v2 it reads none,
+      // and the stall kill never fires.
+      c.stalled = t.at_limit_v1;
       c.frozen = t.frozen;
       const sched::Session* ss = model_.sessions().find(t.session);
       c.priority_class = ss != nullptr ? ss->priority_class : 0;
@@ -852,7 +853,8 @@ void Node::host_step(Time now) {
       calls.push_back(c);
       ids.push_back(id);
     }
-    const double budget = std::max(0.0, mem_capacity_ - baselines);
+    const double budget =
+        config_.tools_budget_mib > 0 ? config_.tools_budget_mib * 1048576.0 : std::max(0.0, mem_capacity_ - baselines);
     rule_->set_tools_budget(static_cast<std::uint64_t>(budget));
     std::vector<sched::MemoryVerdict> verdicts;
     rule_->decide(now, psi_.some_avg10(), static_cast<std::uint64_t>(tools), calls, verdicts);
@@ -883,7 +885,8 @@ void Node::host_step(Time now) {
     const bool growing = tool_memory_growing(t.draw, t.progress);
     const bool at_high = t.limit > 0 && t.resident >= t.limit;
     t.stalled = growing && (at_high || reclaim);
-    const double speed = t.frozen ? 0.0 : !t.stalled ? 1.0 : at_high ? kThrottleSpeed : kReclaimSpeed;
+    t.at_limit_v1 = config_.memory_v1 && growing && at_high;
+    const double speed = t.frozen || t.at_limit_v1 ? 0.0 : !t.stalled ? 1.0 : at_high ? kThrottleSpeed : kReclaimSpeed;
     cpu_.set_speed(id, speed, now);
   }
 

@@ -58,6 +58,16 @@ struct SimConfig {
   // (tandem and its ablation variants) or "all".
   std::string host_rules = "none";
   sched::HostMemoryConfig host_rule_config;
+  // The rules' budget, MiB (tandemd's [memory] tools_budget: the tools may
+  // pass it, up to the host's capacity, and only the rules hold them back);
+  // 0: the capacity less the sessions' baselines.
+  double tools_budget_mib = 0;
+  // The host's memory controller is cgroup v1 (docs/host.md "How long tools
+  // waited"): the rules' throttle is a hard limit with the OOM killer off, so
+  // a tool that outgrows it waits (speed 0, v1's under_oom) until the limit
+  // lifts or the rules' stall kill takes it; PSI does not count the wait.
+  // false: v2, whose memory.high slows the tool in reclaim.
+  bool memory_v1 = false;
 };
 
 struct ToolCallRecord {

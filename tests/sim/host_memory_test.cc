@@ -191,6 +191,38 @@ TEST(NodeHostMemory, ACapHoldsEveryPeakBelowIt) {
   EXPECT_NEAR(r->counters.host_mem_peak_bytes, 900.0 * 1048576, 1.0);
 }
 
+// cgroup v1 (SimConfig::memory_v1): the rules' throttle is a hard limit
+// with the OOM killer off, so a call that outgrows it waits (speed 0) and
+// the rules' stall kill takes it; PSI does not count the wait. On v2 the
+// same throttle slows the call in reclaim, PSI counts it, and the stall
+// kill never fires. Sessions one at a time, so PSI some is one call's stall.
+TEST(NodeHostMemory, OnV1AThrottledCallWaitsAtItsLimitAndIsStallKilled) {
+  Workload many;
+  for (int i = 0; i < 12; ++i)
+    many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
+  RunCounters runs[2];
+  for (const bool v1 : {false, true}) {
+    SimConfig c;
+    // Median 672 MB against a 700 MiB budget: about half the calls pass the
+    // 90 % (660 MB) at which the rules throttle, on their way to the peak.
+    ASSERT_NO_FATAL_FAILURE(one_gib_host(c, 0, "pytest=1100:0.3"));
+    c.host_rules = "all";
+    c.tools_budget_mib = 700;
+    c.host_rule_config.stall_kill_after = std::chrono::seconds(3);
+    c.memory_v1 = v1;
+    auto r = simulate(many, c, ideal_times(many, c));
+    ASSERT_TRUE(r) << r.error().context();
+    runs[v1 ? 1 : 0] = r->counters;
+  }
+  const RunCounters& v2 = runs[0];
+  const RunCounters& v1 = runs[1];
+  EXPECT_GT(v2.throttles, 0u);
+  EXPECT_EQ(v2.memory_kills, 0u) << "v2: no per-call stall, no stall kill";
+  EXPECT_NEAR(v2.mem_psi_some_s, v2.throttled_s, 1e-6) << "v2: PSI counts every stall";
+  EXPECT_GT(v1.memory_kills, 0u) << "v1: a call waiting at its limit is stall-killed";
+  EXPECT_LT(v1.mem_psi_some_s + 1.0, v1.throttled_s) << "v1: PSI misses the waits";
+}
+
 TEST(NodeHostMemory, KillsAreCountedByWhatTheVictimsPeakExceeds) {
   // A 1 GiB node (1073.7 MB) whose one admitted session holds a 400 MiB
   // baseline: 654 MB of room. The calls peak at a median of 653.7 MB (P95
