@@ -32,6 +32,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,7 @@
 
 #include "base/ids.h"
 #include "base/unique_fd.h"
+#include "cpu/parse.h"
 #include "ipc/daemon_connection.h"
 #include "sched/registry.h"
 #include "sim/calibrate.h"
@@ -100,6 +102,34 @@ void stop_clients() {
 }
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The machine's memory, GiB (/proc/meminfo MemTotal); 0 (the preset's) when
+// unreadable.
+double node_memory_gib() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit) {
+    if (key == "MemTotal:") return kib / (1024.0 * 1024.0);
+  }
+  return 0;
+}
+
+// The node's memory stall totals (/proc/pressure/memory, µs), or nullopt
+// where the kernel has no PSI.
+struct MemoryStall {
+  std::uint64_t some_us = 0;
+  std::uint64_t full_us = 0;
+};
+std::optional<MemoryStall> memory_stall() {
+  std::ifstream f("/proc/pressure/memory");
+  if (!f) return std::nullopt;
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto psi = cpu::parse_psi(text);
+  if (!psi) return std::nullopt;
+  return MemoryStall{psi->some.total_us, psi->full ? psi->full->total_us : 0};
+}
 
 // ---- the runner thread ---------------------------------------------------------
 
@@ -718,6 +748,7 @@ int run(const ReplayFlags& flags) {
       if (auto r = mem->apply(flags.tool_mem); !r) return fail("--tool-mem: " + r.error().message());
     }
   }
+  const std::optional<MemoryStall> stall_before = memory_stall();
   Shared sh{flags, host, runner, cpus, mem, toolburn, Clock::now(), {}, {}};
   std::vector<SessionLog> logs(workload->sessions.size());
   std::vector<std::thread> threads;
@@ -754,6 +785,7 @@ int run(const ReplayFlags& flags) {
   }
   for (auto& t : threads) t.join();
   const double wall_s = since(sh.t0);
+  const std::optional<MemoryStall> stall_after = memory_stall();
   monitor.stop();
   if (g_stop.load() && !timed_out) {
     const auto complete = std::count_if(logs.begin(), logs.end(), [](const SessionLog& l) { return l.complete; });
@@ -798,9 +830,22 @@ int run(const ReplayFlags& flags) {
     config.tool_mem = true;
     config.tool_mem_table = *mem;
     config.tool_mem_scale = flags.tool_mem_scale;
-    config.host_mem_gib = flags.host_mem_gib;
+    // Live, the tools may pass tandemd's budget up to what the machine has;
+    // only the rules hold them back. --host-mem-gib overrides the machine.
+    config.host_mem_gib = flags.host_mem_gib > 0 ? flags.host_mem_gib : node_memory_gib();
+    config.tools_budget_mib = static_cast<double>(flags.tools_budget_mib);
     config.session_mem_mib = 0;
     config.retry_delay_s = flags.retry_delay_s;
+    // tandemd runs its memory rules whatever the policy, on the memory
+    // controller the host has; its stall kill's delay is wall time, C
+    // times longer in the prediction's trace time.
+    config.host_rules = "all";
+    config.host_rule_config.stall_kill_after =
+        base::from_seconds(base::to_seconds(config.host_rule_config.stall_kill_after) * flags.compress);
+    const json status = monitor.first().value_or(json());
+    const json* plane = status.is_object() && status.contains("host") ? &status["host"] : nullptr;
+    config.memory_v1 = plane != nullptr && plane->is_object() && plane->contains("cgroups") &&
+                       (*plane)["cgroups"].is_string() && memory_on_v1((*plane)["cgroups"].get<std::string>());
   }
   const std::vector<double> ideal = sim::ideal_times(*workload, config);
   EngineTotals engine = minus(totals(*after), totals(*before));
@@ -817,6 +862,12 @@ int run(const ReplayFlags& flags) {
   summary.sessions = logs.size();
   summary.wall_s = wall_s;
   summary.tool_start_ms = start_cpu_s * 1000;
+  if (stall_before && stall_after && wall_s > 0) {
+    summary.mem_psi_some_pct =
+        100.0 * static_cast<double>(stall_after->some_us - stall_before->some_us) * 1e-6 / wall_s;
+    summary.mem_psi_full_pct =
+        100.0 * static_cast<double>(stall_after->full_us - stall_before->full_us) * 1e-6 / wall_s;
+  }
   summary.measured = sim::compute_metrics(a.records, a.counters);
   for (const sim::SessionRecord& r : a.records) summary.e2e_s.push_back(r.finish_s - r.arrival_s);
   summary.ttft_s = a.ttft_s;

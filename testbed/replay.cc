@@ -69,7 +69,8 @@ run
   --tool-mem SPEC       instead, each call's memory peak drawn as tandem-sim --tool-mem draws it ("on", or
                         "kind=P95MiB,..."), held for the whole call; a tool killed for memory runs again
   --tool-mem-scale X    multiplies every drawn peak (default 1)
-  --host-mem-gib G      the prediction's host memory per engine (default: the preset's)
+  --host-mem-gib G      the prediction's host memory per engine (default: the machine's)
+  --tools-budget-mib N  tandemd's [memory] tools_budget, for the prediction's host rules (default: none)
   --retry-delay S       trace seconds before a tool killed for memory runs again (default 5)
   --param NAME=VALUE    a parameter of the policy, as tandemd runs it (daemon-config --param): for the
                         prediction, and in the run's label
@@ -123,7 +124,7 @@ std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::
       {"--host-mem-gib", Mode::kRun, true},
       {"--retry-delay", Mode::kRun, true},
       {"--param", Mode::kRun, true},
-      {"--tools-budget-mib", Mode::kDaemonConfig, true},
+      {"--tools-budget-mib", Mode::kRun, true},
       {"--url", Mode::kRun, true},
       {"--runtime-dir", Mode::kRun, true},
       {"--toolburn", Mode::kRun, true},
@@ -153,9 +154,11 @@ std::expected<ReplayFlags, std::string> parse_replay_flags(std::span<const std::
     for (const Known& c : kKnown) {
       if (c.flag == flag) k = &c;
     }
-    // --compress, --preset-file and --param belong to run and daemon-config.
+    // --compress, --preset-file, --param and --tools-budget-mib belong to run
+    // and daemon-config.
     const bool shared =
-        (flag == "--compress" || flag == "--preset-file" || flag == "--param") && f.mode == Mode::kDaemonConfig;
+        (flag == "--compress" || flag == "--preset-file" || flag == "--param" || flag == "--tools-budget-mib") &&
+        f.mode == Mode::kDaemonConfig;
     if (k == nullptr || (k->mode != f.mode && !shared)) {
       return std::unexpected(fmt::format("unknown flag '{}' for '{}' (see --help)", flag, cmd));
     }
@@ -453,6 +456,19 @@ double tool_start_cpu_s(std::span<const SessionLog> sessions, const sim::ToolCpu
     }
   }
   return extra.empty() ? 0.0 : base::median(extra);
+}
+
+bool memory_on_v1(std::string_view cgroups) {
+  for (std::string_view entry : base::split(cgroups, ';')) {
+    entry = base::trim(entry);
+    if (!entry.starts_with("v1 ")) continue;
+    entry.remove_prefix(3);
+    const std::string_view controllers = entry.substr(0, entry.find(' '));
+    for (std::string_view c : base::split(controllers, ',')) {
+      if (c == "memory") return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace tandem::testbed

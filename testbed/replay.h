@@ -207,4 +207,8 @@ double mean_stretch(std::span<const std::pair<double, double>> calls, double min
 // (sim::SimConfig::tool_start_s, docs/replay.md "The prediction").
 double tool_start_cpu_s(std::span<const SessionLog> sessions, const sim::ToolCpuTable& cpus);
 
+// Whether tandemd's cgroups (its status's host.cgroups, "v2 cpuacct,freezer
+// /path; v1 memory /path; ...") put the memory controller on cgroup v1.
+bool memory_on_v1(std::string_view cgroups);
+
 }  // namespace tandem::testbed

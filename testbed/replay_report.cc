@@ -106,7 +106,12 @@ ordered_json run_document(const RunSummary& r) {
       {"throttles", get_or<std::uint64_t>(r.daemon_last, {"host", "throttles"}, 0)},
       {"freezes", get_or<std::uint64_t>(r.daemon_last, {"host", "freezes"}, 0)},
       {"peak_tools_memory_bytes", r.peak_tools_memory},
+      // wall seconds tools waited at a memory limit (v1 under_oom), summed over calls
+      {"tools_memory_stalled_s", get_or<double>(r.daemon_last, {"host", "tools_memory_stalled_seconds"}, 0)},
   };
+  // null where the kernel has no PSI
+  const auto or_null = [](double v) { return std::isnan(v) ? json(nullptr) : json(v); };
+  tb["memory_psi"] = {{"some_pct", or_null(r.mem_psi_some_pct)}, {"full_pct", or_null(r.mem_psi_full_pct)}};
   const json& e = r.engine_stats;
   tb["engine"] = {
       {"name", get_or<std::string>(e, {"engine_name"}, "")},
@@ -322,11 +327,29 @@ base::Result<void> compare_runs(std::FILE* out, std::span<const std::string> inp
          return get_or<double>(tb, {"tools", "peak_mb_max"}, NAN);
        },
        nullptr},
+      {"tool time stalled at a memory limit (trace s, summed over calls)",
+       [](const ordered_json&, const ordered_json& tb) {
+         return get_or<double>(tb, {"daemon", "tools_memory_stalled_s"}, NAN) * get_or<double>(tb, {"compress"}, NAN);
+       },
+       metric("throttled_s")},
+      {"memory stall, node PSI some (% of the run)",
+       [](const ordered_json&, const ordered_json& tb) {
+         return get_or<double>(tb, {"memory_psi", "some_pct"}, NAN);
+       },
+       metric("mem_psi_some_pct")},
+      {"memory stall, node PSI full (% of the run)",
+       [](const ordered_json&, const ordered_json& tb) {
+         return get_or<double>(tb, {"memory_psi", "full_pct"}, NAN);
+       },
+       metric("mem_psi_full_pct")},
       {"tool calls killed for memory",
        [](const ordered_json&, const ordered_json& tb) {
          return get_or<double>(tb, {"tools", "memory_kills"}, NAN);
        },
-       metric("oom_kills")},
+       // the kernel's OOM kills and the rules' stall kills, as live
+       [](const ordered_json& m, const ordered_json&) {
+         return m.value("oom_kills", NAN) + m.value("memory_kills", 0.0);
+       }},
       {"tool call overhead p50 (wall ms)",
        [](const ordered_json&, const ordered_json& tb) {
          return get_or<double>(tb, {"tools", "overhead_ms_p50"}, NAN);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -46,6 +47,10 @@ struct RunSummary {
   nlohmann::json daemon_first;          // tandemctl status at the start (null: unreachable)
   nlohmann::json daemon_last;           // ... and the last sample
   std::uint64_t peak_tools_memory = 0;  // bytes, tandemd's tools_memory_bytes sampled every 250 ms
+  // The node's memory stall over the run (/proc/pressure/memory totals), %
+  // of its wall time; NaN where the kernel has no PSI.
+  double mem_psi_some_pct = std::numeric_limits<double>::quiet_NaN();
+  double mem_psi_full_pct = std::numeric_limits<double>::quiet_NaN();
   bool timed_out = false;
   bool interrupted = false;
 };

@@ -48,6 +48,19 @@ TEST(ReplayFlags, RunNeedsAWorkloadAndToolCores) {
   EXPECT_NE(cores.error().find("--tool-cores"), std::string::npos);
 }
 
+// The prediction models the memory controller tandemd has (SimConfig::memory_v1).
+TEST(MemoryOnV1, ReadsTheControllersOfTandemdsCgroups) {
+  EXPECT_TRUE(
+      memory_on_v1("v2 cpuacct,freezer /sys/fs/cgroup/unified/t; v1 cpu /sys/fs/cgroup/cpu/t; "
+                   "v1 memory /sys/fs/cgroup/memory/a/t; v1 pids /sys/fs/cgroup/pids/t"));
+  EXPECT_TRUE(memory_on_v1("v1 cpu,cpuacct /c/t; v1 memory,pids /m/t"));
+  EXPECT_FALSE(memory_on_v1("v2 cpu,memory,pids /sys/fs/cgroup/t"));
+  EXPECT_FALSE(memory_on_v1("v1 cpu /c/t; v2 memory /u/t"));
+  EXPECT_FALSE(memory_on_v1("v1 memorylike /x"));
+  EXPECT_FALSE(memory_on_v1("off"));
+  EXPECT_FALSE(memory_on_v1(""));
+}
+
 TEST(ReplayFlags, ErrorsNameTheFlag) {
   const std::vector<std::vector<std::string_view>> bad = {
       {"run", "--synthetic", "a", "--tool-cores", "1", "--rate", "0"},
@@ -110,6 +123,10 @@ TEST(ReplayFlags, HostMemoryAndPolicyParameters) {
   ASSERT_TRUE(d) << d.error();
   EXPECT_EQ(d->tools_budget_mib, 512u);
   EXPECT_EQ(d->params.at("host_admission"), 0);
+  // The run takes it too: the prediction's host rules get tandemd's budget.
+  auto r = parse({"run", "--synthetic", "agentic", "--tool-cores", "1", "--tools-budget-mib", "512"});
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->tools_budget_mib, 512u);
 
   const std::vector<std::pair<std::vector<std::string_view>, std::string>> bad = {
       {{"run", "--synthetic", "a", "--tool-cores", "1", "--tool-mem", "pytest=lots"}, "--tool-mem"},
@@ -118,7 +135,7 @@ TEST(ReplayFlags, HostMemoryAndPolicyParameters) {
       {{"run", "--synthetic", "a", "--tool-cores", "1", "--param", "=1"}, "--param"},
       {{"run", "--synthetic", "a", "--tool-cores", "1", "--param", "x=nan"}, "--param"},
       {{"daemon-config", "--policy", "fcfs", "--tools-budget-mib", "lots"}, "--tools-budget-mib"},
-      {{"run", "--synthetic", "a", "--tool-cores", "1", "--tools-budget-mib", "1"}, "--tools-budget-mib"},
+      {{"run", "--synthetic", "a", "--tool-cores", "1", "--tools-budget-mib", "-1"}, "--tools-budget-mib"},
   };
   for (const auto& [args, name] : bad) {
     auto e = parse(args);
