@@ -277,6 +277,13 @@ int parse_args(int argc, char** argv, Options& o) {
       out = static_cast<int>(d);
       return true;
     };
+    // A flag whose value is any non-empty text.
+    auto text = [&](std::string& out) {
+      auto v = value();
+      if (!v || v->empty()) return false;
+      out = *v;
+      return true;
+    };
     bool ok = true;
     if (arg == "--help" || arg == "-h") {
       print_usage(stdout);
@@ -300,9 +307,7 @@ int parse_args(int argc, char** argv, Options& o) {
     } else if (arg == "--repeat") {
       ok = integer(1, 100, o.repeat);
     } else if (arg == "--policy") {
-      auto v = value();
-      ok = v.has_value() && !v->empty();
-      if (ok) o.policy = *v;
+      ok = text(o.policy);
     } else if (arg == "--host") {
       auto v = value();
       ok = v.has_value() && (*v == "ebpf" || *v == "sampling" || *v == "off");
@@ -320,13 +325,9 @@ int parse_args(int argc, char** argv, Options& o) {
         fmt::print(stderr, "daemon_bench: --wake takes doorbell or poll, got '{}'\n", *v);
       }
     } else if (arg == "--tandemd") {
-      auto v = value();
-      ok = v.has_value() && !v->empty();
-      if (ok) o.tandemd = *v;
+      ok = text(o.tandemd);
     } else if (arg == "--runtime-parent") {
-      auto v = value();
-      ok = v.has_value() && !v->empty();
-      if (ok) o.runtime_parent = *v;
+      ok = text(o.runtime_parent);
     } else if (arg == "--keep") {
       o.keep = true;
     } else {
@@ -1063,8 +1064,9 @@ int run_main(int argc, char** argv) {
              o.policy, (o.policy == "mars" || o.policy == "tandem") ? fmt::format(" (window {})", kOpenWindow) : "",
              o.tick_ms > 0 ? o.tick_ms : 50, o.wake == Wake::kDoorbell ? "doorbell" : "polling every 1 ms", o.tool_ms,
              o.seconds, o.warmup, cores, cores == 1 ? "" : "s");
-  fmt::print("runtime dir under {} ({}){}\n", o.runtime_parent, on_tmpfs(o.runtime_parent) ? "tmpfs" : "not tmpfs",
-             on_tmpfs(o.runtime_parent)
+  const bool runtime_on_tmpfs = on_tmpfs(o.runtime_parent);
+  fmt::print("runtime dir under {} ({}){}\n", o.runtime_parent, runtime_on_tmpfs ? "tmpfs" : "not tmpfs",
+             runtime_on_tmpfs
                  ? ""
                  : ": tandemd's under systemd is on a tmpfs, and its journal's writes cost more on a disk file system");
 
@@ -1108,7 +1110,7 @@ int run_main(int argc, char** argv) {
                    {"wake", o.wake == Wake::kDoorbell ? "doorbell" : "poll"},
                    {"tandemd", o.tandemd},
                    {"runtime_parent", o.runtime_parent},
-                   {"runtime_on_tmpfs", on_tmpfs(o.runtime_parent)},
+                   {"runtime_on_tmpfs", runtime_on_tmpfs},
                    {"host", o.host}};
   json list = json::array();
   for (const RunResult& r : runs) list.push_back(to_json(r));

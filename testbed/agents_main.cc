@@ -32,7 +32,6 @@
 #include <fstream>
 #include <functional>
 #include <future>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,6 +47,7 @@
 
 #include "base/ids.h"
 #include "base/unique_fd.h"
+#include "cpu/cgroup.h"
 #include "cpu/parse.h"
 #include "ipc/daemon_connection.h"
 #include "sched/registry.h"
@@ -123,10 +123,9 @@ struct MemoryStall {
   std::uint64_t full_us = 0;
 };
 std::optional<MemoryStall> memory_stall() {
-  std::ifstream f("/proc/pressure/memory");
-  if (!f) return std::nullopt;
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto psi = cpu::parse_psi(text);
+  auto text = cpu::read_file(AT_FDCWD, "/proc/pressure/memory");
+  if (!text) return std::nullopt;
+  auto psi = cpu::parse_psi(*text);
   if (!psi) return std::nullopt;
   return MemoryStall{psi->some.total_us, psi->full ? psi->full->total_us : 0};
 }
