@@ -58,6 +58,7 @@
 #include "sim/report.h"
 #include "sim/workload.h"
 #include "tandem/tandem.h"
+#include "testbed/http_send.h"
 #include "testbed/replay.h"
 #include "testbed/replay_report.h"
 
@@ -396,6 +397,7 @@ struct Shared {
   Clock::time_point t0;
   std::atomic<std::size_t> done{0};
   std::atomic<std::size_t> tools{0};
+  std::atomic<std::size_t> resent{0};  // requests sent again after a stale keep-alive connection
 };
 
 // One streamed round: the first data event's arrival is the first token.
@@ -431,7 +433,9 @@ std::optional<std::string> send_round(httplib::Client& cli, const json& body, Sh
     }
     return !g_stop.load();
   };
-  auto res = cli.send(req);
+  SendOutcome sent = send_fresh_if_stale(cli, std::move(req), &g_stop);
+  if (sent.resent) sh.resent.fetch_add(1);
+  const httplib::Result& res = sent.result;
   log.end_s = since(sh.t0);
   if (!res) return fmt::format("HTTP request failed: {}", httplib::to_string(res.error()));
   if (res->status != 200) return fmt::format("HTTP {}: {}", res->status, res->body.substr(0, 300));
@@ -748,7 +752,7 @@ int run(const ReplayFlags& flags) {
     }
   }
   const std::optional<MemoryStall> stall_before = memory_stall();
-  Shared sh{flags, host, runner, cpus, mem, toolburn, Clock::now(), {}, {}};
+  Shared sh{flags, host, runner, cpus, mem, toolburn, Clock::now(), {}, {}, {}};
   std::vector<SessionLog> logs(workload->sessions.size());
   std::vector<std::thread> threads;
   threads.reserve(logs.size());
@@ -899,6 +903,9 @@ int run(const ReplayFlags& flags) {
   }
 
   print_run(stdout, summary);
+  if (const std::size_t resent = sh.resent.load(); resent > 0 && !flags.quiet) {
+    fmt::print(stderr, "tandem-agents: {} requests sent again: the engine had closed their idle connection\n", resent);
+  }
   if (!flags.out.empty()) {
     if (auto w = write_run(summary, flags.out); !w) return fail(w.error().message());
     if (!flags.quiet) fmt::print(stderr, "tandem-agents: run written to {}\n", flags.out);

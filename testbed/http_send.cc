@@ -1,0 +1,27 @@
+#include "testbed/http_send.h"
+
+#include <memory>
+#include <utility>
+
+namespace tandem::testbed {
+
+SendOutcome send_fresh_if_stale(httplib::Client& client, httplib::Request req, const std::atomic<bool>* stop) {
+  // The flag lives on the heap so the copy of the handler in each send sees
+  // the same one.
+  auto began = std::make_shared<bool>(false);
+  httplib::ResponseHandler inner = std::move(req.response_handler);
+  req.response_handler = [began, inner](const httplib::Response& response) {
+    *began = true;
+    return inner ? inner(response) : true;
+  };
+  SendOutcome out{client.send(req), false};
+  const bool stale = !out.result && !*began && (stop == nullptr || !stop->load()) &&
+                     (out.result.error() == httplib::Error::Write || out.result.error() == httplib::Error::Read);
+  if (stale) {
+    out.resent = true;
+    out.result = client.send(req);
+  }
+  return out;
+}
+
+}  // namespace tandem::testbed
