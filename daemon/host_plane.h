@@ -78,10 +78,9 @@
 
 namespace tandem::daemon {
 
-// How often the plane samples and applies its memory rules (the policy tick
-// may be faster; reading every tool's files at 20 Hz would cost more than
-// the rest of the daemon).
-inline constexpr base::Duration kHostPeriod = std::chrono::milliseconds(250);
+// How often the plane samples and applies its memory rules
+// (sched/host_memory.h says why).
+inline constexpr base::Duration kHostPeriod = sched::kHostMemoryPeriod;
 // The warm pool: cgroups made or removed per host_tick at most (the tick runs
 // every policy tick, 50 ms by default: up to 80 a second), and how far ahead
 // of its tool-call rate a session's ready cgroups reach. The batches are

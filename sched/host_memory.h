@@ -44,6 +44,12 @@ struct HostMemoryConfig {
   Duration stall_kill_after = std::chrono::seconds(10);  // a call stalled at its limit this long is killed
 };
 
+// How often tandemd's host plane samples the tools' memory and runs this
+// rule (daemon/host_plane.h; the policy tick may be faster, but reading every
+// tool's files at 20 Hz would cost more than the rest of the daemon). The
+// simulator's SimConfig::host_period_s models it.
+inline constexpr Duration kHostMemoryPeriod = std::chrono::milliseconds(250);
+
 enum class MemoryLevel : std::uint8_t { kNormal, kHigh, kCritical };
 
 // One tool call as the host sees it. `stalled_since` is the rule's memory of

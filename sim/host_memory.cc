@@ -156,7 +156,7 @@ void HostPsi::advance(double dt, std::size_t stalled, std::size_t active) {
   if (!(dt > 0)) return;
   const bool some = stalled > 0;
   const bool full = active > 0 && stalled >= active;
-  const double decay = std::exp(-dt / 10.0);
+  const double decay = std::exp(-dt / window_s_);
   some_ = some_ * decay + (some ? 100.0 : 0.0) * (1.0 - decay);
   full_ = full_ * decay + (full ? 100.0 : 0.0) * (1.0 - decay);
   some_total_ += some ? dt : 0;

@@ -69,9 +69,12 @@ class ToolMemTable {
 // PSI memory "some" and "full" over the tool tasks, as the kernel defines
 // them (Documentation/accounting/psi.rst): "some" is the share of time in
 // which at least one task stalls on memory, "full" the share in which every
-// non-idle task does at once; avg10 is its exponential average over 10 s.
+// non-idle task does at once; avg10 is its exponential average over 10 s
+// (over `window_s` when a compressed run stretches the kernel's 10 s).
 class HostPsi {
  public:
+  // `window_s`: the exponential average's window (the kernel's avg10: 10 s).
+  explicit HostPsi(double window_s = 10) : window_s_(window_s) {}
   // `dt_s` seconds passed with `stalled` of `active` tasks stalled.
   void advance(double dt_s, std::size_t stalled, std::size_t active);
   double some_avg10() const { return some_; }
@@ -80,6 +83,7 @@ class HostPsi {
   double full_total_s() const { return full_total_; }
 
  private:
+  double window_s_;
   double some_ = 0, full_ = 0;
   double some_total_ = 0, full_total_ = 0;
 };

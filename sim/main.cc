@@ -50,6 +50,8 @@ node
   --tool-cpu SPEC       CPU demand per tool kind, "pytest=1,Read=0.05,*=0.5"
   --tool-start-ms MS    each tool call's first MS ms run at one whole core (its exec and start;
                         docs/sim.md "Tools"; default 0: none)
+  --tool-start-extra    the start phase runs on top of each call's time, not inside it (the live
+                        replay's stand-in tool, whose wall time excludes its own start)
   --host-kv-gib G       host memory for KV copies per engine, GiB (default 128; 0 = unlimited)
 host memory (docs/sim.md "Host memory"; off unless --tool-mem is given or the workload is agentic-mem)
   --tool-mem SPEC       model tool and session memory: "on" for the defaults, or per-kind P95 peaks
@@ -65,6 +67,10 @@ host memory (docs/sim.md "Host memory"; off unless --tool-mem is given or the wo
   --memory-cgroup V     the host's memory controller: v2 (default: the rules' throttle slows a tool in
                         reclaim) or v1 (it stops a tool that outgrows it until the limit lifts or the
                         stall kill takes it; PSI does not count the wait)
+  --host-period S       the host plane samples every S seconds: the host rules decide and the policy's
+                        view of host memory is refreshed (tandemd: 0.25; default 0: every control tick)
+  --psi-window S        the window of memory PSI's avg10, seconds (default 10, the kernel's)
+  --stall-kill-after S  the host rules kill a call stalled at its memory limit this long (default 10)
   --tick S              control tick period in seconds (default 0.05)
 cluster (docs/sim.md "Multi-node")
   --nodes N[,N...]      nodes behind a router, each with its own engines, tool cores and policy
@@ -113,6 +119,8 @@ struct Options {
   std::uint32_t engines = 2;
   double tool_cores = 16;
   double tool_start_ms = 0;
+  bool tool_start_extra = false;
+  double stall_kill_after_s = 10;
   double host_kv_gib = 128;
   std::optional<std::uint32_t> token_budget;
   std::optional<std::uint32_t> max_seqs;
@@ -124,6 +132,8 @@ struct Options {
   std::optional<double> host_mem_gib;
   std::optional<double> session_mem_mib;
   double retry_delay_s = 5;
+  double host_period_s = 0;
+  double psi_window_s = 10;
   double tool_mem_scale = 1;
   double tool_mem_cap_mib = 0;
   double tick_s = 0.05;
@@ -181,6 +191,8 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       o.ablate = true;
     } else if (a == "--fixed-rate") {
       o.poisson = false;
+    } else if (a == "--tool-start-extra") {
+      o.tool_start_extra = true;
     } else if (a == "--trace" || a == "--synthetic" || a == "--preset" || a == "--tool-cpu" || a == "--json" ||
                a == "--csv" || a == "--plot" || a == "--preset-file" || a == "--calibrate" || a == "--preset-out" ||
                a == "--check" || a == "--tool-mem" || a == "--host-rules" || a == "--memory-cgroup") {
@@ -254,11 +266,13 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       if (!d || *d <= 0) return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a positive number");
       (a == "--tick" ? o.tick_s : o.tool_cores) = *d;
     } else if (a == "--host-mem-gib" || a == "--session-mem-mib" || a == "--retry-delay" || a == "--tool-mem-scale" ||
-               a == "--tool-mem-cap-mib" || a == "--tools-budget-mib") {
+               a == "--tool-mem-cap-mib" || a == "--tools-budget-mib" || a == "--host-period" || a == "--psi-window" ||
+               a == "--stall-kill-after") {
       auto v = need(a);
       if (!v) return 2;
       auto d = parse_number<double>(*v);
-      const bool positive = a == "--host-mem-gib" || a == "--tool-mem-cap-mib" || a == "--tools-budget-mib";
+      const bool positive = a == "--host-mem-gib" || a == "--tool-mem-cap-mib" || a == "--tools-budget-mib" ||
+                            a == "--psi-window" || a == "--stall-kill-after";
       if (!d || *d < 0 || (positive && *d == 0)) {
         return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a number " +
                            (positive ? "> 0" : ">= 0"));
@@ -267,6 +281,9 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       if (a == "--session-mem-mib") o.session_mem_mib = d;
       if (a == "--retry-delay") o.retry_delay_s = *d;
       if (a == "--tools-budget-mib") o.tools_budget_mib = *d;
+      if (a == "--host-period") o.host_period_s = *d;
+      if (a == "--psi-window") o.psi_window_s = *d;
+      if (a == "--stall-kill-after") o.stall_kill_after_s = *d;
       if (a == "--tool-mem-scale") o.tool_mem_scale = *d;
       if (a == "--tool-mem-cap-mib") o.tool_mem_cap_mib = *d;
     } else if (a == "--tool-start-ms") {
@@ -431,6 +448,8 @@ int run(const Options& o) {
   base_config.engines = o.engines;
   base_config.tool_cores = o.tool_cores;
   base_config.tool_start_s = o.tool_start_ms / 1000;
+  base_config.tool_start_extra = o.tool_start_extra;
+  if (o.tool_start_extra && o.tool_start_ms == 0) return usage_error("--tool-start-extra needs --tool-start-ms");
   base_config.host_kv_gib = o.host_kv_gib;
   base_config.tick_s = o.tick_s;
   if (base_config.limits.token_budget < preset->block_size) {
@@ -458,14 +477,17 @@ int run(const Options& o) {
   base_config.host_mem_gib = o.host_mem_gib.value_or(0);
   base_config.session_mem_mib = o.session_mem_mib.value_or(-1);
   base_config.retry_delay_s = o.retry_delay_s;
+  base_config.host_period_s = o.host_period_s;
+  base_config.psi_window_s = o.psi_window_s;
+  base_config.host_rule_config.stall_kill_after = base::from_seconds(o.stall_kill_after_s);
   base_config.tool_mem_scale = o.tool_mem_scale;
   base_config.tool_mem_cap_mib = o.tool_mem_cap_mib;
-  if (!base_config.tool_mem && (o.host_mem_gib || o.session_mem_mib || o.tool_mem_scale != 1 ||
-                                o.tool_mem_cap_mib > 0 || o.tools_budget_mib > 0)) {
+  if (!base_config.tool_mem &&
+      (o.host_mem_gib || o.session_mem_mib || o.tool_mem_scale != 1 || o.tool_mem_cap_mib > 0 ||
+       o.tools_budget_mib > 0 || o.host_period_s > 0 || o.psi_window_s != 10 || o.stall_kill_after_s != 10)) {
     return usage_error(
-        "--host-mem-gib, --session-mem-mib, --tool-mem-scale, --tool-mem-cap-mib and --tools-budget-mib need "
-        "--tool-mem "
-        "(or --synthetic agentic-mem)");
+        "--host-mem-gib, --session-mem-mib, --tool-mem-scale, --tool-mem-cap-mib, --tools-budget-mib, "
+        "--host-period, --psi-window and --stall-kill-after need --tool-mem (or --synthetic agentic-mem)");
   }
 
   // Policies: validate every name and parameter before running anything.

@@ -210,6 +210,7 @@ class Node final : public EngineHost, private sched::ActionSink {
   std::optional<sched::HostMemoryRule> rule_;
   HostPsi psi_;
   std::optional<Time> mem_last_;
+  std::optional<Time> next_host_sample_;  // SimConfig::host_period_s: when the host plane samples next
   std::vector<double> recent_peaks_;
   std::size_t recent_next_ = 0;
   std::uint64_t mem_kills_total_ = 0;
@@ -247,6 +248,13 @@ base::Result<void> Node::setup() {
       return base::make_error(EINVAL, "host memory must be a positive number of GiB and the session baseline >= 0");
     }
     if (!(config_.retry_delay_s >= 0)) return base::make_error(EINVAL, "the retry delay must be >= 0");
+    if (!(config_.host_period_s >= 0) || !std::isfinite(config_.host_period_s)) {
+      return base::make_error(EINVAL, "the host plane's sampling period must be >= 0 seconds");
+    }
+    if (!(config_.psi_window_s > 0) || !std::isfinite(config_.psi_window_s)) {
+      return base::make_error(EINVAL, "PSI's averaging window must be > 0 seconds");
+    }
+    psi_ = HostPsi(config_.psi_window_s);
     mem_on_ = true;
     mem_capacity_ = per_engine * config_.engines * 1073741824.0;
     baseline_ = baseline_mib * 1048576.0;
@@ -832,8 +840,13 @@ void Node::host_step(Time now) {
   }
   result_.counters.host_mem_peak_bytes = std::max(result_.counters.host_mem_peak_bytes, baselines + tools);
 
+  // The host plane samples once a period (every tick when it is 0): the
+  // rules decide and the policy's view is refreshed only then.
+  const bool sample = !next_host_sample_ || now >= *next_host_sample_;
+  if (sample) next_host_sample_ = now + base::from_seconds(config_.host_period_s);
+
   // tandemd's host-plane rules (sched/host_memory.h), where this policy has them.
-  if (rule_) {
+  if (rule_ && sample) {
     std::vector<sched::MemoryCall> calls;
     std::vector<std::uint64_t> ids;
     for (auto& [id, t] : host_tools_) {
@@ -890,6 +903,7 @@ void Node::host_step(Time now) {
     cpu_.set_speed(id, speed, now);
   }
 
+  if (!sample) return;
   sched::HostMemoryView view;
   view.capacity_bytes = static_cast<std::uint64_t>(mem_capacity_);
   view.used_bytes = static_cast<std::uint64_t>(baselines + tools);

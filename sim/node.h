@@ -68,6 +68,14 @@ struct SimConfig {
   // lifts or the rules' stall kill takes it; PSI does not count the wait.
   // false: v2, whose memory.high slows the tool in reclaim.
   bool memory_v1 = false;
+  // How often the host plane samples, in seconds: the host rules decide, and
+  // the policy's host view (HostMemoryView) is refreshed, once a period
+  // (tandemd: daemon/host_plane.h kHostPeriod, 250 ms). 0: every control
+  // tick. The host itself (memory, OOM kills, stalls) moves every tick.
+  double host_period_s = 0;
+  // The window of PSI's avg10, seconds (the kernel's: 10). A compressed live
+  // run sees the kernel's 10 s of wall time as C times that of trace time.
+  double psi_window_s = 10;
 };
 
 struct ToolCallRecord {

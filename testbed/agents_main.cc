@@ -845,6 +845,12 @@ int run(const ReplayFlags& flags) {
     config.host_rules = "all";
     config.host_rule_config.stall_kill_after =
         base::from_seconds(base::to_seconds(config.host_rule_config.stall_kill_after) * flags.compress);
+    // Its other two clocks are wall time as well: it samples the tools and
+    // runs the rules every 250 ms (sched::kHostMemoryPeriod), and the
+    // kernel's PSI avg10 averages over 10 s; in trace time both are C times
+    // longer. The prediction leaves them at every control tick and 10 s:
+    // stretched, they made fcfs's predicted E2E 1.5-2.4x shorter than live,
+    // against 0.9-1.2x unstretched (docs/results.md "Live, memory-bound").
     const json status = monitor.first().value_or(json());
     const json* plane = status.is_object() && status.contains("host") ? &status["host"] : nullptr;
     config.memory_v1 = plane != nullptr && plane->is_object() && plane->contains("cgroups") &&

@@ -39,6 +39,12 @@ expect_error "--tool-mem-cap-mib: '0' is not a number > 0" --synthetic agentic-m
 expect_error "is not tandem, all or none" --synthetic mars-short --preset h100-llama3-8b --rate 1 --host-rules some
 expect_error "--tool-start-ms: '-5' is not a number of ms" --synthetic mars-short --preset h100-llama3-8b --rate 1 --tool-start-ms -5
 expect_error "--tool-start-ms: 'x' is not a number of ms" --synthetic mars-short --preset h100-llama3-8b --rate 1 --tool-start-ms x
+expect_error "--tool-start-extra needs --tool-start-ms" --synthetic mars-short --preset h100-llama3-8b --rate 1 --tool-start-extra
+expect_error "need --tool-mem" --synthetic mars-short --preset h100-llama3-8b --rate 1 --host-period 4
+expect_error "need --tool-mem" --synthetic mars-short --preset h100-llama3-8b --rate 1 --stall-kill-after 160
+expect_error "--host-period: '-1' is not a number >= 0" --synthetic agentic-mem --preset h100-llama3-8b --rate 1 --host-period -1
+expect_error "--psi-window: '0' is not a number > 0" --synthetic agentic-mem --preset h100-llama3-8b --rate 1 --psi-window 0
+expect_error "--stall-kill-after: '0' is not a number > 0" --synthetic agentic-mem --preset h100-llama3-8b --rate 1 --stall-kill-after 0
 # The cluster's flags (docs/sim.md "Multi-node").
 expect_error "unknown router 'random' (valid: round-robin, least-queue, epp, epp+tandem)" \
   --synthetic mars-short --preset h100-llama3-8b --rate 1 --nodes 2 --router random

@@ -85,6 +85,11 @@ TEST(HostPsi, SomeAndFullAsTheKernelDefinesThem) {
   HostPsi q;
   q.advance(10, 1, 1);
   EXPECT_NEAR(q.some_avg10(), 100 * (1 - std::exp(-1.0)), 1e-9);
+  // A run compressed 10x sees the kernel's 10 s as 100 s of its own time.
+  HostPsi slow(100);
+  slow.advance(10, 1, 1);
+  EXPECT_NEAR(slow.some_avg10(), 100 * (1 - std::exp(-0.1)), 1e-9);
+  EXPECT_DOUBLE_EQ(slow.some_total_s(), 10);
 }
 
 SessionSpec one_tool_session(std::string name, double arrival, const std::string& tool, double tool_s) {
@@ -221,6 +226,47 @@ TEST(NodeHostMemory, OnV1AThrottledCallWaitsAtItsLimitAndIsStallKilled) {
   EXPECT_NEAR(v2.mem_psi_some_s, v2.throttled_s, 1e-6) << "v2: PSI counts every stall";
   EXPECT_GT(v1.memory_kills, 0u) << "v1: a call waiting at its limit is stall-killed";
   EXPECT_LT(v1.mem_psi_some_s + 1.0, v1.throttled_s) << "v1: PSI misses the waits";
+}
+
+// SimConfig::host_period_s: the rules decide only when the host plane
+// samples (tandemd: every 250 ms of wall time, C times that in a compressed
+// run's trace time). The v1 workload above, with the rules sampling every
+// tick, every 2 s, and once an hour (only at the start, before any tool).
+TEST(NodeHostMemory, TheRulesDecideOnlyWhenTheHostPlaneSamples) {
+  Workload many;
+  for (int i = 0; i < 12; ++i)
+    many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
+  std::vector<RunCounters> runs;
+  for (const double period : {0.0, 2.0, 3600.0}) {
+    SimConfig c;
+    ASSERT_NO_FATAL_FAILURE(one_gib_host(c, 0, "pytest=1100:0.3"));
+    c.host_rules = "all";
+    c.tools_budget_mib = 700;
+    c.host_rule_config.stall_kill_after = std::chrono::seconds(3);
+    c.memory_v1 = true;
+    c.host_period_s = period;
+    auto r = simulate(many, c, ideal_times(many, c));
+    ASSERT_TRUE(r) << r.error().context();
+    runs.push_back(r->counters);
+  }
+  EXPECT_GT(runs[0].throttles, 0u);
+  EXPECT_GT(runs[1].throttles, 0u);
+  EXPECT_NE(runs[1].throttled_s, runs[0].throttled_s) << "a 2 s period moves when calls are held and let go";
+  EXPECT_EQ(runs[2].throttles, 0u) << "never sampled while a tool ran: never throttled";
+  EXPECT_EQ(runs[2].memory_kills, 0u);
+  EXPECT_EQ(runs[2].throttled_s, 0);
+
+  SimConfig bad;
+  ASSERT_NO_FATAL_FAILURE(one_gib_host(bad, 0, "pytest=1100:0.3"));
+  bad.host_period_s = -1;
+  auto r = simulate(many, bad, ideal_times(many, bad));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().context().find("sampling period"), std::string::npos) << r.error().context();
+  bad.host_period_s = 0;
+  bad.psi_window_s = 0;
+  r = simulate(many, bad, ideal_times(many, bad));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().context().find("PSI"), std::string::npos) << r.error().context();
 }
 
 TEST(NodeHostMemory, KillsAreCountedByWhatTheVictimsPeakExceeds) {
