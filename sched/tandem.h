@@ -162,7 +162,7 @@ struct TandemParams {
   double host_high = 0.9;        // at or above which it is cut; also the projection's ceiling
   double host_interval_s = 0.2;  // AIMD control interval (MARS's T_ctl)
   double host_mean_s = 30;       // smoothing of the memory a live session holds
-  bool host_peaks = false;       // judge by the highest use of the last host_mean_s, not the use now
+  bool host_peaks = true;        // judge by the highest use of the last host_mean_s, not the use now
   double max_remaining_s = 3600;
 };
 
@@ -217,7 +217,7 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"host_high", 0.9, 0, 1, "host memory use at or above which the host window is cut, and the projection's ceiling"},
     {"host_interval_s", 0.2, 0.01, 60, "host window control interval (seconds; MARS's T_ctl)"},
     {"host_mean_s", 30, 0.1, 3600, "time constant (seconds) of the average memory a live session holds"},
-    {"host_peaks", 0, 0, 1,
+    {"host_peaks", 1, 0, 1,
      "addition 18's projection and fit count the highest host memory use of the last host_mean_s (the running "
      "tools' bursts), not the use now"},
     {"residency_budget", 1024, 1, 1 << 24,
