@@ -910,7 +910,8 @@ int run(const ReplayFlags& flags) {
 
   print_run(stdout, summary);
   if (const std::size_t resent = sh.resent.load(); resent > 0 && !flags.quiet) {
-    fmt::print(stderr, "tandem-agents: {} requests sent again: the engine had closed their idle connection\n", resent);
+    fmt::print(stderr, "tandem-agents: requests sent again because the engine had closed their idle connection: {}\n",
+               resent);
   }
   if (!flags.out.empty()) {
     if (auto w = write_run(summary, flags.out); !w) return fail(w.error().message());
