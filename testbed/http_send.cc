@@ -1,5 +1,6 @@
 #include "testbed/http_send.h"
 
+#include <chrono>
 #include <memory>
 #include <utility>
 
@@ -14,9 +15,15 @@ SendOutcome send_fresh_if_stale(httplib::Client& client, httplib::Request req, c
     *began = true;
     return inner ? inner(response) : true;
   };
+  const auto sent_at = std::chrono::steady_clock::now();
   SendOutcome out{client.send(req), false};
-  const bool stale = !out.result && !*began && (stop == nullptr || !stop->load()) &&
-                     (out.result.error() == httplib::Error::Write || out.result.error() == httplib::Error::Read);
+  // A close that crossed the request fails it at once; a read that failed
+  // later (a timeout, an engine that died while serving) may have been
+  // served, and is not sent again.
+  const bool at_once = std::chrono::steady_clock::now() - sent_at < kStaleWithin;
+  const bool stale =
+      !out.result && !*began && (stop == nullptr || !stop->load()) &&
+      (out.result.error() == httplib::Error::Write || (out.result.error() == httplib::Error::Read && at_once));
   if (stale) {
     out.resent = true;
     out.result = client.send(req);

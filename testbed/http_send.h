@@ -8,14 +8,19 @@
 // has begun: the server never read the request. send_fresh_if_stale() sends
 // it once more then, on a new connection (httplib reconnects after a failed
 // send). A failure after the response began is returned as it is: the engine
-// served part of it, and sending it again would serve it twice.
+// served part of it, and sending it again would serve it twice. So is a read
+// that failed after kStaleWithin (a timeout, or an engine that died while it
+// served the request).
 #pragma once
 
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
 
 namespace tandem::testbed {
+
+inline constexpr std::chrono::milliseconds kStaleWithin{1000};
 
 struct SendOutcome {
   httplib::Result result;

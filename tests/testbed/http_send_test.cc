@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -24,6 +25,7 @@ enum class Answer {
   kServe,         // read the request; answer 200 "ok", connection kept
   kReset,         // read the request; reset the connection (the crossing close)
   kHalfAndReset,  // read the request; send half a response; reset
+  kSlowReset,     // read the request; after longer than kStaleWithin, reset
 };
 
 class ScriptedServer {
@@ -106,6 +108,7 @@ class ScriptedServer {
           continue;
         }
         if (a == Answer::kHalfAndReset) send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhalf");
+        if (a == Answer::kSlowReset) std::this_thread::sleep_for(kStaleWithin + std::chrono::milliseconds(200));
         reset(fd);
         open = false;
         break;
@@ -167,6 +170,15 @@ TEST(HttpSend, ItIsSentAgainOnceNotUntilItGoesThrough) {
 
 TEST(HttpSend, AResponseThatBeganIsNotServedTwice) {
   ScriptedServer server({{Answer::kHalfAndReset}, {Answer::kServe}});
+  httplib::Client c = client(server);
+  const SendOutcome out = send_fresh_if_stale(c, post());
+  EXPECT_FALSE(out.result);
+  EXPECT_FALSE(out.resent);
+  EXPECT_EQ(server.requests(), 1);
+}
+
+TEST(HttpSend, AReadThatFailedLateMayHaveBeenServedAndIsNotSentAgain) {
+  ScriptedServer server({{Answer::kSlowReset}, {Answer::kServe}});
   httplib::Client c = client(server);
   const SendOutcome out = send_fresh_if_stale(c, post());
   EXPECT_FALSE(out.result);
