@@ -196,24 +196,33 @@ TEST(NodeHostMemory, ACapHoldsEveryPeakBelowIt) {
   EXPECT_NEAR(r->counters.host_mem_peak_bytes, 900.0 * 1048576, 1.0);
 }
 
+// Twelve sessions, one at a time, each with one 4 s pytest whose peak is a
+// median 672 MB against a 700 MiB budget: about half the calls pass the
+// 90 % (660 MB) at which the rules throttle, on their way to the peak.
+Workload twelve_pytests() {
+  Workload many;
+  for (int i = 0; i < 12; ++i)
+    many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
+  return many;
+}
+void rules_near_the_budget(SimConfig& c) {
+  ASSERT_NO_FATAL_FAILURE(one_gib_host(c, 0, "pytest=1100:0.3"));
+  c.host_rules = "all";
+  c.tools_budget_mib = 700;
+  c.host_rule_config.stall_kill_after = std::chrono::seconds(3);
+}
+
 // cgroup v1 (SimConfig::memory_v1): the rules' throttle is a hard limit
 // with the OOM killer off, so a call that outgrows it waits (speed 0) and
 // the rules' stall kill takes it; PSI does not count the wait. On v2 the
 // same throttle slows the call in reclaim, PSI counts it, and the stall
 // kill never fires. Sessions one at a time, so PSI some is one call's stall.
 TEST(NodeHostMemory, OnV1AThrottledCallWaitsAtItsLimitAndIsStallKilled) {
-  Workload many;
-  for (int i = 0; i < 12; ++i)
-    many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
+  const Workload many = twelve_pytests();
   RunCounters runs[2];
   for (const bool v1 : {false, true}) {
     SimConfig c;
-    // Median 672 MB against a 700 MiB budget: about half the calls pass the
-    // 90 % (660 MB) at which the rules throttle, on their way to the peak.
-    ASSERT_NO_FATAL_FAILURE(one_gib_host(c, 0, "pytest=1100:0.3"));
-    c.host_rules = "all";
-    c.tools_budget_mib = 700;
-    c.host_rule_config.stall_kill_after = std::chrono::seconds(3);
+    ASSERT_NO_FATAL_FAILURE(rules_near_the_budget(c));
     c.memory_v1 = v1;
     auto r = simulate(many, c, ideal_times(many, c));
     ASSERT_TRUE(r) << r.error().context();
@@ -233,16 +242,11 @@ TEST(NodeHostMemory, OnV1AThrottledCallWaitsAtItsLimitAndIsStallKilled) {
 // run's trace time). The v1 workload above, with the rules sampling every
 // tick, every 2 s, and once an hour (only at the start, before any tool).
 TEST(NodeHostMemory, TheRulesDecideOnlyWhenTheHostPlaneSamples) {
-  Workload many;
-  for (int i = 0; i < 12; ++i)
-    many.sessions.push_back(one_tool_session("s" + std::to_string(i), i * 100.0, "pytest", 4));
+  const Workload many = twelve_pytests();
   std::vector<RunCounters> runs;
   for (const double period : {0.0, 2.0, 3600.0}) {
     SimConfig c;
-    ASSERT_NO_FATAL_FAILURE(one_gib_host(c, 0, "pytest=1100:0.3"));
-    c.host_rules = "all";
-    c.tools_budget_mib = 700;
-    c.host_rule_config.stall_kill_after = std::chrono::seconds(3);
+    ASSERT_NO_FATAL_FAILURE(rules_near_the_budget(c));
     c.memory_v1 = true;
     c.host_period_s = period;
     auto r = simulate(many, c, ideal_times(many, c));
