@@ -172,9 +172,9 @@ class IdSet {
  public:
   // False if `id` was there already.
   bool insert(std::uint64_t id) {
-    if (map_.contains(id)) return false;
-    map_[id] = 1;
-    return true;
+    const std::size_t before = map_.size();
+    map_[id] = 1;  // one probe: operator[] finds it or adds it
+    return map_.size() != before;
   }
   bool erase(std::uint64_t id) { return map_.erase(id); }
   bool contains(std::uint64_t id) const { return map_.contains(id); }
