@@ -41,6 +41,14 @@ struct ToolMemDraw {
 // (kResidualShare of the peak), ramping to the peak over the burst's ramp,
 // held for the burst, then the working set again.
 inline constexpr double kResidualShare = 0.25;
+// No call's peak above this by default: the largest tool peak AgentCgroup
+// measured was 4,060 MB (pydicom), and its node-level range is 2-4 GB
+// (docs/sim.md "Host memory"). The log-normal draws' tail passes it.
+inline constexpr double kToolMemCapMib = 4096;
+// A drawn peak times its scales, held at `cap_mib` (0: no cap).
+inline double capped_peak(double peak_bytes, double cap_mib) {
+  return cap_mib > 0 && peak_bytes > cap_mib * 1048576.0 ? cap_mib * 1048576.0 : peak_bytes;
+}
 double tool_memory_at(const ToolMemDraw& d, double progress_s);
 // True while the call's memory grows (it allocates: throttling and reclaim
 // stall it).

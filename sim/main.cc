@@ -60,7 +60,8 @@ host memory (docs/sim.md "Host memory"; off unless --tool-mem is given or the wo
   --session-mem-mib M   resident baseline of an admitted session, MiB (default: the preset's, 185)
   --retry-delay S       a tool killed for memory runs again S seconds later (default 5)
   --tool-mem-scale X    multiplies every tool call's memory peak (default 1)
-  --tool-mem-cap-mib M  no tool call's memory peak above M MiB, after the scales (default: no cap)
+  --tool-mem-cap-mib M  no tool call's memory peak above M MiB, after the scales (default 4096, the largest
+                        peak AgentCgroup measured; 0: no cap)
   --host-rules WHO      which policies get tandemd's host memory rules: none (default), tandem, all
   --tools-budget-mib M  the host rules' budget for the tools, MiB, as tandemd's [memory] tools_budget
                         (default: the host's memory less the sessions' baselines)
@@ -135,7 +136,7 @@ struct Options {
   double host_period_s = 0;
   double psi_window_s = 10;
   double tool_mem_scale = 1;
-  double tool_mem_cap_mib = 0;
+  std::optional<double> tool_mem_cap_mib;  // unset: sim::kToolMemCapMib
   double tick_s = 0.05;
   std::vector<std::string> policies;
   std::map<std::string, std::map<std::string, double>> params;
@@ -271,8 +272,8 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       auto v = need(a);
       if (!v) return 2;
       auto d = parse_number<double>(*v);
-      const bool positive = a == "--host-mem-gib" || a == "--tool-mem-cap-mib" || a == "--tools-budget-mib" ||
-                            a == "--psi-window" || a == "--stall-kill-after";
+      const bool positive =
+          a == "--host-mem-gib" || a == "--tools-budget-mib" || a == "--psi-window" || a == "--stall-kill-after";
       if (!d || *d < 0 || (positive && *d == 0)) {
         return usage_error(std::string(a) + ": '" + std::string(*v) + "' is not a number " +
                            (positive ? "> 0" : ">= 0"));
@@ -285,7 +286,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& o) {
       if (a == "--psi-window") o.psi_window_s = *d;
       if (a == "--stall-kill-after") o.stall_kill_after_s = *d;
       if (a == "--tool-mem-scale") o.tool_mem_scale = *d;
-      if (a == "--tool-mem-cap-mib") o.tool_mem_cap_mib = *d;
+      if (a == "--tool-mem-cap-mib") o.tool_mem_cap_mib = d;
     } else if (a == "--tool-start-ms") {
       auto v = need(a);
       if (!v) return 2;
@@ -481,9 +482,9 @@ int run(const Options& o) {
   base_config.psi_window_s = o.psi_window_s;
   base_config.host_rule_config.stall_kill_after = base::from_seconds(o.stall_kill_after_s);
   base_config.tool_mem_scale = o.tool_mem_scale;
-  base_config.tool_mem_cap_mib = o.tool_mem_cap_mib;
+  base_config.tool_mem_cap_mib = o.tool_mem_cap_mib.value_or(sim::kToolMemCapMib);
   if (!base_config.tool_mem &&
-      (o.host_mem_gib || o.session_mem_mib || o.tool_mem_scale != 1 || o.tool_mem_cap_mib > 0 ||
+      (o.host_mem_gib || o.session_mem_mib || o.tool_mem_scale != 1 || o.tool_mem_cap_mib.has_value() ||
        o.tools_budget_mib > 0 || o.host_period_s > 0 || o.psi_window_s != 10 || o.stall_kill_after_s != 10)) {
     return usage_error(
         "--host-mem-gib, --session-mem-mib, --tool-mem-scale, --tool-mem-cap-mib, --tools-budget-mib, "

@@ -521,8 +521,7 @@ void Node::round_done(EngineId engine, const RoundWork& work, std::uint32_t bloc
 }
 
 double Node::scaled_peak(double drawn, double scale) const {
-  const double peak = drawn * scale;
-  return config_.tool_mem_cap_mib > 0 ? std::min(peak, config_.tool_mem_cap_mib * 1048576.0) : peak;
+  return capped_peak(drawn * scale, config_.tool_mem_cap_mib);
 }
 
 void Node::start_tool_cpu(std::uint64_t tool, std::uint64_t session, double demand, double nominal_s, Time now) {

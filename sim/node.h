@@ -46,13 +46,13 @@ struct SimConfig {
   // GPU 128 GiB of swap space ([baselines] §3).
   double host_kv_gib = 128;
   // Host memory (docs/sim.md "Host memory"): off unless tool_mem is set.
-  bool tool_mem = false;        // tool calls and sessions hold memory
-  ToolMemTable tool_mem_table;  // per-kind demand
-  double host_mem_gib = 0;      // per engine; 0: the preset's
-  double session_mem_mib = -1;  // < 0: the preset's
-  double retry_delay_s = 5;     // a killed tool call is run again this long after
-  double tool_mem_scale = 1;    // multiplies every call's peak (on top of the session's mem_scale)
-  double tool_mem_cap_mib = 0;  // no call's peak above this, after the scales (0: no cap)
+  bool tool_mem = false;                     // tool calls and sessions hold memory
+  ToolMemTable tool_mem_table;               // per-kind demand
+  double host_mem_gib = 0;                   // per engine; 0: the preset's
+  double session_mem_mib = -1;               // < 0: the preset's
+  double retry_delay_s = 5;                  // a killed tool call is run again this long after
+  double tool_mem_scale = 1;                 // multiplies every call's peak (on top of the session's mem_scale)
+  double tool_mem_cap_mib = kToolMemCapMib;  // no call's peak above this, after the scales (0: no cap)
   // Which policies get tandemd's host-plane memory rules (sched/host_memory.h):
   // "none" (default: the policies are compared on their own), "tandem"
   // (tandem and its ablation variants) or "all".

@@ -548,9 +548,10 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
     // keyed by the session and the round, re-drawn per attempt) and in its
     // shape: a quarter of the peak from the start, the burst's ramp to the
     // peak and its hold at the drawn points of the call's progress
-    // (sim/host_memory.h; times compressed as the call's). A tool killed for
-    // memory runs again after the retry delay, as the simulator's agents do;
-    // every kill is logged.
+    // (sim/host_memory.h; times compressed as the call's), held at the
+    // simulator's default cap (sim::kToolMemCapMib). A tool killed for memory
+    // runs again after the retry delay, as the simulator's agents do; every
+    // kill is logged.
     const std::uint64_t key = sim::mix64(base::session_id(log.name) ^ sim::mix64(static_cast<std::uint64_t>(r) + 1));
     ToolOutcome out;
     ToolLog t;  // the last attempt's
@@ -558,7 +559,8 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
       std::vector<std::string> shape;  // --mem-burst and --mem-base-mb, with --tool-mem
       if (sh.mem) {
         const sim::ToolMemDraw draw = sh.mem->draw(round.tool, sim::mix64(key + attempt), round.tool_seconds);
-        const double peak = draw.peak_bytes * spec.mem_scale * sh.flags.tool_mem_scale;
+        const double peak =
+            sim::capped_peak(draw.peak_bytes * spec.mem_scale * sh.flags.tool_mem_scale, sim::kToolMemCapMib);
         step.mem_mb = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(peak / (1024.0 * 1024.0))));
         const auto base_mb =
             static_cast<std::uint64_t>(std::llround(static_cast<double>(step.mem_mb) * sim::kResidualShare));

@@ -35,7 +35,7 @@ expect_error "apply to --trace only" --synthetic mars-short --preset h100-llama3
 expect_error "tool memory entry 'pytest=x'" --synthetic mars-short --preset h100-llama3-8b --rate 1 --tool-mem pytest=x
 expect_error "need --tool-mem" --synthetic mars-short --preset h100-llama3-8b --rate 1 --host-mem-gib 4
 expect_error "need --tool-mem" --synthetic mars-short --preset h100-llama3-8b --rate 1 --tool-mem-cap-mib 4096
-expect_error "--tool-mem-cap-mib: '0' is not a number > 0" --synthetic agentic-mem --preset h100-llama3-8b --rate 1 --tool-mem-cap-mib 0
+expect_error "--tool-mem-cap-mib: '-1' is not a number >= 0" --synthetic agentic-mem --preset h100-llama3-8b --rate 1 --tool-mem-cap-mib -1
 expect_error "is not tandem, all or none" --synthetic mars-short --preset h100-llama3-8b --rate 1 --host-rules some
 expect_error "--tool-start-ms: '-5' is not a number of ms" --synthetic mars-short --preset h100-llama3-8b --rate 1 --tool-start-ms -5
 expect_error "--tool-start-ms: 'x' is not a number of ms" --synthetic mars-short --preset h100-llama3-8b --rate 1 --tool-start-ms x

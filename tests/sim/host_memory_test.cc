@@ -196,6 +196,27 @@ TEST(NodeHostMemory, ACapHoldsEveryPeakBelowIt) {
   EXPECT_NEAR(r->counters.host_mem_peak_bytes, 900.0 * 1048576, 1.0);
 }
 
+TEST(NodeHostMemory, ByDefaultNoPeakPassesTheLargestAgentCgroupMeasured) {
+  // An 8,000 MB draw on a 16 GiB host: held at 4,096 MiB unless the cap is
+  // lifted (0), which lets it through whole.
+  Workload w;
+  w.sessions.push_back(one_tool_session("big", 0, "pytest", 4));
+  SimConfig c;
+  ASSERT_NO_FATAL_FAILURE(one_gib_host(c, 0, "pytest=8000:0"));
+  c.host_mem_gib = 16;
+  EXPECT_EQ(c.tool_mem_cap_mib, kToolMemCapMib);
+  auto capped = simulate(w, c, ideal_times(w, c));
+  ASSERT_TRUE(capped) << capped.error().context();
+  EXPECT_NEAR(capped->counters.host_mem_peak_bytes, kToolMemCapMib * 1048576, 1.0);
+  c.tool_mem_cap_mib = 0;
+  auto whole = simulate(w, c, ideal_times(w, c));
+  ASSERT_TRUE(whole) << whole.error().context();
+  EXPECT_NEAR(whole->counters.host_mem_peak_bytes, 8000e6, 1.0);
+  EXPECT_EQ(capped_peak(5e9, 0), 5e9);
+  EXPECT_EQ(capped_peak(5e9, 1000), 1000.0 * 1048576);
+  EXPECT_EQ(capped_peak(1e6, 1000), 1e6);
+}
+
 // Twelve sessions, one at a time, each with one 4 s pytest whose peak is a
 // median 672 MB against a 700 MiB budget: about half the calls pass the
 // 90 % (660 MB) at which the rules throttle, on their way to the peak.
