@@ -318,7 +318,8 @@ std::string CtlService::events(std::string_view since_text) const {
   // Names: of live sessions from their meta, of ended ones from the close
   // (or kill) event that kept theirs.
   std::unordered_map<sched::SessionId, std::string_view> names;
-  for (const EventLog::Entry& e : log.entries()) {
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    const EventLog::Entry& e = log.at(i);
     if (!e.name.empty()) names[e.session] = e.name;
   }
   view_.for_each_session([&](sched::SessionId id, const SessionCard& m) {
@@ -327,7 +328,8 @@ std::string CtlService::events(std::string_view since_text) const {
   json list = json::array();
   std::size_t bytes = 0;
   std::uint64_t next = since;
-  for (const EventLog::Entry& e : log.entries()) {
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    const EventLog::Entry& e = log.at(i);
     if (e.seq <= since) continue;
     auto [kind, detail] = EventLog::describe(e);
     json j = {{"seq", e.seq}, {"t", e.t}, {"kind", kind}};
@@ -402,8 +404,8 @@ CtlService::Page CtlService::engines(std::string_view cursor) const {
   const std::uint32_t after = base::parse_int<std::uint32_t>(cursor).value_or(0);
   const sched::NodeModel& model = view_.model();
   std::map<sched::EngineId, std::uint32_t> sessions;
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    if (s.state != sched::SessionState::kDone && s.engine != sched::kNoEngine) ++sessions[s.engine];
+  for (const sched::Session* s : model.sessions().by_id()) {
+    if (s->state != sched::SessionState::kDone && s->engine != sched::kNoEngine) ++sessions[s->engine];
   }
   const auto projected = GpuPlane::projected_blocks(model.sessions());
   json list = json::array();
@@ -488,10 +490,9 @@ CtlService::Page CtlService::sessions(base::Time now, std::string_view cursor) c
   const std::uint64_t after = cursor.empty() ? 0 : std::strtoull(std::string(cursor).c_str(), nullptr, 16);
   const sched::SessionTable& table = view_.model().sessions();
   std::vector<sched::SessionId> ids;
-  for (const auto& [id, s] : table.sessions()) {
-    if (s.state != sched::SessionState::kDone) ids.push_back(id);
+  for (const sched::Session* s : table.by_id()) {
+    if (s->state != sched::SessionState::kDone) ids.push_back(s->id);
   }
-  std::sort(ids.begin(), ids.end());
   json list = json::array();
   std::size_t bytes = 0;
   std::string next;

@@ -77,7 +77,8 @@ std::map<std::string, CtlService::EngineLoad, std::less<>> CtlService::engine_lo
     l.cached_tokens += static_cast<double>(v.cached_tokens_total);
   }
   using sched::SessionState;
-  for (const auto& [sid, s] : model.sessions().sessions()) {
+  for (const sched::Session* sp : model.sessions().by_id()) {
+    const sched::Session& s = *sp;
     auto it = by_id.find(s.engine);
     if (it == by_id.end()) continue;
     EngineLoad& l = *it->second;
@@ -191,7 +192,7 @@ std::string CtlService::metrics_text(base::Time now) const {
     p.gauge("tandem_admission_window", "sessions the policy lets reason at once (MARS's AIMD window)", *w);
   }
   std::uint64_t pinned_sessions = 0;
-  for (const auto& [id, sess] : table.sessions()) pinned_sessions += sess.residency == sched::Residency::kPinned;
+  for (const sched::Session* sess : table.by_id()) pinned_sessions += sess->residency == sched::Residency::kPinned;
   p.gauge("tandem_kv_pinned_sessions", "sessions whose KV is pinned while their tool runs",
           static_cast<double>(pinned_sessions));
 

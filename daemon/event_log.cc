@@ -6,12 +6,17 @@ namespace tandem::daemon {
 
 void EventLog::add(base::Time now, Kind kind, sched::SessionId session, std::array<std::int64_t, 4> v,
                    std::string name) {
-  if (entries_.size() >= kSize) entries_.pop_front();
-  entries_.push_back({next_++, base::to_seconds(now - origin_), kind, session, v, std::move(name)});
+  Entry e{next_++, base::to_seconds(now - origin_), kind, session, v, std::move(name)};
+  if (ring_.size() < kSize) {
+    ring_.push_back(std::move(e));
+    return;
+  }
+  ring_[head_] = std::move(e);
+  head_ = (head_ + 1) % kSize;
 }
 
 std::uint64_t EventLog::lost_after(std::uint64_t since) const {
-  const std::uint64_t oldest = entries_.empty() ? next_ : entries_.front().seq;
+  const std::uint64_t oldest = ring_.empty() ? next_ : at(0).seq;
   return since + 1 < oldest ? oldest - since - 1 : 0;
 }
 

@@ -9,10 +9,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "base/clock.h"
 #include "sched/types.h"
@@ -61,7 +61,9 @@ class EventLog {
   // Appends an entry (the oldest goes when the log is full).
   void add(base::Time now, Kind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {},
            std::string name = {});
-  const std::deque<Entry>& entries() const { return entries_; }
+  // The entries held, oldest first: at(0) .. at(size() - 1).
+  std::size_t size() const { return ring_.size(); }
+  const Entry& at(std::size_t i) const { return ring_[(head_ + i) % ring_.size()]; }
   // The sequence number the next entry gets (entries are numbered from 1).
   std::uint64_t next_seq() const { return next_; }
   // Entries after `since` that fell out of the window before being read.
@@ -72,7 +74,10 @@ class EventLog {
 
  private:
   base::Time origin_;
-  std::deque<Entry> entries_;
+  // A ring: it grows to kSize, then each entry overwrites the oldest, at
+  // head_ (no allocation per entry, as a deque's blocks cost).
+  std::vector<Entry> ring_;
+  std::size_t head_ = 0;
   std::uint64_t next_ = 1;
 };
 

@@ -396,9 +396,9 @@ base::Result<ToolGrant> HostPlane::prepare_tool(const ToolRequest& req) {
     return base::make_error(EIO, fmt::format("cannot create the cgroup of session {:016x}", req.session));
   }
   s->orphan = false;
-  if (auto p = pending_.find(req.session); p != pending_.end()) {
-    const auto [weight, quota] = p->second;
-    pending_.erase(p);
+  if (const auto* p = pending_.find(req.session); p != nullptr) {
+    const auto [weight, quota] = *p;
+    pending_.erase(req.session);
     if (weight) set_cpu_weight(req.session, *weight);
     if (quota) set_cpu_quota(req.session, *quota);
   }

@@ -68,6 +68,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/id_map.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
 #include "bpf/telemetry.h"
@@ -227,7 +228,7 @@ class HostPlane final : public HostEffects {
   std::uint32_t tool_cores_ = 0;
   std::unordered_map<sched::SessionId, SessionCg> sessions_;
   // The policy's cpu.weight and cpu.max for sessions without a folder yet.
-  std::unordered_map<sched::SessionId, std::pair<std::optional<std::uint32_t>, std::optional<std::uint32_t>>> pending_;
+  base::IdMap<std::pair<std::optional<std::uint32_t>, std::optional<std::uint32_t>>> pending_;
   std::vector<cpu::Node> doomed_;
   base::Time last_sample_{};
   bool sampled_ = false;

@@ -7,8 +7,8 @@
 namespace tandem::sched {
 
 void AdmitAllControl::tick(const NodeModel& model, Time /*now*/, Actions& out) {
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    if (s.state == SessionState::kWaiting) out.admit(id);
+  for (const Session* s : model.sessions().by_id()) {
+    if (s->state == SessionState::kWaiting) out.admit(s->id);
   }
 }
 

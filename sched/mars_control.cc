@@ -260,7 +260,8 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
     return kDefaultBlockSize;
   };
 
-  std::vector<Candidate> waiting;
+  std::vector<Candidate>& waiting = waiting_;  // a member: its capacity stays from tick to tick
+  waiting.clear();
   waiting.reserve(table.count(SessionState::kWaiting));
   std::size_t backlog_long = 0;
   for (const Session* sp : table.in_state(SessionState::kWaiting)) {

@@ -182,6 +182,7 @@ class MarsControl final : public ControlPolicy {
   std::optional<Time> short_empty_since_;
   std::optional<Time> last_arrival_;
   std::map<SessionId, std::uint64_t> long_in_flight_;
+  std::vector<Candidate> waiting_;  // pack()'s, kept for its capacity
   MarsMode last_mode_ = MarsMode::kIdle;
 };
 

@@ -77,8 +77,8 @@ void NodeModel::unqueue(SessionId s) {
 
 std::vector<SessionId> NodeModel::engine_gone(EngineId engine, Time now) {
   std::vector<SessionId> aborted;
-  for (const auto& [id, s] : sessions_.sessions()) {
-    if (s.engine == engine && s.round_in_flight) aborted.push_back(id);
+  for (const Session* s : sessions_.by_id()) {
+    if (s->engine == engine && s->round_in_flight) aborted.push_back(s->id);
   }
   for (SessionId id : aborted) {
     unqueue(id);

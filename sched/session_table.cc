@@ -1,6 +1,7 @@
 // SessionTable: event effects and legal transitions.
 #include "sched/session_table.h"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace tandem::sched {
@@ -57,29 +58,53 @@ bool legal_transition(SessionState from, SessionState to) {
 }
 
 Session& SessionTable::create(SessionId id, Time now) {
-  Session& s = sessions_[id];
+  Session* slot;
+  if (free_.empty()) {
+    slot = &pool_.emplace_back();
+  } else {
+    slot = free_.back();
+    free_.pop_back();
+    *slot = Session{};
+  }
+  Session& s = *slot;
   s.id = id;
   s.opened = now;
   s.state_since = now;
   index_add(s);
   index_[id] = &s;
+  by_id_stale_ = true;
   return s;
+}
+
+std::span<const Session* const> SessionTable::by_id() const {
+  if (by_id_stale_) {
+    by_id_.clear();
+    by_id_.reserve(index_.size());
+    index_.for_each([&](SessionId, Session* s) { by_id_.push_back(s); });
+    std::sort(by_id_.begin(), by_id_.end(), [](const Session* a, const Session* b) { return a->id < b->id; });
+    by_id_stale_ = false;
+  }
+  return by_id_;
 }
 
 void SessionTable::index_add(Session& s) {
   auto& v = by_state_[static_cast<std::size_t>(s.state)];
   s.state_slot = static_cast<std::uint32_t>(v.size());
   v.push_back(&s);
+  briefs_[static_cast<std::size_t>(s.state)].push_back({s.engine, s.prompt_tokens, s.round_in_flight});
 }
 
 void SessionTable::index_remove(Session& s) {
   auto& v = by_state_[static_cast<std::size_t>(s.state)];
+  auto& b = briefs_[static_cast<std::size_t>(s.state)];
   const Session* last = v.back();
   v[s.state_slot] = last;
-  // `last` is the same Session as a non-const entry of sessions_; its slot
-  // is ours to maintain.
+  b[s.state_slot] = b.back();
+  // `last` is the same Session as a non-const entry of pool_; its slot is
+  // ours to maintain.
   const_cast<Session*>(last)->state_slot = s.state_slot;
   v.pop_back();
+  b.pop_back();
 }
 
 void SessionTable::set_state(Session& s, SessionState to, Time now) {
@@ -93,7 +118,7 @@ bool SessionTable::transition(SessionId id, SessionState to, Time now, EngineId 
   Session* s = lookup(id);
   if (s == nullptr || !legal_transition(s->state, to)) return reject();
   if (engine != kNoEngine) s->engine = engine;
-  set_state(*s, to, now);
+  set_state(*s, to, now);  // its brief moves with the session's current fields
   return true;
 }
 
@@ -105,6 +130,7 @@ bool SessionTable::abort_round(SessionId id, Time now) {
   s.blocks_held = 0;
   s.residency = Residency::kDropped;
   s.last_round_end = now;
+  refresh(s);
   return true;
 }
 
@@ -130,9 +156,12 @@ std::size_t SessionTable::reap_done() {
   while (!done.empty()) {
     const SessionId id = done.back()->id;
     done.pop_back();
+    Session* const* s = index_.find(id);
+    free_.push_back(*s);
     index_.erase(id);
-    sessions_.erase(id);
   }
+  briefs_[static_cast<std::size_t>(SessionState::kDone)].clear();
+  if (n > 0) by_id_stale_ = true;
   return n;
 }
 
@@ -172,6 +201,7 @@ bool SessionTable::apply(const Event& event, Time now) {
           s.prompt_tokens = e.prompt_tokens;
           s.cached_tokens = e.cached_tokens;
           s.projected_blocks = e.projected_blocks;
+          refresh(s);
           return true;
         } else if constexpr (std::is_same_v<E, RoundEnded>) {
           Session* found = lookup(e.session);
@@ -181,6 +211,7 @@ bool SessionTable::apply(const Event& event, Time now) {
           if (s.state != S::kReasoning && s.state != S::kActing && s.state != S::kPaused) return reject();
           if (!s.round_in_flight || e.round != s.round) return reject();
           s.round_in_flight = false;
+          refresh(s);
           ++s.rounds_done;
           s.context_tokens = s.prompt_tokens + e.output_tokens;
           s.service_tokens += (s.prompt_tokens - s.cached_tokens) + e.output_tokens;
@@ -240,6 +271,7 @@ bool SessionTable::apply(const Event& event, Time now) {
           set_state(*s, S::kDone, now);
           s->round_in_flight = false;
           s->tool = 0;
+          refresh(*s);
           return true;
         }
       },

@@ -25,9 +25,9 @@ bool engine_idle(const NodeModel& model, const EngineView& e) {
       e.kv.blocks_pinned > 0) {
     return false;
   }
-  const auto admitted = model.sessions().in_state(SessionState::kReasoning);
+  const auto admitted = model.sessions().briefs(SessionState::kReasoning);
   return std::none_of(admitted.begin(), admitted.end(),
-                      [&](const Session* s) { return s->engine == e.id && s->round_in_flight; });
+                      [&](const SessionBrief& s) { return s.engine == e.id && s.round_in_flight; });
 }
 
 }  // namespace
@@ -386,13 +386,14 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
   loads.reserve(model.engines().size());
   for (const auto& [eid, e] : model.engines())
     loads.push_back({eid, e.params.block_size > 0 ? e.params.block_size : 16.0});
-  for (const Session* s : model.sessions().in_state(SessionState::kReasoning)) {
-    if (!s->round_in_flight) continue;
+  // The sessions' briefs, not the sessions: a flat array, in cache.
+  for (const SessionBrief& s : model.sessions().briefs(SessionState::kReasoning)) {
+    if (!s.round_in_flight) continue;
     auto l =
-        std::lower_bound(loads.begin(), loads.end(), s->engine, [](const Load& a, EngineId id) { return a.id < id; });
-    if (l == loads.end() || l->id != s->engine) continue;
+        std::lower_bound(loads.begin(), loads.end(), s.engine, [](const Load& a, EngineId id) { return a.id < id; });
+    if (l == loads.end() || l->id != s.engine) continue;
     ++l->running;
-    l->demand += std::ceil((static_cast<double>(s->prompt_tokens) + p_.growth_decode_tokens) / l->block_size);
+    l->demand += std::ceil((static_cast<double>(s.prompt_tokens) + p_.growth_decode_tokens) / l->block_size);
   }
   std::map<EngineId, double> pressure;
   std::size_t i = 0;

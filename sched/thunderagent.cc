@@ -126,10 +126,10 @@ ThunderAgentControl::Ledger ThunderAgentControl::build_ledger(const NodeModel& m
     if (capacity <= 0) continue;
     ledger[id] = Backend{id, capacity, {}};
   }
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    if (!admitted(s)) continue;
-    auto it = ledger.find(s.engine);
-    if (it != ledger.end()) it->second.programs.push_back(program_of(s));
+  for (const Session* s : model.sessions().by_id()) {
+    if (!admitted(*s)) continue;
+    auto it = ledger.find(s->engine);
+    if (it != ledger.end()) it->second.programs.push_back(program_of(*s));
   }
   return ledger;
 }
@@ -148,8 +148,8 @@ void ThunderAgentControl::tick(const NodeModel& model, Time now, Actions& out) {
     greedy_resume(model, ledger, now, out);  // router.py: resume first, then pause
     for (auto& [id, b] : ledger) pause_until_safe(model, b, now, out);
     // Whoever is still WAITING is in the queue now.
-    for (const auto& [id, s] : model.sessions().sessions()) {
-      if (s.state == SessionState::kWaiting && s.round_in_flight && !decided_.contains(id)) queued_.insert(id);
+    for (const Session* s : model.sessions().by_id()) {
+      if (s->state == SessionState::kWaiting && s->round_in_flight && !decided_.contains(s->id)) queued_.insert(s->id);
     }
   } else if (boundary_) {
     boundary_ = false;
@@ -162,8 +162,8 @@ void ThunderAgentControl::tick(const NodeModel& model, Time now, Actions& out) {
 // programs), with no capacity check.
 void ThunderAgentControl::force_timeouts(const NodeModel& model, Ledger& ledger, Time now, Actions& out) {
   std::vector<std::tuple<Time, SessionId>> due;
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    if (holds_call(s) && now - pending_since(s) >= p_.resume_timeout) due.emplace_back(pending_since(s), id);
+  for (const Session* s : model.sessions().by_id()) {
+    if (holds_call(*s) && now - pending_since(*s) >= p_.resume_timeout) due.emplace_back(pending_since(*s), s->id);
   }
   std::sort(due.begin(), due.end());
   for (const auto& [since, id] : due) {
@@ -205,12 +205,12 @@ void ThunderAgentControl::force_timeouts(const NodeModel& model, Ledger& ledger,
 void ThunderAgentControl::admit_arrivals(const NodeModel& model, Ledger& ledger, Time now, Actions& out) {
   bool queue_nonempty = false;
   std::vector<std::tuple<Time, SessionId>> arrivals;
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    if (decided_.contains(id)) continue;
-    if (s.state == SessionState::kPaused || queued_.contains(id)) {
+  for (const Session* s : model.sessions().by_id()) {
+    if (decided_.contains(s->id)) continue;
+    if (s->state == SessionState::kPaused || queued_.contains(s->id)) {
       queue_nonempty = true;
-    } else if (s.state == SessionState::kWaiting && s.round_in_flight) {
-      arrivals.emplace_back(pending_since(s), id);
+    } else if (s->state == SessionState::kWaiting && s->round_in_flight) {
+      arrivals.emplace_back(pending_since(*s), s->id);
     }
   }
   std::sort(arrivals.begin(), arrivals.end());
@@ -275,13 +275,13 @@ void ThunderAgentControl::greedy_resume(const NodeModel& model, Ledger& ledger, 
     EngineId engine;  // a WAITING session's engine
   };
   std::vector<Cand> cands;
-  for (const auto& [id, s] : model.sessions().sessions()) {
-    if (decided_.contains(id)) continue;
-    const double tokens = program_of(s).tokens;
-    if (s.state == SessionState::kPaused) {
-      cands.push_back({s.round_in_flight ? 1 : 3, tokens, id, false, kNoEngine});
-    } else if (s.state == SessionState::kWaiting && s.round_in_flight) {
-      cands.push_back({2, tokens, id, true, s.engine});
+  for (const Session* s : model.sessions().by_id()) {
+    if (decided_.contains(s->id)) continue;
+    const double tokens = program_of(*s).tokens;
+    if (s->state == SessionState::kPaused) {
+      cands.push_back({s->round_in_flight ? 1 : 3, tokens, s->id, false, kNoEngine});
+    } else if (s->state == SessionState::kWaiting && s->round_in_flight) {
+      cands.push_back({2, tokens, s->id, true, s->engine});
     }
   }
   std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {

@@ -4,6 +4,7 @@
 
 #include <random>
 #include <set>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -162,7 +163,7 @@ TEST(SessionTable, RandomEventStreamsKeepCountsConsistent) {
       SessionId s = 1 + rng() % 8;
       auto r = static_cast<std::uint32_t>(rng() % 3);
       Time now = at(i);
-      switch (rng() % 9) {
+      switch (rng() % 10) {
         case 0:
           (void)t.apply(SessionOpened{s, 0, 0}, now);
           break;
@@ -179,7 +180,7 @@ TEST(SessionTable, RandomEventStreamsKeepCountsConsistent) {
           (void)t.apply(ToolEnded{s, 1, 1, 0, {}, {}}, now);
           break;
         case 5:
-          (void)t.transition(s, static_cast<S>(rng() % 5), now);
+          (void)t.transition(s, static_cast<S>(rng() % 5), now, rng() % 2 == 0 ? kNoEngine : EngineId{3});
           break;
         case 6:
           (void)t.apply(KvChanged{s, kE, static_cast<KvChange>(rng() % 4), 3}, now);
@@ -193,19 +194,34 @@ TEST(SessionTable, RandomEventStreamsKeepCountsConsistent) {
         case 8:
           (void)t.reap_done();
           break;
+        case 9:
+          (void)t.abort_round(s, now);
+          break;
       }
       std::size_t sum = 0;
       std::set<SessionId> indexed;
       for (int st = 0; st < 5; ++st) {
-        // The per-state index holds exactly the sessions in that state.
-        for (const Session* p : t.in_state(static_cast<S>(st))) {
+        // The per-state index holds exactly the sessions in that state, and
+        // each one's brief beside it says what the session says.
+        const auto in = t.in_state(static_cast<S>(st));
+        const auto briefs = t.briefs(static_cast<S>(st));
+        ASSERT_EQ(briefs.size(), in.size());
+        for (std::size_t k = 0; k < in.size(); ++k) {
+          const Session* p = in[k];
           ASSERT_EQ(p->state, static_cast<S>(st));
           ASSERT_EQ(t.find(p->id), p);
           ASSERT_TRUE(indexed.insert(p->id).second) << "indexed twice";
+          ASSERT_EQ(briefs[k].engine, p->engine);
+          ASSERT_EQ(briefs[k].prompt_tokens, p->prompt_tokens);
+          ASSERT_EQ(briefs[k].round_in_flight, p->round_in_flight);
         }
         sum += t.count(static_cast<S>(st));
       }
       ASSERT_EQ(sum, t.size());
+      // by_id(): every session once, in id order.
+      std::vector<SessionId> ids;
+      for (const Session* p : t.by_id()) ids.push_back(p->id);
+      ASSERT_EQ(ids, std::vector<SessionId>(indexed.begin(), indexed.end()));
     }
   }
 }
