@@ -154,11 +154,11 @@ std::size_t SessionTable::reap_done() {
   auto& done = by_state_[static_cast<std::size_t>(SessionState::kDone)];
   const std::size_t n = done.size();
   while (!done.empty()) {
-    const SessionId id = done.back()->id;
+    // The index entry is a non-const Session of pool_ (see index_remove()).
+    Session* s = const_cast<Session*>(done.back());
     done.pop_back();
-    Session* const* s = index_.find(id);
-    free_.push_back(*s);
-    index_.erase(id);
+    index_.erase(s->id);
+    free_.push_back(s);
   }
   briefs_[static_cast<std::size_t>(SessionState::kDone)].clear();
   if (n > 0) by_id_stale_ = true;
