@@ -61,6 +61,16 @@ struct SessionBrief {
 // Thread-safety: one thread.
 class SessionTable {
  public:
+  SessionTable() = default;
+  // Not copyable: the indexes hold pointers into pool_, and a copy's would
+  // point into the original. A move keeps them valid (a deque's move takes
+  // its blocks, so no session moves).
+  SessionTable(const SessionTable&) = delete;
+  SessionTable& operator=(const SessionTable&) = delete;
+  SessionTable(SessionTable&&) = default;
+  SessionTable& operator=(SessionTable&&) = default;
+  ~SessionTable() = default;
+
   // Applies an event. Returns false if it was rejected (an illegal transition
   // or an event for an unknown or finished session); the table is unchanged.
   bool apply(const Event& e, Time now);
