@@ -64,11 +64,12 @@ class SessionTable {
   SessionTable() = default;
   // Not copyable: the indexes hold pointers into pool_, and a copy's would
   // point into the original. A move keeps them valid (a deque's move takes
-  // its blocks, so no session moves).
+  // its blocks, so no session moves; noexcept: only allocating the moved-from
+  // deque's empty map can throw, and that is out of memory).
   SessionTable(const SessionTable&) = delete;
   SessionTable& operator=(const SessionTable&) = delete;
-  SessionTable(SessionTable&&) = default;
-  SessionTable& operator=(SessionTable&&) = default;
+  SessionTable(SessionTable&&) noexcept = default;
+  SessionTable& operator=(SessionTable&&) noexcept = default;
   ~SessionTable() = default;
 
   // Applies an event. Returns false if it was rejected (an illegal transition
