@@ -5,14 +5,20 @@
 namespace tandem::daemon {
 
 void EventLog::add(base::Time now, Kind kind, sched::SessionId session, std::array<std::int64_t, 4> v,
-                   std::string name) {
-  Entry e{next_++, base::to_seconds(now - origin_), kind, session, v, std::move(name)};
+                   std::string_view name) {
+  Entry* e;
   if (ring_.size() < kSize) {
-    ring_.push_back(std::move(e));
-    return;
+    e = &ring_.emplace_back();
+  } else {
+    e = &ring_[head_];
+    head_ = (head_ + 1) % kSize;
   }
-  ring_[head_] = std::move(e);
-  head_ = (head_ + 1) % kSize;
+  e->seq = next_++;
+  e->t = base::to_seconds(now - origin_);
+  e->kind = kind;
+  e->session = session;
+  e->v = v;
+  e->name.assign(name);
 }
 
 std::uint64_t EventLog::lost_after(std::uint64_t since) const {

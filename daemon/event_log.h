@@ -58,9 +58,11 @@ class EventLog {
 
   explicit EventLog(base::Time origin = {}) : origin_(origin) {}
 
-  // Appends an entry (the oldest goes when the log is full).
+  // Appends an entry (the oldest goes when the log is full). It is written
+  // in place over the oldest: no entry or string is built per event, and a
+  // name fits the slot's own buffer after the first lap.
   void add(base::Time now, Kind kind, sched::SessionId session, std::array<std::int64_t, 4> v = {},
-           std::string name = {});
+           std::string_view name = {});
   // The entries held, oldest first: at(0) .. at(size() - 1).
   std::size_t size() const { return ring_.size(); }
   const Entry& at(std::size_t i) const { return ring_[(head_ + i) % ring_.size()]; }

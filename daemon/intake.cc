@@ -261,11 +261,11 @@ void Server::count_record(const ipc::Record& r) {
 }
 
 void Server::log_event(Time now, LogKind kind, sched::SessionId session, std::array<std::int64_t, 4> v) {
-  std::string name;
+  std::string_view name;
   if (kind == LogKind::kSessionClose || kind == LogKind::kKill) {
     if (const SessionMeta* m = sessions_.find(session)) name = m->name;
   }
-  log_.add(now, kind, session, v, std::move(name));
+  log_.add(now, kind, session, v, name);
 }
 
 }  // namespace tandem::daemon

@@ -4,6 +4,7 @@
 #include "sched/tandem.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -379,21 +380,48 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
   struct Load {
     EngineId id;
     double block_size;
+    int shift;  // log2 of the block size when it is a power of two (the usual case), else -1
     std::uint64_t running = 0;
     double demand = 0;
   };
   std::vector<Load> loads;
   loads.reserve(model.engines().size());
-  for (const auto& [eid, e] : model.engines())
-    loads.push_back({eid, e.params.block_size > 0 ? e.params.block_size : 16.0});
+  for (const auto& [eid, e] : model.engines()) {
+    const std::uint32_t bs = e.params.block_size > 0 ? e.params.block_size : 16;
+    loads.push_back({eid, static_cast<double>(bs), std::has_single_bit(bs) ? std::countr_zero(bs) : -1});
+  }
+  // Engine id → its Load, in an open-addressed table at most half full: one
+  // multiply and (almost always) one probe a session, where a binary search
+  // over the engines was half the walk's cost (callgrind, daemon_bench).
+  const auto bits = static_cast<unsigned>(std::max<std::size_t>(1, std::bit_width(loads.size() * 2)));
+  std::vector<std::int32_t> table(std::size_t{1} << bits, -1);
+  auto home = [bits](EngineId id) {
+    return static_cast<std::size_t>((std::uint64_t{id} * 0x9E3779B97F4A7C15ULL) >> (64 - bits));
+  };
+  const std::size_t mask = table.size() - 1;
+  for (std::size_t i = 0; i < loads.size(); ++i) {
+    std::size_t h = home(loads[i].id);
+    while (table[h] >= 0) h = (h + 1) & mask;
+    table[h] = static_cast<std::int32_t>(i);
+  }
+  auto find = [&](EngineId id) -> Load* {
+    for (std::size_t h = home(id);; h = (h + 1) & mask) {
+      const std::int32_t i = table[h];
+      if (i < 0) return nullptr;
+      if (loads[static_cast<std::size_t>(i)].id == id) return &loads[static_cast<std::size_t>(i)];
+    }
+  };
   // The sessions' briefs, not the sessions: a flat array, in cache.
   for (const SessionBrief& s : model.sessions().briefs(SessionState::kReasoning)) {
     if (!s.round_in_flight) continue;
-    auto l =
-        std::lower_bound(loads.begin(), loads.end(), s.engine, [](const Load& a, EngineId id) { return a.id < id; });
-    if (l == loads.end() || l->id != s.engine) continue;
+    Load* l = find(s.engine);
+    if (l == nullptr) continue;  // its engine has left
     ++l->running;
-    l->demand += std::ceil((static_cast<double>(s.prompt_tokens) + p_.growth_decode_tokens) / l->block_size);
+    // ceil(tokens / block size). A division by a power of two is exact in
+    // double, so the shift gives the same number; other sizes divide.
+    const std::uint64_t tokens = std::uint64_t{s.prompt_tokens} + p_.growth_decode_tokens;
+    l->demand += l->shift >= 0 ? static_cast<double>((tokens + (std::uint64_t{1} << l->shift) - 1) >> l->shift)
+                               : std::ceil(static_cast<double>(tokens) / l->block_size);
   }
   std::map<EngineId, double> pressure;
   std::size_t i = 0;

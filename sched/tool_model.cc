@@ -3,16 +3,34 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace tandem::sched {
 
 void ToolDurationModel::add(History& h, double s, std::size_t window) {
+  std::vector<double>& v = h.sorted;
   h.recent.push_back(s);
-  h.sorted.insert(std::upper_bound(h.sorted.begin(), h.sorted.end(), s), s);
-  if (h.recent.size() > window) {
-    double old = h.recent.front();
-    h.recent.pop_front();
-    h.sorted.erase(std::lower_bound(h.sorted.begin(), h.sorted.end(), old));
+  if (h.recent.size() <= window) {
+    v.insert(std::upper_bound(v.begin(), v.end(), s), s);
+    return;
+  }
+  // A full window: the oldest sample makes way for `s`. Replacing it in
+  // place moves only the values between the two (a third of the window on
+  // average, none when they are equal), not the whole tail twice as an
+  // erase and an insert would; equal values are interchangeable, so the
+  // copy of `old` nearest to where `s` goes is the one replaced.
+  const double old = h.recent.front();
+  h.recent.pop_front();
+  if (old == s) return;
+  const auto at = std::upper_bound(v.begin(), v.end(), s);  // where `s` goes
+  if (old < s) {
+    const auto last_old = std::upper_bound(v.begin(), at, old) - 1;
+    std::move(last_old + 1, at, last_old);
+    *(at - 1) = s;
+  } else {
+    const auto first_old = std::lower_bound(at, v.end(), old);
+    std::move_backward(at, first_old, first_old + 1);
+    *at = s;
   }
 }
 

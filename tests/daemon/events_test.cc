@@ -27,7 +27,8 @@ ipc::Record decoded(T r, std::uint64_t session = 42, std::int64_t ts = 5'000) {
 
 TEST(EventLog, KeepsTheNewestKSizeInOrderAndCountsWhatFellOut) {
   EventLog log;
-  const std::size_t n = EventLog::kSize + 10;
+  // Twice round the ring, so that unnamed entries overwrite named ones.
+  const std::size_t n = 2 * EventLog::kSize + 10;
   for (std::size_t i = 1; i <= n; ++i) {
     log.add(base::from_ns(static_cast<std::int64_t>(i)), EventLog::Kind::kSessionClose, i, {},
             i % 1000 == 0 ? "session-" + std::to_string(i) : std::string());
@@ -36,12 +37,12 @@ TEST(EventLog, KeepsTheNewestKSizeInOrderAndCountsWhatFellOut) {
   EXPECT_EQ(log.next_seq(), n + 1);
   for (std::size_t i = 0; i < log.size(); ++i) {
     const EventLog::Entry& e = log.at(i);
-    ASSERT_EQ(e.seq, 11 + i) << "oldest first";
+    ASSERT_EQ(e.seq, EventLog::kSize + 11 + i) << "oldest first";
     ASSERT_EQ(e.session, e.seq);
     ASSERT_EQ(e.name, e.seq % 1000 == 0 ? "session-" + std::to_string(e.seq) : std::string());
   }
-  EXPECT_EQ(log.lost_after(0), 10u);  // entries 1..10 went before anyone read them
-  EXPECT_EQ(log.lost_after(10), 0u);
+  EXPECT_EQ(log.lost_after(0), EventLog::kSize + 10);  // entries 1..kSize+10 went before anyone read them
+  EXPECT_EQ(log.lost_after(EventLog::kSize + 10), 0u);
   EXPECT_EQ(log.lost_after(n), 0u);
 }
 

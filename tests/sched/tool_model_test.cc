@@ -3,6 +3,9 @@
 #include "sched/tool_model.h"
 
 #include <cmath>
+#include <cstdint>
+#include <deque>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -72,6 +75,50 @@ TEST(ToolModel, WindowForgetsOldSamples) {
   for (int i = 0; i < 4; ++i) m.observe(5, milliseconds(10));
   EXPECT_EQ(m.samples(5), 4u);
   EXPECT_GT(m.cdf(5, seconds(1)), 0.999) << "the 100 s samples aged out";
+}
+
+// The window's sorted samples are kept by replacing the oldest in place
+// (sched/tool_model.cc): after every observation the empirical CDF must be
+// exactly that of the last `window` samples, ties (many equal durations)
+// and all, for the kind and for the pool.
+TEST(ToolModel, TheWindowIsExactlyTheLastSamplesAfterEveryObservation) {
+  constexpr std::size_t kWindow = 7;
+  constexpr std::size_t kPool = 11;
+  // Data-only for the kind (no prior weight); the pool is read through an
+  // unseen kind with one pseudo-sample of prior.
+  ToolDurationModel data(ToolModelParams{0.08, 2.0, 0.0, kWindow, kPool});
+  ToolDurationModel pooled(ToolModelParams{0.08, 2.0, 1.0, kWindow, kPool});
+  std::mt19937_64 rng(20261128);
+  std::deque<double> kind_ref;
+  std::deque<double> pool_ref;
+  auto cdf_of = [](const std::deque<double>& ref, double x) {
+    std::size_t n = 0;
+    for (double v : ref) n += v <= x ? 1 : 0;
+    return static_cast<double>(n) / static_cast<double>(ref.size());
+  };
+  const double probes[] = {0.0, 0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 1.0};
+  for (int i = 0; i < 2000; ++i) {
+    // Durations from a few values (ties, equal neighbours) or anywhere in between.
+    const std::int64_t us =
+        rng() % 3 == 0 ? static_cast<std::int64_t>(rng() % 5000) : static_cast<std::int64_t>(1000 * (rng() % 5));
+    const auto wall = std::chrono::microseconds(us);
+    data.observe(9, wall);
+    pooled.observe(9, wall);
+    const double s = static_cast<double>(us) / 1e6;
+    kind_ref.push_back(s);
+    if (kind_ref.size() > kWindow) kind_ref.pop_front();
+    pool_ref.push_back(s);
+    if (pool_ref.size() > kPool) pool_ref.pop_front();
+    for (double x : probes) {
+      const auto at = std::chrono::nanoseconds(static_cast<std::int64_t>(x * 1e9));
+      ASSERT_EQ(data.cdf(9, at), cdf_of(kind_ref, x)) << "observation " << i << ", x = " << x;
+      // An unseen kind: F = (n·pool + 1·log-normal) / (n + 1), n = the pool's size.
+      const double n = static_cast<double>(pool_ref.size());
+      const double expected = (n * cdf_of(pool_ref, x) + pooled.cdf(8, at, false)) / (n + 1.0);
+      ASSERT_DOUBLE_EQ(pooled.cdf(8, at, true), expected) << "observation " << i << ", x = " << x;
+    }
+  }
+  EXPECT_EQ(data.samples(9), kWindow);
 }
 
 }  // namespace
