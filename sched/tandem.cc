@@ -390,32 +390,16 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
     const std::uint32_t bs = e.params.block_size > 0 ? e.params.block_size : 16;
     loads.push_back({eid, static_cast<double>(bs), std::has_single_bit(bs) ? std::countr_zero(bs) : -1});
   }
-  // Engine id → its Load, in an open-addressed table at most half full: one
-  // multiply and (almost always) one probe a session, where a binary search
+  // Engine id → its Load: a hash lookup a session, where a binary search
   // over the engines was half the walk's cost (callgrind, daemon_bench).
-  const auto bits = static_cast<unsigned>(std::max<std::size_t>(1, std::bit_width(loads.size() * 2)));
-  std::vector<std::int32_t> table(std::size_t{1} << bits, -1);
-  auto home = [bits](EngineId id) {
-    return static_cast<std::size_t>((std::uint64_t{id} * 0x9E3779B97F4A7C15ULL) >> (64 - bits));
-  };
-  const std::size_t mask = table.size() - 1;
-  for (std::size_t i = 0; i < loads.size(); ++i) {
-    std::size_t h = home(loads[i].id);
-    while (table[h] >= 0) h = (h + 1) & mask;
-    table[h] = static_cast<std::int32_t>(i);
-  }
-  auto find = [&](EngineId id) -> Load* {
-    for (std::size_t h = home(id);; h = (h + 1) & mask) {
-      const std::int32_t i = table[h];
-      if (i < 0) return nullptr;
-      if (loads[static_cast<std::size_t>(i)].id == id) return &loads[static_cast<std::size_t>(i)];
-    }
-  };
+  load_of_.clear();
+  for (std::size_t i = 0; i < loads.size(); ++i) load_of_[loads[i].id] = static_cast<std::uint32_t>(i);
   // The sessions' briefs, not the sessions: a flat array, in cache.
   for (const SessionBrief& s : model.sessions().briefs(SessionState::kReasoning)) {
     if (!s.round_in_flight) continue;
-    Load* l = find(s.engine);
-    if (l == nullptr) continue;  // its engine has left
+    const std::uint32_t* index = load_of_.find(s.engine);
+    if (index == nullptr) continue;  // its engine has left
+    Load* l = &loads[*index];
     ++l->running;
     // ceil(tokens / block size). A division by a power of two is exact in
     // double, so the shift gives the same number; other sizes divide.

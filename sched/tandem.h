@@ -117,6 +117,7 @@
 #include <set>
 #include <vector>
 
+#include "base/id_map.h"
 #include "sched/mars_control.h"
 #include "sched/mars_step.h"
 #include "sched/residency.h"
@@ -271,6 +272,9 @@ class TandemControl final : public ControlPolicy {
   std::size_t acting_cursor_ = 0;  // rotation through the ACTING sessions
   std::size_t growth_cursor_ = 0;  // the growth check's rotation through them
   SessionId kept_cursor_ = 0;      // rotation through kept_
+  // The growth check's engine id → its index in model.engines(), rebuilt
+  // each tick (a member: a map made each tick would draw a random seed).
+  base::IdMap<std::uint32_t> load_of_;
   std::optional<Time> last_tick_;
   Actions mars_out_;                     // MARS's actions of this tick, before admission is filtered
   std::map<EngineId, double> pressure_;  // projected pressure after this tick's restores
