@@ -7,6 +7,9 @@
 
 namespace tandem::sched {
 
+ToolDurationModel::ToolDurationModel(ToolModelParams params)
+    : params_(params), log_prior_median_(std::log(params.prior_median_s)) {}
+
 void ToolDurationModel::add(History& h, double s, std::size_t window) {
   std::vector<double>& v = h.sorted;
   h.recent.push_back(s);
@@ -42,7 +45,7 @@ void ToolDurationModel::observe(ToolKind kind, Duration wall) {
 
 double ToolDurationModel::lognormal_cdf(double x_s) const {
   if (x_s <= 0) return 0;
-  double z = (std::log(x_s) - std::log(params_.prior_median_s)) / params_.prior_sigma;
+  double z = (std::log(x_s) - log_prior_median_) / params_.prior_sigma;
   return 0.5 * std::erfc(-z / std::sqrt(2.0));
 }
 
@@ -65,16 +68,21 @@ double ToolDurationModel::empirical_cdf(const History& h, double x_s) const {
   return static_cast<double>(it - h.sorted.begin()) / static_cast<double>(h.sorted.size());
 }
 
-double ToolDurationModel::cdf(ToolKind kind, Duration x, bool pooled) const {
+const ToolDurationModel::History* ToolDurationModel::history(ToolKind kind) const {
   auto it = kinds_.find(kind);
-  return blended_cdf(it == kinds_.end() ? nullptr : &it->second, base::to_seconds(x), pooled);
+  return it == kinds_.end() ? nullptr : &it->second;
+}
+
+double ToolDurationModel::cdf(ToolKind kind, Duration x, bool pooled) const {
+  return blended_cdf(history(kind), base::to_seconds(x), pooled);
 }
 
 double ToolDurationModel::p_return_within(ToolKind kind, Duration elapsed, Duration horizon, bool pooled) const {
-  double f_t = cdf(kind, elapsed, pooled);
+  const History* h = history(kind);
+  double f_t = blended_cdf(h, base::to_seconds(elapsed), pooled);
   double survive = 1.0 - f_t;
   if (survive <= 1e-12) return 1.0;
-  double p = (cdf(kind, elapsed + horizon, pooled) - f_t) / survive;
+  double p = (blended_cdf(h, base::to_seconds(elapsed + horizon), pooled) - f_t) / survive;
   return std::clamp(p, 0.0, 1.0);
 }
 
@@ -87,9 +95,9 @@ double ToolDurationModel::mean_s(ToolKind kind, bool pooled) const {
     const double n = static_cast<double>(pool_.sorted.size());
     prior_mean = (sum + k0 * prior_mean) / (n + k0);
   }
-  auto it = kinds_.find(kind);
-  if (it == kinds_.end() || it->second.sorted.empty()) return prior_mean;
-  const auto& s = it->second.sorted;
+  const History* h = history(kind);
+  if (h == nullptr || h->sorted.empty()) return prior_mean;
+  const auto& s = h->sorted;
   double sum = 0;
   for (double v : s) sum += v;
   double n = static_cast<double>(s.size());
@@ -100,8 +108,7 @@ double ToolDurationModel::remaining_s(ToolKind kind, Duration elapsed, double ca
   // E[T − t | T > t] = ∫_t^{t+cap} (1 − F(x)) dx / (1 − F(t)), the integral
   // on a geometric grid (the distributions are log-normal-like).
   const double t = std::max(0.0, base::to_seconds(elapsed));
-  auto it = kinds_.find(kind);
-  const History* h = it == kinds_.end() ? nullptr : &it->second;
+  const History* h = history(kind);
   const double survive = 1.0 - blended_cdf(h, t, pooled);
   if (survive <= 1e-12 || cap_s <= 0) return 0.0;
   constexpr int kSteps = 64;
@@ -118,8 +125,8 @@ double ToolDurationModel::remaining_s(ToolKind kind, Duration elapsed, double ca
 }
 
 std::size_t ToolDurationModel::samples(ToolKind kind) const {
-  auto it = kinds_.find(kind);
-  return it == kinds_.end() ? 0 : it->second.sorted.size();
+  const History* h = history(kind);
+  return h == nullptr ? 0 : h->sorted.size();
 }
 
 }  // namespace tandem::sched

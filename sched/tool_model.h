@@ -48,7 +48,7 @@ struct ToolModelParams {
 // Thread-safety: one thread.
 class ToolDurationModel {
  public:
-  explicit ToolDurationModel(ToolModelParams params = {}) : params_(params) {}
+  explicit ToolDurationModel(ToolModelParams params = {});
 
   void observe(ToolKind kind, Duration wall);
 
@@ -72,12 +72,16 @@ class ToolDurationModel {
     std::vector<double> sorted;  // the same, sorted (for the CDF)
   };
   static void add(History& h, double s, std::size_t window);
+  const History* history(ToolKind kind) const;  // nullptr: no call of `kind` seen
   double lognormal_cdf(double x_s) const;
   double prior_cdf(double x_s, bool pooled) const;  // the pool blended with the log-normal, or the latter alone
   double empirical_cdf(const History& h, double x_s) const;
   double blended_cdf(const History* h, double x_s, bool pooled) const;
 
   ToolModelParams params_;
+  // log(params_.prior_median_s), taken once: the residency decision asks
+  // for the CDF a thousand times a second.
+  double log_prior_median_;
   std::unordered_map<ToolKind, History> kinds_;
   History pool_;
 };
