@@ -4,7 +4,6 @@
 #include "sched/tandem.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -29,6 +28,15 @@ bool engine_idle(const NodeModel& model, const EngineView& e) {
   const auto admitted = model.sessions().briefs(SessionState::kReasoning);
   return std::none_of(admitted.begin(), admitted.end(),
                       [&](const SessionBrief& s) { return s.engine == e.id && s.round_in_flight; });
+}
+
+// The blocks a round holds once its prompt and growth are in KV: an integer
+// ceiling, the same number as std::ceil of the division in double (both
+// operands are exact there and a non-integer quotient stays more than an ulp
+// from the next integer), without the software ceil of the baseline x86-64.
+std::uint64_t round_blocks(std::uint32_t prompt_tokens, std::uint32_t growth_tokens, std::uint32_t block_size) {
+  const std::uint64_t bs = block_size > 0 ? block_size : 16;
+  return (std::uint64_t{prompt_tokens} + growth_tokens + bs - 1) / bs;
 }
 
 }  // namespace
@@ -193,9 +201,9 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
       out.add_action(a);
       continue;
     }
-    const double bs = e->params.block_size > 0 ? e->params.block_size : 16;
     const double need =
-        std::ceil((static_cast<double>(s->prompt_tokens) + p_.growth_decode_tokens) / bs) / e->kv.blocks_total;
+        static_cast<double>(round_blocks(s->prompt_tokens, p_.growth_decode_tokens, e->params.block_size)) /
+        e->kv.blocks_total;
     double& pr = pressure_[s->engine];
     const double limit = std::max(p_.resume_pressure, std::min(1.0, need));
     // An idle engine takes one new session whatever the projection says (see
@@ -379,17 +387,13 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
   // session each tick. A round on an engine that has left counts nowhere.
   struct Load {
     EngineId id;
-    double block_size;
-    int shift;  // log2 of the block size when it is a power of two (the usual case), else -1
+    std::uint32_t block_size;
     std::uint64_t running = 0;
     double demand = 0;
   };
   std::vector<Load> loads;
   loads.reserve(model.engines().size());
-  for (const auto& [eid, e] : model.engines()) {
-    const std::uint32_t bs = e.params.block_size > 0 ? e.params.block_size : 16;
-    loads.push_back({eid, static_cast<double>(bs), std::has_single_bit(bs) ? std::countr_zero(bs) : -1});
-  }
+  for (const auto& [eid, e] : model.engines()) loads.push_back({eid, e.params.block_size});
   // Engine id → its Load: a hash lookup a session, where a binary search
   // over the engines was half the walk's cost (callgrind, daemon_bench).
   load_of_.clear();
@@ -401,11 +405,7 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
     if (index == nullptr) continue;  // its engine has left
     Load* l = &loads[*index];
     ++l->running;
-    // ceil(tokens / block size). A division by a power of two is exact in
-    // double, so the shift gives the same number; other sizes divide.
-    const std::uint64_t tokens = std::uint64_t{s.prompt_tokens} + p_.growth_decode_tokens;
-    l->demand += l->shift >= 0 ? static_cast<double>((tokens + (std::uint64_t{1} << l->shift) - 1) >> l->shift)
-                               : std::ceil(static_cast<double>(tokens) / l->block_size);
+    l->demand += static_cast<double>(round_blocks(s.prompt_tokens, p_.growth_decode_tokens, l->block_size));
   }
   std::map<EngineId, double> pressure;
   std::size_t i = 0;
