@@ -87,9 +87,10 @@ class IdMap {
   }
 
   // Room for `n` entries without growing (one allocation now instead of a
-  // doubling series later, for a map whose bound is known).
+  // doubling series later, for a map whose bound is known): the table
+  // grows when an insert would fill more than half of it.
   void reserve(std::size_t n) {
-    while ((n + 1) * 2 > slots_.size()) grow();
+    while (n * 2 > slots_.size()) grow();
   }
 
   // Calls f(key, value) for every entry, in no defined order. f must not
@@ -109,6 +110,8 @@ class IdMap {
 
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  // Slots in the table (entries it holds before it grows: half of them).
+  std::size_t capacity() const { return slots_.size(); }
   void clear() {
     slots_.clear();
     size_ = 0;

@@ -320,7 +320,7 @@ std::string CtlService::events(std::string_view since_text) const {
   std::unordered_map<sched::SessionId, std::string_view> names;
   for (std::size_t i = 0; i < log.size(); ++i) {
     const EventLog::Entry& e = log.at(i);
-    if (!e.name.empty()) names[e.session] = e.name;
+    if (const std::string_view n = log.name(e); !n.empty()) names[e.session] = n;
   }
   view_.for_each_session([&](sched::SessionId id, const SessionCard& m) {
     if (!m.name.empty()) names[id] = m.name;

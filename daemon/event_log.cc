@@ -15,10 +15,21 @@ void EventLog::add(base::Time now, Kind kind, sched::SessionId session, std::arr
   }
   e->seq = next_++;
   e->t = base::to_seconds(now - origin_);
-  e->kind = kind;
   e->session = session;
   e->v = v;
-  e->name.assign(name);
+  e->kind = kind;
+  e->name_slot = kNoName;
+  if (name.empty()) return;
+  std::size_t slot;
+  if (names_.size() < kSize) {
+    slot = names_.size();
+    names_.emplace_back();
+  } else {
+    slot = names_head_;
+    names_head_ = (names_head_ + 1) % kSize;
+  }
+  names_[slot].assign(name);
+  e->name_slot = static_cast<std::uint16_t>(slot);
 }
 
 std::uint64_t EventLog::lost_after(std::uint64_t since) const {

@@ -265,13 +265,14 @@ base::Result<SessionLedger> SessionLedger::open(int dirfd) {
 }
 
 void SessionLedger::remember(std::uint64_t id, Closed why) {
-  closed_[id] = {why, ++seq_};
-  order_.emplace_back(id, seq_);
-  while (order_.size() > kTombstones) {
+  // The oldest goes first, so the table never holds more than its bound.
+  while (order_.size() >= kTombstones) {
     const auto [old, seq] = order_.front();
     order_.pop_front();
-    if (const auto* c = closed_.find(old); c != nullptr && c->second == seq) closed_.erase(old);
+    if (const auto* c = closed_.find(old); c != nullptr && *c >> 8 == seq) closed_.erase(old);
   }
+  closed_[id] = stamp(why, ++seq_);
+  order_.emplace_back(id, seq_);
 }
 
 void SessionLedger::ended(std::uint64_t id, Closed why) {
@@ -286,7 +287,7 @@ void SessionLedger::released(std::uint64_t id) {
 std::optional<Closed> SessionLedger::tombstone(std::uint64_t id) const {
   const auto* c = closed_.find(id);
   if (c == nullptr) return std::nullopt;
-  return c->first;
+  return static_cast<Closed>(*c & 0xFF);
 }
 
 Owner* Owners::find(std::uint32_t id) {

@@ -102,6 +102,19 @@ TEST(IdMap, ReserveHoldsTheBoundWithoutGrowing) {
   EXPECT_EQ(*first, 7);
 }
 
+// Reserving a power of two takes the smallest table that holds it at half
+// full, and that table takes the whole bound.
+TEST(IdMap, ReserveTakesTheSmallestTableForTheBound) {
+  IdMap<int> m;
+  m.reserve(512);
+  EXPECT_EQ(m.capacity(), 1024U);
+  for (int k = 0; k < 512; ++k) m[k] = k;
+  EXPECT_EQ(m.capacity(), 1024U) << "the bound fits the reserved table";
+  m[512] = 512;
+  EXPECT_EQ(m.capacity(), 2048U) << "one past the bound grows";
+  for (int k = 0; k <= 512; ++k) ASSERT_EQ(*m.find(k), k);
+}
+
 TEST(IdSet, InsertsOnceErasesAndListsInOrder) {
   IdSet set;
   EXPECT_TRUE(set.empty());

@@ -39,11 +39,30 @@ TEST(EventLog, KeepsTheNewestKSizeInOrderAndCountsWhatFellOut) {
     const EventLog::Entry& e = log.at(i);
     ASSERT_EQ(e.seq, EventLog::kSize + 11 + i) << "oldest first";
     ASSERT_EQ(e.session, e.seq);
-    ASSERT_EQ(e.name, e.seq % 1000 == 0 ? "session-" + std::to_string(e.seq) : std::string());
+    ASSERT_EQ(log.name(e), e.seq % 1000 == 0 ? "session-" + std::to_string(e.seq) : std::string());
   }
   EXPECT_EQ(log.lost_after(0), EventLog::kSize + 10);  // entries 1..kSize+10 went before anyone read them
   EXPECT_EQ(log.lost_after(EventLog::kSize + 10), 0u);
   EXPECT_EQ(log.lost_after(n), 0u);
+}
+
+TEST(EventLog, AnEntryKeepsItsNameUntilItFallsOut) {
+  EventLog log;
+  // Names live in a ring of their own: three laps, with two entries in
+  // three named, reuse every name slot while the entries that named them
+  // are still held, and a lap with every entry named follows.
+  const std::size_t n = 4 * EventLog::kSize + 7;
+  auto named = [&](std::size_t i) { return i > 3 * EventLog::kSize || i % 3 != 0; };
+  for (std::size_t i = 1; i <= n; ++i) {
+    log.add(base::from_ns(static_cast<std::int64_t>(i)), EventLog::Kind::kKill, i, {},
+            named(i) ? "s" + std::to_string(i) + std::string(i % 40, 'x') : std::string());
+    if (i % 997 != 0 && i != n) continue;
+    for (std::size_t k = 0; k < log.size(); ++k) {
+      const EventLog::Entry& e = log.at(k);
+      ASSERT_EQ(log.name(e), named(e.seq) ? "s" + std::to_string(e.seq) + std::string(e.seq % 40, 'x') : std::string())
+          << "entry " << e.seq << " after " << i << " added";
+    }
+  }
 }
 
 TEST(Events, EngineRecordsCarryTheSendingEngine) {

@@ -488,8 +488,18 @@ TEST(SessionLedger, RemembersEndingsAndOwnersAcrossAReopen) {
   daemon::SessionLedger mem;  // no journal: tombstones only
   for (std::uint64_t id = 1; id <= daemon::kTombstones + 10; ++id) mem.ended(id, daemon::Closed::kByOwner);
   EXPECT_EQ(mem.tombstones(), daemon::kTombstones);
-  EXPECT_FALSE(mem.tombstone(10));  // the oldest went
+  EXPECT_FALSE(mem.tombstone(10));                         // the oldest went
+  EXPECT_EQ(mem.tombstone(11), daemon::Closed::kByOwner);  // the oldest kept
   EXPECT_TRUE(mem.tombstone(daemon::kTombstones + 10));
+  // Ending the oldest again makes it the newest, with its new reason; the
+  // next ending then takes the one after it.
+  mem.ended(11, daemon::Closed::kKilled);
+  mem.ended(daemon::kTombstones + 11, daemon::Closed::kOwnerGone);
+  EXPECT_EQ(mem.tombstones(), daemon::kTombstones);
+  EXPECT_EQ(mem.tombstone(11), daemon::Closed::kKilled);
+  EXPECT_FALSE(mem.tombstone(12));
+  EXPECT_EQ(mem.tombstone(13), daemon::Closed::kByOwner);
+  EXPECT_EQ(mem.tombstone(daemon::kTombstones + 11), daemon::Closed::kOwnerGone);
 }
 
 TEST(Owners, FindsHandlesByIdAndKeyAndCountsTheDetached) {
