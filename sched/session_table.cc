@@ -243,6 +243,7 @@ bool SessionTable::apply(const Event& event, Time now) {
           } else if (s.state != S::kPaused && s.state != S::kReasoning) {
             return reject();
           }
+          if (s.tool != 0) s.tool_time += now - s.tool_started;
           s.tool = 0;
           return true;
         } else if constexpr (std::is_same_v<E, KvChanged>) {

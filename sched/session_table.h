@@ -46,6 +46,7 @@ struct Session {
   Time state_since{};
   Time tool_started{};
   Time last_round_end{};
+  Duration tool_time{};          // wall time of the session's ended tool calls
   std::uint32_t state_slot = 0;  // maintained by SessionTable: position in in_state()
 };
 

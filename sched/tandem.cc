@@ -60,6 +60,8 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.cost.swap_us_per_token = p.get("swap_us_per_token");
   t.cpu_weight_critical = static_cast<std::uint32_t>(p.get("cpu_weight_critical"));
   t.cpu_weight_default = static_cast<std::uint32_t>(p.get("cpu_weight_default"));
+  t.cpu_las = p.flag("cpu_las");
+  t.las_step_s = p.get("las_step_s");
   t.growth_decode_tokens = static_cast<std::uint32_t>(p.get("growth_decode_tokens"));
   t.pause_pressure = p.get("pause_pressure");
   t.resume_pressure = std::min(p.get("resume_pressure"), t.pause_pressure);  // hysteresis, never inverted
@@ -319,7 +321,15 @@ void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now,
     }
     k.decision = d;
   }
-  if (p_.cpu_weights) {
+  if (p_.cpu_weights && p_.cpu_las) {
+    const std::uint32_t w = las_weight(s, now, residence == Residence::kKeep);
+    // None sent in this tool phase: the cgroup has the default, or the
+    // level an earlier phase left (sent again: a weight never rises).
+    if (w != (k.weight != 0 ? k.weight : p_.cpu_weight_default)) {
+      out.set_cpu_weight(s.id, w);
+      k.weight = w;
+    }
+  } else if (p_.cpu_weights) {
     const bool critical = residence == Residence::kKeep;
     if (critical && k.weight != p_.cpu_weight_critical) {
       out.set_cpu_weight(s.id, p_.cpu_weight_critical);
@@ -356,9 +366,29 @@ void TandemControl::offload_terms(const NodeModel& model, const Session& s, Time
   if (mine >= oldest) in.offload_allowed = false;
 }
 
+std::uint32_t TandemControl::las_weight(const Session& s, Time now, bool critical) const {
+  double attained = base::to_seconds(s.tool_time);
+  if (s.tool != 0) attained += base::to_seconds(now - s.tool_started);
+  // Levels of 4x: below las_step_s the default weight (a session that
+  // stays there costs no cgroup write), each next level 2.5x less.
+  double w = p_.cpu_weight_default;
+  for (double t = p_.las_step_s; attained >= t && w > 1; t *= 4) w /= 2.5;
+  if (critical) w *= static_cast<double>(p_.cpu_weight_critical) / p_.cpu_weight_default;
+  return static_cast<std::uint32_t>(std::clamp(std::lround(w), 1L, 10000L));
+}
+
 void TandemControl::release(SessionId id, const Session* s, Actions& out) {
   auto it = kept_.find(id);
   if (it == kept_.end()) return;
+  if (p_.cpu_weights && p_.cpu_las) {
+    if (s != nullptr && s->state != SessionState::kDone) {
+      const std::uint32_t w = las_weight(*s, s->state_since, false);
+      const std::uint32_t sent = it->second.weight != 0 ? it->second.weight : p_.cpu_weight_default;
+      if (w != sent) out.set_cpu_weight(id, w);
+    }
+    kept_.erase(it);
+    return;
+  }
   // Give back a raised weight while the session lives (a closed session's
   // cgroup is gone with it).
   if (s != nullptr && s->state != SessionState::kDone && it->second.weight == p_.cpu_weight_critical) {

@@ -204,6 +204,49 @@ TEST(Tandem, CpuWeightIsGivenBackWhenTheToolEnds) {
   }));
 }
 
+// cpu_las (off by default): a session's weight falls 2.5x at each level of
+// its tools' total wall time (4 s, then 16 s, ...), times 4 while its KV is
+// kept; it keeps its level between calls, and a session whose tools stay
+// short gets exactly the writes it gets without cpu_las.
+TEST(Tandem, LeastAttainedToolTimeLowersTheWeightByLevel) {
+  auto weights = [](const std::vector<Action>& a, SessionId s) {
+    std::vector<std::int64_t> w;
+    for (const Action& x : a) {
+      if (x.kind == ActionKind::kSetCpuWeight && x.session == s) w.push_back(x.value);
+    }
+    return w;
+  };
+  TandemParams p;
+  p.cpu_las = true;
+  Node node(1000, 900);  // idle memory: every tool's KV is kept (critical)
+  node.acting(1, 4000, kPytest, at(0));
+  TandemControl c({}, p);
+  EXPECT_EQ(weights(tick(c, node.model, at(0)), 1), std::vector<std::int64_t>{400});
+  EXPECT_TRUE(weights(tick(c, node.model, at(3900)), 1).empty()) << "under 4 s: the first level";
+  EXPECT_EQ(weights(tick(c, node.model, at(4000)), 1), std::vector<std::int64_t>{160}) << "4 s: 40, kept: x4";
+  ASSERT_TRUE(node.model.observe(ToolEnded{1, kPytest, 1, 0, seconds(5), {}}, at(5000)));
+  EXPECT_EQ(weights(tick(c, node.model, at(5050)), 1), std::vector<std::int64_t>{40}) << "no longer kept";
+  // The next call starts where the last left off: 5 s so far.
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{1, kE, 1, 4000, 3900, 260}, at(6000)));
+  ASSERT_TRUE(node.model.observe(RoundEnded{1, kE, 1, 100, 260, true}, at(6000)));
+  ASSERT_TRUE(node.model.observe(ToolStarted{1, kPytest, 2}, at(6000)));
+  EXPECT_EQ(weights(tick(c, node.model, at(6000)), 1), std::vector<std::int64_t>{160});
+  EXPECT_EQ(weights(tick(c, node.model, at(17000)), 1), std::vector<std::int64_t>{64}) << "16 s: 16, x4";
+  EXPECT_EQ(node.model.sessions().find(1)->tool_time, seconds(5)) << "only ended calls are summed";
+
+  // Short tools: the same writes as without cpu_las (400 while kept, 100 after).
+  Node a(1000, 900);
+  Node b(1000, 900);
+  a.acting(2, 4000, kGrep, at(0));
+  b.acting(2, 4000, kGrep, at(0));
+  TandemControl las({}, p);
+  TandemControl plain({}, {});
+  EXPECT_EQ(tick(las, a.model, at(0)), tick(plain, b.model, at(0)));
+  ASSERT_TRUE(a.model.observe(ToolEnded{2, kGrep, 1, 0, milliseconds(30), {}}, at(30)));
+  ASSERT_TRUE(b.model.observe(ToolEnded{2, kGrep, 1, 0, milliseconds(30), {}}, at(30)));
+  EXPECT_EQ(tick(las, a.model, at(100)), tick(plain, b.model, at(100)));
+}
+
 TEST(Tandem, GrowthCheckPausesTheCheapestToLose) {
   // 1000 blocks, 950 allocated; three running rounds will each grow by
   // 256/16 = 16 blocks: projected 998/1000 + queued. Two acting sessions: a
