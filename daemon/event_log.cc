@@ -3,16 +3,26 @@
 #include <fmt/format.h>
 
 namespace tandem::daemon {
+namespace {
+
+// The index of the next slot of a ring that grows to EventLog::kSize and
+// then overwrites its oldest, at `head`.
+template <class T>
+std::size_t next_slot(std::vector<T>& ring, std::size_t& head) {
+  if (ring.size() < EventLog::kSize) {
+    ring.emplace_back();
+    return ring.size() - 1;
+  }
+  const std::size_t slot = head;
+  head = (head + 1) % EventLog::kSize;
+  return slot;
+}
+
+}  // namespace
 
 void EventLog::add(base::Time now, Kind kind, sched::SessionId session, std::array<std::int64_t, 4> v,
                    std::string_view name) {
-  Entry* e;
-  if (ring_.size() < kSize) {
-    e = &ring_.emplace_back();
-  } else {
-    e = &ring_[head_];
-    head_ = (head_ + 1) % kSize;
-  }
+  Entry* e = &ring_[next_slot(ring_, head_)];
   e->seq = next_++;
   e->t = base::to_seconds(now - origin_);
   e->session = session;
@@ -20,14 +30,7 @@ void EventLog::add(base::Time now, Kind kind, sched::SessionId session, std::arr
   e->kind = kind;
   e->name_slot = kNoName;
   if (name.empty()) return;
-  std::size_t slot;
-  if (names_.size() < kSize) {
-    slot = names_.size();
-    names_.emplace_back();
-  } else {
-    slot = names_head_;
-    names_head_ = (names_head_ + 1) % kSize;
-  }
+  const std::size_t slot = next_slot(names_, names_head_);
   names_[slot].assign(name);
   e->name_slot = static_cast<std::uint16_t>(slot);
 }

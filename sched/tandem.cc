@@ -382,6 +382,8 @@ void TandemControl::release(SessionId id, const Session* s, Actions& out) {
   if (it == kept_.end()) return;
   if (p_.cpu_weights && p_.cpu_las) {
     if (s != nullptr && s->state != SessionState::kDone) {
+      // At the time it left ACTING: a paused session's running call counts
+      // up to its pause.
       const std::uint32_t w = las_weight(*s, s->state_since, false);
       const std::uint32_t sent = it->second.weight != 0 ? it->second.weight : p_.cpu_weight_default;
       if (w != sent) out.set_cpu_weight(id, w);
