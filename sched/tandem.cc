@@ -280,7 +280,12 @@ void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now,
   const Duration horizon = base::from_seconds(p_.horizon_s);
   Residence residence = Residence::kKeep;
   ResidencyDecision d;
-  if (p_.residency && s.blocks_held > 0) {
+  const bool las = p_.cpu_weights && p_.cpu_las;
+  // Residency decides only for a session with KV on the GPU; least attained
+  // service weighs every acting session, since its level grows with the
+  // running call whether or not its KV stayed.
+  const bool resident = s.blocks_held > 0;
+  if (p_.residency && resident) {
     const EngineView* engine = model.engine(s.engine);
     ResidencyInput in;
     const Time since = s.tool != 0 ? s.tool_started : s.last_round_end;
@@ -294,12 +299,13 @@ void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now,
     d = decide_residency(in, p_.cost);
     residence = d.residence;
   } else if (p_.residency) {
-    return;  // nothing on the GPU to decide about
+    if (!las) return;                            // nothing on the GPU to decide about
+    residence = d.residence = Residence::kDrop;  // nothing kept: not critical
   }
 
   auto [it, fresh] = kept_.try_emplace(s.id);
   Kept& k = it->second;
-  if (p_.residency) {
+  if (p_.residency && resident) {
     const bool changed = fresh || k.decision.residence != residence;
     switch (residence) {
       case Residence::kKeep:
@@ -319,12 +325,16 @@ void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now,
         if (changed) out.unpin(s.id);
         break;
     }
-    k.decision = d;
   }
-  if (p_.cpu_weights && p_.cpu_las) {
+  if (p_.residency) k.decision = d;
+  if (las) {
+    if (fresh) {
+      // A new tool phase: the cgroup has the default, or the level an
+      // earlier phase left.
+      const std::uint32_t* level = las_level_.find(s.id);
+      k.weight = level != nullptr ? *level : 0;
+    }
     const std::uint32_t w = las_weight(s, now, residence == Residence::kKeep);
-    // None sent in this tool phase: the cgroup has the default, or the
-    // level an earlier phase left (sent again: a weight never rises).
     if (w != (k.weight != 0 ? k.weight : p_.cpu_weight_default)) {
       out.set_cpu_weight(s.id, w);
       k.weight = w;
@@ -379,18 +389,25 @@ std::uint32_t TandemControl::las_weight(const Session& s, Time now, bool critica
 
 void TandemControl::release(SessionId id, const Session* s, Actions& out) {
   auto it = kept_.find(id);
-  if (it == kept_.end()) return;
   if (p_.cpu_weights && p_.cpu_las) {
-    if (s != nullptr && s->state != SessionState::kDone) {
+    if (s == nullptr || s->state == SessionState::kDone) {
+      las_level_.erase(id);  // its cgroup is gone with it
+    } else if (it != kept_.end()) {
       // At the time it left ACTING: a paused session's running call counts
       // up to its pause.
       const std::uint32_t w = las_weight(*s, s->state_since, false);
       const std::uint32_t sent = it->second.weight != 0 ? it->second.weight : p_.cpu_weight_default;
       if (w != sent) out.set_cpu_weight(id, w);
+      if (w != p_.cpu_weight_default) {
+        las_level_[id] = w;
+      } else {
+        las_level_.erase(id);
+      }
     }
-    kept_.erase(it);
+    if (it != kept_.end()) kept_.erase(it);
     return;
   }
+  if (it == kept_.end()) return;
   // Give back a raised weight while the session lives (a closed session's
   // cgroup is gone with it).
   if (s != nullptr && s->state != SessionState::kDone && it->second.weight == p_.cpu_weight_critical) {

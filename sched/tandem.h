@@ -276,6 +276,12 @@ class TandemControl final : public ControlPolicy {
   MarsControl mars_;
   TandemParams p_;
   std::map<SessionId, Kept> kept_;  // sessions residency has decided for
+  // cpu_las: the level's weight a session's cgroup kept when its last tool
+  // phase ended, for the sessions whose level is below the default. The
+  // next phase starts from it (kept_ does not outlive a phase), so it does
+  // not send a weight the cgroup already has. Empty while every session's
+  // tools stay under las_step_s.
+  base::IdMap<std::uint32_t> las_level_;
   // From on_event: handled first at the next tick, in ascending order
   // (sorted and made unique there; a vector, not a set: an event costs no
   // allocation).

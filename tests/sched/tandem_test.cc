@@ -234,6 +234,25 @@ TEST(Tandem, LeastAttainedToolTimeLowersTheWeightByLevel) {
   EXPECT_EQ(weights(tick(c, node.model, at(17000)), 1), std::vector<std::int64_t>{64}) << "16 s: 16, x4";
   EXPECT_EQ(node.model.sessions().find(1)->tool_time, seconds(5)) << "only ended calls are summed";
 
+  // A session whose KV left the GPU is not critical, and its level still
+  // grows with the running call.
+  node.acting(3, 4000, kPytest, at(20000));
+  EXPECT_EQ(weights(tick(c, node.model, at(20000)), 3), std::vector<std::int64_t>{400});
+  ASSERT_TRUE(node.model.observe(KvChanged{3, kE, KvChange::kEvicted, 250}, at(20010)));
+  ASSERT_EQ(node.model.sessions().find(3)->blocks_held, 0u);
+  EXPECT_EQ(weights(tick(c, node.model, at(20050)), 3), std::vector<std::int64_t>{100}) << "no KV: not critical";
+  EXPECT_TRUE(weights(tick(c, node.model, at(23000)), 3).empty());
+  EXPECT_EQ(weights(tick(c, node.model, at(24000)), 3), std::vector<std::int64_t>{40}) << "4 s without KV: 40";
+  // Its cgroup keeps 40 between calls: neither the call's end nor the next
+  // call, again without KV, writes it again.
+  ASSERT_TRUE(node.model.observe(ToolEnded{3, kPytest, 1, 0, seconds(5), {}}, at(25000)));
+  EXPECT_TRUE(weights(tick(c, node.model, at(25050)), 3).empty());
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{3, kE, 1, 4000, 3900, 260}, at(26000)));
+  ASSERT_TRUE(node.model.observe(RoundEnded{3, kE, 1, 100, 260, true}, at(26000)));
+  ASSERT_TRUE(node.model.observe(ToolStarted{3, kPytest, 2}, at(26000)));
+  ASSERT_TRUE(node.model.observe(KvChanged{3, kE, KvChange::kEvicted, 260}, at(26000)));
+  EXPECT_TRUE(weights(tick(c, node.model, at(26050)), 3).empty()) << "the cgroup has 40 already";
+
   // Short tools: the same writes as without cpu_las (400 while kept, 100 after).
   Node a(1000, 900);
   Node b(1000, 900);
