@@ -234,6 +234,7 @@ void MarsControl::tick(const NodeModel& model, Time now, Actions& out) {
   }
 
   update_cpu(model.cpu());
+  cpu_psi_ = model.cpu().psi_some_avg10;
   update_kv(model);
   control(now);
   w_adm_ = std::min({w_aimd_, w_cpu_, w_kv_});
@@ -245,8 +246,13 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
   const SessionTable& table = model.sessions();
   // §2.1 "admitted tasks still running": whole sessions, PAUSED included (a
   // paused session holds its slot, as a MARS task does between LLM calls).
-  const std::uint64_t live =
+  std::uint64_t live =
       table.count(SessionState::kReasoning) + table.count(SessionState::kActing) + table.count(SessionState::kPaused);
+  if (cpu_slot_psi_ >= 0 && cpu_psi_ >= 0 && cpu_psi_ >= cpu_slot_psi_) {
+    for (const Session* s : table.in_state(SessionState::kActing)) {
+      if (s->blocks_held == 0) --live;  // tandem's addition 19 (free_cpu_bound_slots)
+    }
+  }
 
   // Block size per engine, looked up once per tick rather than per session.
   std::vector<std::pair<EngineId, std::uint32_t>> block_sizes;

@@ -121,6 +121,13 @@ class MarsControl final : public ControlPolicy {
   // fit alone: no cap on long sessions in flight, no needle wait, no tail
   // mode. MARS itself never calls this; `tandem` does (tandem.h, addition 10).
   void no_long_cap() { no_long_cap_ = true; }
+  // While the tools' CPU pressure (CpuView::psi_some_avg10) is at or above
+  // `psi` (%), an acting session with no KV on the GPU holds no window slot:
+  // the window bounds the sessions competing for the GPU, and one that waits
+  // in a starved tool with its KV gone is not among them. MARS itself never
+  // calls this; `tandem` does (tandem.h, addition 19). Unknown pressure
+  // (< 0) never frees a slot.
+  void free_cpu_bound_slots(double psi) { cpu_slot_psi_ = psi; }
 
   // Read-only state, for tests and `tandemctl`.
   const MarsControlParams& params() const { return p_; }
@@ -156,7 +163,9 @@ class MarsControl final : public ControlPolicy {
   bool ignore_cpu_ = false;
   bool pinned_is_free_ = false;
   bool no_long_cap_ = false;
-  MarsControlParams base_;  // the configured windows, before scale_window()
+  double cpu_slot_psi_ = -1;  // free_cpu_bound_slots(); < 0: off
+  double cpu_psi_ = -1;       // the tools' CPU PSI at the last tick, -1 = unknown
+  MarsControlParams base_;    // the configured windows, before scale_window()
   std::uint32_t window_scale_ = 1;
   Duration interval_{};
   Duration needle_wait_{};

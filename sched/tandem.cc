@@ -77,6 +77,8 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.pooled_prior = p.flag("pooled_prior");
   t.swap_preempt = p.flag("swap_preempt");
   t.fill_idle_budget = p.flag("fill_idle_budget");
+  t.cpu_slots = p.flag("cpu_slots");
+  t.cpu_slot_psi = p.get("cpu_slot_psi");
   t.host_admission = p.flag("host_admission");
   t.host_psi_high = p.get("host_psi_high");
   t.host_low = p.get("host_low");
@@ -94,6 +96,7 @@ TandemControl::TandemControl(const MarsControlParams& mars, const TandemParams& 
   if (p_.kv_admission) mars_.ignore_cpu();
   if (p_.pin_admission && p_.residency) mars_.pinned_is_free();
   if (p_.long_admission) mars_.no_long_cap();
+  if (p_.cpu_slots) mars_.free_cpu_bound_slots(p_.cpu_slot_psi);
 }
 
 const ResidencyDecision* TandemControl::residency_of(SessionId s) const {

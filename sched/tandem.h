@@ -97,6 +97,16 @@
 //                       MoE, each such step costs a full expert sweep). When
 //                       a step holds only prefills and nothing else is
 //                       queued, they take the unused budget.
+// Issue 20 again (4 tool cores on the H200 presets; docs/results.md):
+//  19. cpu_slots      — MARS's window counts every live session, so when the
+//                       tool cores are the bottleneck it fills with sessions
+//                       waiting in starved tools whose KV is gone, and new
+//                       sessions wait while the GPU idles. While the tools'
+//                       CPU PSI (some avg10) is at or above cpu_slot_psi
+//                       (90 %), an acting session with no KV on the GPU holds
+//                       no slot. KV admission still decides whether a new
+//                       session fits, and the growth check pauses sessions if
+//                       the returning ones overflow the pool.
 // With every switch off, tandem behaves as mars (the ablation baseline).
 //
 // Judgement calls, to be tuned by the simulator (issue 4): the horizon h
@@ -159,6 +169,9 @@ struct TandemParams {
   bool pooled_prior = true;
   bool swap_preempt = true;
   bool fill_idle_budget = true;
+  // Addition 19: CPU-bound sessions without KV hold no window slot.
+  bool cpu_slots = true;
+  double cpu_slot_psi = 90;  // tools' CPU PSI some avg10 (%) from which it acts
   // Addition 18 (issue 22): admission that protects host memory.
   bool host_admission = true;
   double host_psi_high = 10.0;   // memory PSI some avg10 (%) that cuts the host window
@@ -217,6 +230,10 @@ inline constexpr ParamSpec kTandemParams[] = {
      "addition 17: a step of prefills alone, nothing else queued, gives them its unused budget (MLFQ quanta only "
      "split the budget among requests that compete)"},
     {"max_remaining_s", 3600, 1, 1e6, "the expected rest of a pause is counted up to this (seconds)"},
+    {"cpu_slots", 1, 0, 1,
+     "addition 19: while the tools' CPU pressure is at or above cpu_slot_psi, an acting session with no KV on the "
+     "GPU holds no admission window slot (inactive where the host reports no CPU pressure)"},
+    {"cpu_slot_psi", 90, 0, 100, "tools' CPU PSI some avg10 (%) at or above which addition 19 frees slots"},
     {"host_admission", 1, 0, 1,
      "addition 18: admission also keeps host memory: an AIMD window on live sessions cut by memory PSI, kills "
      "and use, a soft cap between host_low and host_high, and room for one more session's baseline and one tool "

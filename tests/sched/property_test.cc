@@ -9,7 +9,9 @@
 //     - every request gets its first chunk within a starvation bound, and
 //       every session finishes;
 //   control half, on a host that applies admits:
-//     - mars and tandem never have more live sessions than window_max;
+//     - mars and tandem never have more live sessions than window_max
+//       (the host reports no CPU pressure, so tandem's addition 19, which
+//       frees the slots of sessions in starved tools, stays inactive);
 //   both: the same input gives the same output.
 //
 // The toy engine is deliberately small; the simulator (sim/) is the real one.

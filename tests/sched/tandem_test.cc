@@ -24,7 +24,7 @@ TandemParams all_off() {
   t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.knee_quanta = t.kv_admission =
       t.engine_window = false;
   t.pin_admission = t.long_admission = t.prompt_projection = t.queue_admission = t.pending_restore = t.host_prices =
-      t.pooled_prior = t.swap_preempt = t.fill_idle_budget = false;
+      t.pooled_prior = t.swap_preempt = t.fill_idle_budget = t.cpu_slots = false;
   return t;
 }
 
@@ -264,6 +264,31 @@ TEST(Tandem, LeastAttainedToolTimeLowersTheWeightByLevel) {
   ASSERT_TRUE(a.model.observe(ToolEnded{2, kGrep, 1, 0, milliseconds(30), {}}, at(30)));
   ASSERT_TRUE(b.model.observe(ToolEnded{2, kGrep, 1, 0, milliseconds(30), {}}, at(30)));
   EXPECT_EQ(tick(las, a.model, at(100)), tick(plain, b.model, at(100)));
+}
+
+TEST(Tandem, SessionsWithoutKvInStarvedToolsHoldNoWindowSlot) {
+  // A window of one, held by session 1 in a tool call; session 2 waits.
+  MarsControlParams m;
+  m.window_max = m.window_min = m.window_init = 1;
+  auto admits_second = [&](double cpu_psi, bool kv_gone, bool cpu_slots) {
+    Node node(1000, 900);
+    node.model.set_cpu(CpuView{4, 1, cpu_psi, {}});
+    node.acting(1, 1600, kPytest, at(0));
+    if (kv_gone) {
+      EXPECT_TRUE(node.model.observe(KvChanged{1, kE, KvChange::kEvicted, 100}, at(1)));
+    }
+    EXPECT_TRUE(node.model.observe(RoundSubmitted{2, kE, 0, 100, 0, 7}, at(1)));
+    TandemParams p;
+    p.cpu_slots = cpu_slots;
+    TandemControl c(m, p);
+    return has(tick(c, node.model, at(1000)), ActionKind::kAdmit, 2);
+  };
+  EXPECT_TRUE(admits_second(95, true, true)) << "CPU-bound, KV gone: the slot is free";
+  EXPECT_TRUE(admits_second(90, true, true)) << "at the threshold";
+  EXPECT_FALSE(admits_second(95, false, true)) << "its KV is still on the GPU";
+  EXPECT_FALSE(admits_second(50, true, true)) << "the tools are not CPU-bound";
+  EXPECT_FALSE(admits_second(-1, true, true)) << "pressure unknown";
+  EXPECT_FALSE(admits_second(95, true, false)) << "switched off: MARS's window";
 }
 
 TEST(Tandem, GrowthCheckPausesTheCheapestToLose) {
