@@ -115,7 +115,9 @@
 // 0.9: docs/results.md), the critical cpu.weight (400),
 // the initial pin at a tool call (2 s), the locality bonus (10 % of the pool),
 // the residency budget (1,024 sessions a tick: a full rotation through 50K
-// acting sessions takes about 10 s of 200 ms ticks).
+// acting sessions takes about 10 s of 200 ms ticks), and the CPU pressure
+// from which addition 19 frees slots (90 %: set by its meaning, since the
+// tuning part never starves its tools).
 // Not done yet: ordering *running* victims by cost per block inside MARS's
 // priority order (MARS's own victim order is kept).
 #pragma once
@@ -216,7 +218,7 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"cpu_weight_default", 100, 1, 10000, "cpu.weight of every other session"},
     {"cpu_las", 0, 0, 1,
      "least attained tool time first: a session's cpu.weight falls 2.5x at each level of its tools' total wall time "
-     "(off by default: more goodput, up to 2 % more mean E2E in CPU-bound overload)"},
+     "(off by default: more goodput, but up to 1.1 % more mean E2E at a CPU-bound point: docs/results.md)"},
     {"las_step_s", 4.0, 0.001, 1e6,
      "tools' total wall time at which cpu_las's first level ends (seconds; each next is 4x)"},
     {"growth_decode_tokens", 256, 0, 1 << 20, "tokens each running session is expected to still generate"},
