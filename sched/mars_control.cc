@@ -234,7 +234,6 @@ void MarsControl::tick(const NodeModel& model, Time now, Actions& out) {
   }
 
   update_cpu(model.cpu());
-  cpu_psi_ = model.cpu().psi_some_avg10;
   update_kv(model);
   control(now);
   w_adm_ = std::min({w_aimd_, w_cpu_, w_kv_});
@@ -248,7 +247,8 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
   // paused session holds its slot, as a MARS task does between LLM calls).
   std::uint64_t live =
       table.count(SessionState::kReasoning) + table.count(SessionState::kActing) + table.count(SessionState::kPaused);
-  if (cpu_slot_psi_ >= 0 && cpu_psi_ >= 0 && cpu_psi_ >= cpu_slot_psi_) {
+  // Unknown pressure (< 0) never reaches a threshold, which is ≥ 0.
+  if (cpu_slot_psi_ >= 0 && model.cpu().psi_some_avg10 >= cpu_slot_psi_) {
     for (const Session* s : table.in_state(SessionState::kActing)) {
       if (s->blocks_held == 0) --live;  // tandem's addition 19 (free_cpu_bound_slots)
     }

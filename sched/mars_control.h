@@ -164,7 +164,6 @@ class MarsControl final : public ControlPolicy {
   bool pinned_is_free_ = false;
   bool no_long_cap_ = false;
   double cpu_slot_psi_ = -1;  // free_cpu_bound_slots(); < 0: off
-  double cpu_psi_ = -1;       // the tools' CPU PSI at the last tick, -1 = unknown
   MarsControlParams base_;    // the configured windows, before scale_window()
   std::uint32_t window_scale_ = 1;
   Duration interval_{};

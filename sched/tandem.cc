@@ -338,7 +338,7 @@ void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now,
       k.weight = level != nullptr ? *level : 0;
     }
     const std::uint32_t w = las_weight(s, now, residence == Residence::kKeep);
-    if (w != (k.weight != 0 ? k.weight : p_.cpu_weight_default)) {
+    if (w != k.weight_or(p_.cpu_weight_default)) {
       out.set_cpu_weight(s.id, w);
       k.weight = w;
     }
@@ -399,8 +399,7 @@ void TandemControl::release(SessionId id, const Session* s, Actions& out) {
       // At the time it left ACTING: a paused session's running call counts
       // up to its pause.
       const std::uint32_t w = las_weight(*s, s->state_since, false);
-      const std::uint32_t sent = it->second.weight != 0 ? it->second.weight : p_.cpu_weight_default;
-      if (w != sent) out.set_cpu_weight(id, w);
+      if (w != it->second.weight_or(p_.cpu_weight_default)) out.set_cpu_weight(id, w);
       if (w != p_.cpu_weight_default) {
         las_level_[id] = w;
       } else {

@@ -274,6 +274,8 @@ class TandemControl final : public ControlPolicy {
     ResidencyDecision decision;
     Time pinned_until{};
     std::uint32_t weight = 0;  // last cpu.weight sent, 0 = none
+    // What the cgroup has: the last weight sent, else `default_weight`.
+    std::uint32_t weight_or(std::uint32_t default_weight) const { return weight != 0 ? weight : default_weight; }
   };
 
   // Residency and CPU weight of one session, now.
