@@ -62,6 +62,7 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.cpu_weight_default = static_cast<std::uint32_t>(p.get("cpu_weight_default"));
   t.cpu_las = p.flag("cpu_las");
   t.las_step_s = p.get("las_step_s");
+  t.las_levels = static_cast<std::uint32_t>(p.get("las_levels"));
   t.growth_decode_tokens = static_cast<std::uint32_t>(p.get("growth_decode_tokens"));
   t.pause_pressure = p.get("pause_pressure");
   t.resume_pressure = std::min(p.get("resume_pressure"), t.pause_pressure);  // hysteresis, never inverted
@@ -383,9 +384,11 @@ std::uint32_t TandemControl::las_weight(const Session& s, Time now, bool critica
   double attained = base::to_seconds(s.tool_time);
   if (s.tool != 0) attained += base::to_seconds(now - s.tool_started);
   // Levels of 4x: below las_step_s the default weight (a session that
-  // stays there costs no cgroup write), each next level 2.5x less.
+  // stays there costs no cgroup write), each next level 2.5x less, down to
+  // a weight of 1 or las_levels levels, whichever comes first.
   double w = p_.cpu_weight_default;
-  for (double t = p_.las_step_s; attained >= t && w > 1; t *= 4) w /= 2.5;
+  std::uint32_t level = 0;
+  for (double t = p_.las_step_s; attained >= t && w > 1 && level < p_.las_levels; t *= 4, ++level) w /= 2.5;
   if (critical) w *= static_cast<double>(p_.cpu_weight_critical) / p_.cpu_weight_default;
   return static_cast<std::uint32_t>(std::clamp(std::lround(w), 1L, 10000L));
 }

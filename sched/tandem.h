@@ -152,9 +152,10 @@ struct TandemParams {
   CostModel cost;
   std::uint32_t cpu_weight_critical = 400;
   std::uint32_t cpu_weight_default = 100;
-  // Tried and left off (docs/sched.md): least attained tool time first.
-  bool cpu_las = false;
+  // Addition 20: least attained tool time first on the tool cores.
+  bool cpu_las = true;
   double las_step_s = 4.0;
+  std::uint32_t las_levels = 16;  // at most this many levels below the default weight (16: until it is 1)
   std::uint32_t growth_decode_tokens = 256;
   double pause_pressure = 0.9;
   double resume_pressure = 0.8;
@@ -216,11 +217,14 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"swap_us_per_token", 3.3, 0, 1e4, "host-to-GPU reload cost per token (PCIe)"},
     {"cpu_weight_critical", 400, 1, 10000, "cpu.weight of sessions whose KV is kept"},
     {"cpu_weight_default", 100, 1, 10000, "cpu.weight of every other session"},
-    {"cpu_las", 0, 0, 1,
-     "least attained tool time first: a session's cpu.weight falls 2.5x at each level of its tools' total wall time "
-     "(off by default: more goodput, but up to 1.1 % more mean E2E at a CPU-bound point: docs/results.md)"},
+    {"cpu_las", 1, 0, 1,
+     "addition 20: least attained tool time first: a session's cpu.weight falls 2.5x at each level of its tools' "
+     "total wall time (needs cpu_weights)"},
     {"las_step_s", 4.0, 0.001, 1e6,
      "tools' total wall time at which cpu_las's first level ends (seconds; each next is 4x)"},
+    {"las_levels", 16, 1, 16,
+     "at most this many cpu_las levels below cpu_weight_default (the default: until the weight is 1; fewer bound how "
+     "long the longest sessions' tools wait, at some cost in mean E2E: docs/results.md)"},
     {"growth_decode_tokens", 256, 0, 1 << 20, "tokens each running session is expected to still generate"},
     {"pause_pressure", 0.9, 0.1, 2,
      "projected pressure above which acting sessions are paused (tuned in tandem-sim: docs/results.md)"},

@@ -100,7 +100,7 @@ constexpr std::string_view kAdditions[] = {"residency",        "cost_eviction", 
                                            "growth_check",     "knee_quanta",    "kv_admission",      "engine_window",
                                            "pin_admission",    "long_admission", "prompt_projection", "queue_admission",
                                            "pending_restore",  "host_prices",    "pooled_prior",      "swap_preempt",
-                                           "fill_idle_budget", "host_admission", "cpu_slots"};
+                                           "fill_idle_budget", "host_admission", "cpu_slots",         "cpu_las"};
 
 struct Options {
   std::string trace;

@@ -24,7 +24,7 @@ TandemParams all_off() {
   t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.knee_quanta = t.kv_admission =
       t.engine_window = false;
   t.pin_admission = t.long_admission = t.prompt_projection = t.queue_admission = t.pending_restore = t.host_prices =
-      t.pooled_prior = t.swap_preempt = t.fill_idle_budget = t.cpu_slots = false;
+      t.pooled_prior = t.swap_preempt = t.fill_idle_budget = t.cpu_slots = t.cpu_las = false;
   return t;
 }
 
@@ -71,6 +71,15 @@ std::vector<Action> tick(TandemControl& c, const NodeModel& m, Time now) {
 
 bool has(const std::vector<Action>& a, ActionKind kind, SessionId s) {
   return std::any_of(a.begin(), a.end(), [&](const Action& x) { return x.kind == kind && x.session == s; });
+}
+
+// The cpu.weight values set for session `s`, in order.
+std::vector<std::int64_t> weights(const std::vector<Action>& a, SessionId s) {
+  std::vector<std::int64_t> w;
+  for (const Action& x : a) {
+    if (x.kind == ActionKind::kSetCpuWeight && x.session == s) w.push_back(x.value);
+  }
+  return w;
 }
 
 TEST(Tandem, AllAdditionsOffIsMarsControl) {
@@ -204,20 +213,12 @@ TEST(Tandem, CpuWeightIsGivenBackWhenTheToolEnds) {
   }));
 }
 
-// cpu_las (off by default): a session's weight falls 2.5x at each level of
+// cpu_las (addition 20): a session's weight falls 2.5x at each level of
 // its tools' total wall time (4 s, then 16 s, ...), times 4 while its KV is
 // kept; it keeps its level between calls, and a session whose tools stay
 // short gets exactly the writes it gets without cpu_las.
 TEST(Tandem, LeastAttainedToolTimeLowersTheWeightByLevel) {
-  auto weights = [](const std::vector<Action>& a, SessionId s) {
-    std::vector<std::int64_t> w;
-    for (const Action& x : a) {
-      if (x.kind == ActionKind::kSetCpuWeight && x.session == s) w.push_back(x.value);
-    }
-    return w;
-  };
   TandemParams p;
-  p.cpu_las = true;
   Node node(1000, 900);  // idle memory: every tool's KV is kept (critical)
   node.acting(1, 4000, kPytest, at(0));
   TandemControl c({}, p);
@@ -258,12 +259,30 @@ TEST(Tandem, LeastAttainedToolTimeLowersTheWeightByLevel) {
   Node b(1000, 900);
   a.acting(2, 4000, kGrep, at(0));
   b.acting(2, 4000, kGrep, at(0));
+  TandemParams without = p;
+  without.cpu_las = false;
   TandemControl las({}, p);
-  TandemControl plain({}, {});
+  TandemControl plain({}, without);
   EXPECT_EQ(tick(las, a.model, at(0)), tick(plain, b.model, at(0)));
   ASSERT_TRUE(a.model.observe(ToolEnded{2, kGrep, 1, 0, milliseconds(30), {}}, at(30)));
   ASSERT_TRUE(b.model.observe(ToolEnded{2, kGrep, 1, 0, milliseconds(30), {}}, at(30)));
   EXPECT_EQ(tick(las, a.model, at(100)), tick(plain, b.model, at(100)));
+}
+
+// las_levels bounds how far cpu_las takes a weight: with one level a
+// session stays at 40 (160 while kept) however long its tools run.
+TEST(Tandem, LasLevelsBoundsHowFarAWeightFalls) {
+  TandemParams p;
+  p.las_levels = 1;
+  Node node(1000, 900);
+  node.acting(1, 4000, kPytest, at(0));
+  TandemControl c({}, p);
+  EXPECT_EQ(weights(tick(c, node.model, at(0)), 1), std::vector<std::int64_t>{400});
+  EXPECT_EQ(weights(tick(c, node.model, at(4000)), 1), std::vector<std::int64_t>{160});
+  EXPECT_TRUE(weights(tick(c, node.model, at(17000)), 1).empty()) << "16 s: still the first level";
+  EXPECT_TRUE(weights(tick(c, node.model, at(600000)), 1).empty()) << "10 min: still the first level";
+  ASSERT_TRUE(node.model.observe(ToolEnded{1, kPytest, 1, 0, seconds(601), {}}, at(601000)));
+  EXPECT_EQ(weights(tick(c, node.model, at(601050)), 1), std::vector<std::int64_t>{40}) << "no longer kept";
 }
 
 TEST(Tandem, SessionsWithoutKvInStarvedToolsHoldNoWindowSlot) {
