@@ -58,10 +58,14 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
 
   // New requests enter the queue of their program's service so far; requests
   // are seen in arrival order, so FIFO order inside a queue is arrival order.
+  // req_of_[i] is request i's state for the rest of the step: the map's
+  // nodes stay put, and only requests this step does not hold are erased.
+  req_of_.resize(n_req);
   for (std::uint32_t i = 0; i < n_req; ++i) {
     const StepRequest& r = in.requests[i];
     auto [it, inserted] = reqs_.try_emplace(r.id);
     Req& st = it->second;
+    req_of_[i] = &st;
     if (inserted) {
       st.session = r.session;
       st.service_at_arrival = programs_[r.session].service;
@@ -81,7 +85,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
   // Anti-starvation (before ordering, as the repo does it at the top of the step).
   for (std::uint32_t i = 0; i < n_req; ++i) {
     const StepRequest& r = in.requests[i];
-    Req& st = reqs_[r.id];
+    Req& st = *req_of_[i];
     if (st.queue == 0) continue;
     const std::uint64_t service = st.service_at_arrival + st.service;
     if (service == 0) continue;
@@ -104,8 +108,8 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
     if (in.requests[i].phase == RequestPhase::kRunning) running_.push_back(i);
   }
   std::sort(running_.begin(), running_.end(), [&](std::uint32_t a, std::uint32_t b) {
-    return std::tuple(reqs_[in.requests[a].id].queue, in.requests[a].arrival, a) <
-           std::tuple(reqs_[in.requests[b].id].queue, in.requests[b].arrival, b);
+    return std::tuple(req_of_[a]->queue, in.requests[a].arrival, a) <
+           std::tuple(req_of_[b]->queue, in.requests[b].arrival, b);
   });
 
   ChunkLedger plan(in);
@@ -116,7 +120,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
   };
   auto victim_key = [&](std::uint32_t idx) {
     const StepRequest& r = in.requests[idx];
-    return std::tuple(reqs_[r.id].queue, plan.kv().blocks_for(std::min(r.computed_tokens, in.max_model_len)),
+    return std::tuple(req_of_[idx]->queue, plan.kv().blocks_for(std::min(r.computed_tokens, in.max_model_len)),
                       r.arrival);
   };
 
@@ -124,7 +128,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
   for (std::size_t pos = 0; pos < running_.size() && plan.budget() > 0; ++pos) {
     const std::uint32_t idx = running_[pos];
     const StepRequest& r = in.requests[idx];
-    const std::uint32_t cap = cap_of(reqs_[r.id]);
+    const std::uint32_t cap = cap_of(*req_of_[idx]);
     const std::uint32_t n = std::min({r.tokens_wanted(), plan.budget(), cap});
     bool preempted_self = false;
     while (true) {
@@ -140,7 +144,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(vpos));
       if (vpos < pos) --pos;
       (params_.swap_preempt ? out.swap : out.preempt).push_back(victim);
-      reqs_[in.requests[victim].id].seq = next_front_seq_--;  // head of its queue
+      req_of_[victim]->seq = next_front_seq_--;  // head of its queue
       preempted = true;
       if (victim == idx) {
         preempted_self = true;
@@ -157,8 +161,8 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
       if (in.requests[i].phase != RequestPhase::kRunning) waiting_.push_back(i);
     }
     std::sort(waiting_.begin(), waiting_.end(), [&](std::uint32_t a, std::uint32_t b) {
-      const Req& x = reqs_[in.requests[a].id];
-      const Req& y = reqs_[in.requests[b].id];
+      const Req& x = *req_of_[a];
+      const Req& y = *req_of_[b];
       return std::tuple(x.queue, x.seq) < std::tuple(y.queue, y.seq);
     });
     auto seats = static_cast<std::uint32_t>(running_.size());
@@ -176,7 +180,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
     for (std::uint32_t idx : waiting_) {
       if (plan.budget() == 0 || seats >= in.max_seqs) break;
       const StepRequest& r = in.requests[idx];
-      const std::uint32_t cap = cap_of(reqs_[r.id]);
+      const std::uint32_t cap = cap_of(*req_of_[idx]);
       const std::uint32_t n = std::min({r.tokens_wanted(), plan.budget(), cap});
       if (params_.reserve_prompt && seats > 0) {
         const std::uint64_t whole =
@@ -199,7 +203,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
   for (std::size_t k = 0; k < out.run.size(); ++k) {
     const StepRequest& r = in.requests[out.run[k].request];
     const std::uint32_t n = out.run[k].tokens;
-    Req& st = reqs_[r.id];
+    Req& st = *req_of_[out.run[k].request];
     scheduled[out.run[k].request] = true;
     total += n;
     st.service += n;
@@ -213,7 +217,7 @@ void AutellixStepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& ou
   }
   if (total == 0) return;
   for (std::uint32_t i = 0; i < n_req; ++i) {
-    if (!scheduled[i]) reqs_[in.requests[i].id].wait += total;
+    if (!scheduled[i]) req_of_[i]->wait += total;
   }
 }
 

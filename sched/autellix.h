@@ -130,6 +130,7 @@ class AutellixStepScheduler final : public StepScheduler {
   // Scratch, kept to avoid reallocating every step.
   std::vector<std::uint32_t> running_;
   std::vector<std::uint32_t> waiting_;
+  std::vector<Req*> req_of_;  // request index → its state, for one plan()
 };
 
 }  // namespace tandem::sched

@@ -128,9 +128,11 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   const auto n_req = static_cast<std::uint32_t>(in.requests.size());
   queued_.build(in);
   const QueuedSessions& waiting_sessions = queued_;
+  session_of_.resize(n_req);
   for (std::uint32_t i = 0; i < n_req; ++i) {
     const StepRequest& r = in.requests[i];
     Session& s = sessions_[r.session];
+    session_of_[i] = &s;  // the map's nodes stay put for the rest of plan()
     auto [it, inserted] = seen_.try_emplace(r.id, generation_);
     if (inserted) s.k_at_arrival.push_back(s.rounds_done);
     it->second = generation_;
@@ -169,7 +171,7 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
     if (superseded || expired) unpin(k);
   }
 
-  auto first_arrival = [&](std::uint32_t idx) { return sessions_[in.requests[idx].session].first_arrival; };
+  auto first_arrival = [&](std::uint32_t idx) { return session_of_[idx]->first_arrival; };
 
   // 2. Running requests in running order.
   std::vector<std::uint32_t> running;
@@ -230,17 +232,19 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   for (std::size_t k = 0; k < in.pinned.size(); ++k) {
     if (pin_alive[k]) pinned_sessions.insert(in.pinned[k].session);
   }
-  std::vector<std::uint32_t> waiting;
+  // Keys are computed once per request, not inside the comparator.
+  using WaitKey = std::tuple<bool, Time, bool, std::uint32_t>;
+  std::vector<WaitKey> keyed;
   for (std::uint32_t i = 0; i < n_req; ++i) {
-    if (in.requests[i].phase != RequestPhase::kRunning) waiting.push_back(i);
-  }
-  auto key = [&](std::uint32_t idx) {
-    const StepRequest& r = in.requests[idx];
+    const StepRequest& r = in.requests[i];
+    if (r.phase == RequestPhase::kRunning) continue;
     // Preempted requests were prepended to the queue; ties keep queue order.
-    return std::tuple(!pinned_sessions.contains(r.session), first_arrival(idx), r.phase != RequestPhase::kPreempted,
-                      idx);
-  };
-  std::sort(waiting.begin(), waiting.end(), [&](std::uint32_t a, std::uint32_t b) { return key(a) < key(b); });
+    keyed.emplace_back(!pinned_sessions.contains(r.session), first_arrival(i), r.phase != RequestPhase::kPreempted, i);
+  }
+  std::sort(keyed.begin(), keyed.end());
+  std::vector<std::uint32_t> waiting;
+  waiting.reserve(keyed.size());
+  for (const WaitKey& k : keyed) waiting.push_back(std::get<3>(k));
   auto seats = static_cast<std::uint32_t>(running.size());
   for (std::uint32_t idx : waiting) {
     if (plan.budget() == 0 || seats >= in.max_seqs) break;

@@ -114,6 +114,7 @@ class ContinuumStepScheduler final : public StepScheduler {
   std::unordered_map<ToolKind, Kind> kinds_;
   std::vector<double> all_sorted_;  // dynamic: every sample of every kind, ascending
   std::unordered_map<SessionId, Session> sessions_;
+  std::vector<Session*> session_of_;                       // request index → its session, for one plan()
   std::unordered_map<std::uint64_t, std::uint64_t> seen_;  // request id → the last plan() that saw it
   std::unordered_map<std::uint64_t, Time> preempted_at_;   // for the queue delay T
   std::uint64_t generation_ = 0;

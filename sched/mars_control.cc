@@ -266,30 +266,23 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
     return kDefaultBlockSize;
   };
 
-  std::vector<Candidate>& waiting = waiting_;  // a member: its capacity stays from tick to tick
-  waiting.clear();
-  waiting.reserve(table.count(SessionState::kWaiting));
+  // §2.2 est(e) is the round-1 prompt; a WAITING session's submitted round
+  // is its first. Judgement: a session opened with no round submitted yet
+  // has est 0 — it claims no KV and counts as short (MARS's unknown → 1e12
+  // comes from a failed tokenizer, not from a prompt that does not exist
+  // yet; admitting it lets its runner build the prompt, as MARS admits a
+  // task before its agent loop starts).
+  auto est_of = [](const SessionBrief& b) { return b.round_in_flight ? b.prompt_tokens : 0u; };
+  auto is_long = [&](std::uint32_t est) {
+    return !no_long_cap_ && p_.long_prefill_tokens > 0 && est > p_.long_prefill_tokens;
+  };
+  // The backlog's sizes from the flat briefs: a full window (the common case
+  // under load) then returns without touching a waiting session.
+  const std::span<const SessionBrief> briefs = table.briefs(SessionState::kWaiting);
+  if (briefs.empty()) return;  // MARS returns before the needle timer, too
   std::size_t backlog_long = 0;
-  for (const Session* sp : table.in_state(SessionState::kWaiting)) {
-    const Session& s = *sp;
-    Candidate c;
-    c.id = s.id;
-    c.opened = s.opened;
-    // §2.2 est(e) is the round-1 prompt; a WAITING session's submitted round
-    // is its first. Judgement: a session opened with no round submitted yet
-    // has est 0 — it claims no KV and counts as short (MARS's unknown → 1e12
-    // comes from a failed tokenizer, not from a prompt that does not exist
-    // yet; admitting it lets its runner build the prompt, as MARS admits a
-    // task before its agent loop starts).
-    c.est = s.round_in_flight ? s.prompt_tokens : 0;
-    const std::uint32_t bs = block_size_of(s.engine);
-    c.blocks = (c.est + bs - 1) / bs;  // EstimateBlocks: ceil(est / block_size)
-    c.is_long = !no_long_cap_ && p_.long_prefill_tokens > 0 && c.est > p_.long_prefill_tokens;
-    if (c.is_long) ++backlog_long;
-    waiting.push_back(c);
-  }
-  if (waiting.empty()) return;  // MARS returns before the needle timer, too
-  const std::size_t backlog_short = waiting.size() - backlog_long;
+  for (const SessionBrief& b : briefs) backlog_long += is_long(est_of(b)) ? 1 : 0;
+  const std::size_t backlog_short = briefs.size() - backlog_long;
 
   // §2.2 tail mode needs "emission finished", which a daemon never knows.
   // Judgement: emission counts as finished once no session has arrived for
@@ -301,6 +294,21 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
   const std::uint64_t limit = tail ? p_.window_max : w_adm_;  // tail ignores the adaptive window
   std::uint64_t slots = limit > live ? limit - live : 0;
   if (slots == 0) return;
+
+  std::vector<Candidate>& waiting = waiting_;  // a member: its capacity stays from tick to tick
+  waiting.clear();
+  waiting.reserve(briefs.size());
+  const std::span<const Session* const> sessions = table.in_state(SessionState::kWaiting);
+  for (std::size_t k = 0; k < briefs.size(); ++k) {
+    Candidate c;
+    c.id = sessions[k]->id;
+    c.opened = sessions[k]->opened;
+    c.est = est_of(briefs[k]);
+    const std::uint32_t bs = block_size_of(briefs[k].engine);
+    c.blocks = (c.est + bs - 1) / bs;  // EstimateBlocks: ceil(est / block_size)
+    c.is_long = is_long(c.est);
+    waiting.push_back(c);
+  }
   const std::uint64_t long_live = long_in_flight_.size();
   if (tail && live > long_live) slots = std::min<std::uint64_t>(slots, 1);  // soft start
 

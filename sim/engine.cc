@@ -248,6 +248,7 @@ void Engine::submit(const RoundWork& work, Time now) {
   cache_cut(work.session, keep);
 
   Req q;
+  q.kv = &e;
   q.work = work;
   q.target = work.prompt_tokens;
   q.r.id = next_request_++;
@@ -375,14 +376,12 @@ std::optional<Time> Engine::complete_offloads(Time now) {
 // ---- steps ----------------------------------------------------------------------
 
 std::uint32_t Engine::hit_tokens(const Req& q, std::uint32_t* from_host, std::uint32_t* pinned) const {
-  std::uint32_t gpu = 0;
-  if (auto it = kv_.find(q.r.session); it != kv_.end()) {
-    gpu = (it->second.pinned_blocks != 0 ? it->second.pinned_blocks : it->second.cached_blocks) * block_size_;
-    // A pinned prefix is referenced: hitting it takes nothing from the free pool.
-    if (pinned != nullptr) *pinned = it->second.pinned_blocks;
-  } else if (pinned != nullptr) {
-    *pinned = 0;
-  }
+  // q.kv is its session's entry, made at submit (entries are never erased,
+  // and an unordered_map's elements stay where they are).
+  const SessKv& e = *q.kv;
+  const std::uint32_t gpu = (e.pinned_blocks != 0 ? e.pinned_blocks : e.cached_blocks) * block_size_;
+  // A pinned prefix is referenced: hitting it takes nothing from the free pool.
+  if (pinned != nullptr) *pinned = e.pinned_blocks;
   const std::uint32_t host = q.work.content != nullptr ? q.work.content->host_tokens : 0;
   const std::uint32_t hit = std::min(std::max(gpu, host), q.target);
   if (from_host != nullptr) *from_host = hit > gpu ? hit - gpu : 0;

@@ -171,6 +171,9 @@ class Engine {
  public:
   Engine(EngineId id, const Preset& preset, EngineLimits limits, sched::StepScheduler& scheduler, EngineHost& host,
          RunCounters& counters);
+  // Its requests point into its own session table (Req::kv).
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   EngineId id() const { return id_; }
   const sched::EngineParams& params() const { return params_; }
@@ -236,8 +239,10 @@ class Engine {
   void account(Time now) { account_pinned(now); }
 
  private:
+  struct SessKv;
   struct Req {
     sched::StepRequest r;
+    SessKv* kv = nullptr;  // its session's entry in kv_
     RoundWork work;
     std::uint32_t target = 0;  // prefill target: the prompt, plus earlier output after a preemption
     bool first_token_sent = false;
