@@ -242,12 +242,10 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
     keyed.emplace_back(!pinned_sessions.contains(r.session), first_arrival(i), r.phase != RequestPhase::kPreempted, i);
   }
   std::sort(keyed.begin(), keyed.end());
-  std::vector<std::uint32_t> waiting;
-  waiting.reserve(keyed.size());
-  for (const WaitKey& k : keyed) waiting.push_back(std::get<3>(k));
   auto seats = static_cast<std::uint32_t>(running.size());
-  for (std::uint32_t idx : waiting) {
+  for (const WaitKey& key : keyed) {
     if (plan.budget() == 0 || seats >= in.max_seqs) break;
+    const std::uint32_t idx = std::get<3>(key);
     const StepRequest& r = in.requests[idx];
     const std::uint32_t n = std::min(r.tokens_wanted(), plan.budget());
     if (!plan.try_schedule(r, idx, n)) {

@@ -107,6 +107,12 @@
 //                       no slot. KV admission still decides whether a new
 //                       session fits, and the growth check pauses sessions if
 //                       the returning ones overflow the pool.
+//  20. cpu_las        — least attained service on the tool cores: a
+//                       session's cpu.weight falls 2.5x at each level of its
+//                       tools' total wall time (from las_step_s, 4x apart;
+//                       at most las_levels levels), so short tools finish
+//                       first where the cores are the bottleneck. Needs
+//                       cpu_weights.
 // With every switch off, tandem behaves as mars (the ablation baseline).
 //
 // Judgement calls, to be tuned by the simulator (issue 4): the horizon h
