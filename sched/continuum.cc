@@ -126,8 +126,8 @@ void ContinuumStepScheduler::on_session_end(SessionId session, Time /*now*/) { s
 void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   ++generation_;
   const auto n_req = static_cast<std::uint32_t>(in.requests.size());
-  queued_.build(in);
-  const QueuedSessions& waiting_sessions = queued_;
+  queued_.start(in);
+  QueuedPins& waiting_sessions = queued_;
   session_of_.resize(n_req);
   for (std::uint32_t i = 0; i < n_req; ++i) {
     const StepRequest& r = in.requests[i];

@@ -96,7 +96,7 @@ class ContinuumStepScheduler final : public StepScheduler {
   double eta() const;
 
  private:
-  QueuedSessions queued_;  // scratch of plan(), kept to reuse its storage
+  QueuedPins queued_;  // scratch of plan(), kept to reuse its storage
   struct Kind {
     double sum = 0;
     std::uint64_t count = 0;

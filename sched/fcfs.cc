@@ -17,7 +17,8 @@ void VllmV1StepScheduler::plan(const StepInput& in, Time /*now*/, StepPlan& out)
   std::uint32_t budget = in.token_budget;
 
   // The running list, which preemption shrinks from its end.
-  std::vector<std::uint32_t> running;
+  std::vector<std::uint32_t>& running = running_;
+  running.clear();
   for (std::uint32_t i = 0; i < in.requests.size(); ++i) {
     if (in.requests[i].phase == RequestPhase::kRunning) running.push_back(i);
   }

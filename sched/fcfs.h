@@ -17,7 +17,9 @@
 // vLLM) is not modelled.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "sched/policy.h"
 
@@ -39,6 +41,9 @@ class VllmV1StepScheduler final : public StepScheduler {
  public:
   std::string_view name() const override { return "vllm-v1"; }
   void plan(const StepInput& in, Time now, StepPlan& out) override;
+
+ private:
+  std::vector<std::uint32_t> running_;  // scratch of plan(), kept to reuse its storage
 };
 
 }  // namespace tandem::sched

@@ -77,9 +77,10 @@ void InferceptStepScheduler::on_session_end(SessionId session, Time /*now*/) { l
 void InferceptStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   max_model_len_ = in.max_model_len;
   KvLedger kv(in);
-  queued_.build(in);
-  const QueuedSessions& waiting_sessions = queued_;
-  std::vector<bool> pin_alive(in.pinned.size(), true);
+  queued_.start(in);
+  QueuedPins& waiting_sessions = queued_;
+  std::vector<bool>& pin_alive = pin_alive_;
+  pin_alive.assign(in.pinned.size(), true);
   auto unpin = [&](std::size_t k) {
     pin_alive[k] = false;
     out.unpin.push_back(in.pinned[k].session);
@@ -101,8 +102,9 @@ void InferceptStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   StepInput freed = in;
   freed.free_blocks = kv.free_blocks();
   vllm_.plan(freed, now, out_step_);
-  out.run = std::move(out_step_.run);
-  (params_.swap_preempt ? out.swap : out.preempt) = std::move(out_step_.preempt);
+  // Swapped, not moved: both plans keep their storage from step to step.
+  out.run.swap(out_step_.run);
+  (params_.swap_preempt ? out.swap : out.preempt).swap(out_step_.preempt);
   out_step_.clear();
 
   // The repo's waiting-path rule: with nothing running, a head that does not

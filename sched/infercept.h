@@ -103,7 +103,8 @@ class InferceptStepScheduler final : public StepScheduler {
   double mean_s(ToolKind kind) const;
 
  private:
-  QueuedSessions queued_;  // scratch of plan(), kept to reuse its storage
+  QueuedPins queued_;            // scratch of plan(), kept to reuse its storage
+  std::vector<bool> pin_alive_;  // the same
   struct Kind {
     double sum = 0;
     std::uint64_t count = 0;

@@ -661,7 +661,7 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
       break;
     }
   }
-  if (!in.pinned.empty()) queued_.build(in);
+  queued_.start(in);
   std::vector<const PinnedKv*> live;
   std::vector<const PinnedKv*> reserved;  // pins of queued sessions other than the head's
   for (const PinnedKv& pin : in.pinned) {
@@ -727,7 +727,8 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
     const std::uint32_t smallest = *std::min_element(m.quanta.begin(), m.quanta.begin() + m.levels);
     mars_.set_quantum_scale(static_cast<double>(in.saturating_tokens) / std::max(1u, smallest));
   }
-  StepPlan mars_plan;
+  StepPlan& mars_plan = mars_plan_;
+  mars_plan.clear();
   mars_.plan(adjusted, now, mars_plan);
   // Progress: MARS picks its own head (MLFQ order), which need not be the one
   // counted above. If nothing runs and nothing could be scheduled while
@@ -748,10 +749,11 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
       release_until_fit(reserved, true);
     }
   }
-  out.run = std::move(mars_plan.run);
+  // Swapped, not moved: both plans keep their storage from step to step.
+  out.run.swap(mars_plan.run);
   // With swap_preempt the victims' KV goes to host memory instead of being
   // recomputed (the engine recomputes when host memory cannot take it).
-  (p_.swap_preempt ? out.swap : out.preempt) = std::move(mars_plan.preempt);
+  (p_.swap_preempt ? out.swap : out.preempt).swap(mars_plan.preempt);
   out.unpin.insert(out.unpin.end(), mars_plan.unpin.begin(), mars_plan.unpin.end());
 }
 

@@ -370,7 +370,8 @@ class TandemStepScheduler final : public StepScheduler {
 
   MarsStepScheduler mars_;
   TandemParams p_;
-  QueuedSessions queued_;  // scratch of plan(), kept to reuse its storage
+  QueuedPins queued_;   // scratch of plan(), kept to reuse its storage
+  StepPlan mars_plan_;  // the same: MARS's plan of the step, reused across steps
   ToolDurationModel tools_;
   std::map<SessionId, PinInfo> pins_;
 };

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -270,6 +271,35 @@ TEST(InferceptTest, Deterministic) {
     EXPECT_EQ(a.first[i].unpin, b.first[i].unpin) << i;
     EXPECT_EQ(a.second[i].decision, b.second[i].decision) << i;
     EXPECT_EQ(a.second[i].until, b.second[i].until) << i;
+  }
+}
+
+// The pin housekeeping's "is this pin's session queued?" (QueuedPins,
+// sched/policy.h) against a direct search, over random steps that rebuild it
+// in place: running requests and unpinned sessions never count.
+TEST(QueuedPins, NamesExactlyThePinnedSessionsWithAQueuedRequest) {
+  std::mt19937_64 rng(7);
+  QueuedPins queued;
+  for (int step = 0; step < 300; ++step) {
+    std::vector<StepRequest> reqs(rng() % 40);
+    for (StepRequest& r : reqs) {
+      r.session = rng() % 30;
+      r.phase =
+          rng() % 3 == 0 ? RequestPhase::kRunning : (rng() % 2 ? RequestPhase::kWaiting : RequestPhase::kPreempted);
+    }
+    std::vector<PinnedKv> pins(rng() % 12);
+    for (PinnedKv& p : pins) p.session = rng() % 30;
+    StepInput in;
+    in.requests = reqs;
+    in.pinned = pins;
+    queued.start(in);
+    for (SessionId s = 0; s < 30; ++s) {
+      const bool pinned = std::any_of(pins.begin(), pins.end(), [&](const PinnedKv& p) { return p.session == s; });
+      const bool waits = std::any_of(reqs.begin(), reqs.end(), [&](const StepRequest& r) {
+        return r.session == s && r.phase != RequestPhase::kRunning;
+      });
+      EXPECT_EQ(queued.contains(s), pinned && waits) << "step " << step << " session " << s;
+    }
   }
 }
 
