@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
-#include <unordered_set>
 
 namespace tandem::sched {
 namespace {
@@ -142,9 +141,10 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   std::erase_if(preempted_at_, [&](const auto& kv) { return !seen_.contains(kv.first); });
 
   ChunkLedger plan(in);
-  std::vector<bool> pin_alive(in.pinned.size(), true);
+  std::vector<char>& pin_alive = pin_alive_;
+  pin_alive.assign(in.pinned.size(), 1);
   auto unpin = [&](std::size_t k) {
-    pin_alive[k] = false;
+    pin_alive[k] = 0;
     out.unpin.push_back(in.pinned[k].session);
     // A queued request of the same session counts these blocks as its own
     // (StepRequest::blocks_held): released, they stay its prefix hit, now
@@ -155,7 +155,7 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   auto latest_pin = [&]() -> std::ptrdiff_t {
     std::ptrdiff_t best = -1;
     for (std::size_t k = 0; k < in.pinned.size(); ++k) {
-      if (pin_alive[k] && (best < 0 || in.pinned[k].until > in.pinned[static_cast<std::size_t>(best)].until)) {
+      if (pin_alive[k] != 0 && (best < 0 || in.pinned[k].until > in.pinned[static_cast<std::size_t>(best)].until)) {
         best = static_cast<std::ptrdiff_t>(k);
       }
     }
@@ -174,7 +174,8 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   auto first_arrival = [&](std::uint32_t idx) { return session_of_[idx]->first_arrival; };
 
   // 2. Running requests in running order.
-  std::vector<std::uint32_t> running;
+  std::vector<std::uint32_t>& running = running_;
+  running.clear();
   for (std::uint32_t i = 0; i < n_req; ++i) {
     if (in.requests[i].phase == RequestPhase::kRunning) running.push_back(i);
   }
@@ -228,18 +229,22 @@ void ContinuumStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) 
   }
 
   // 3. Waiting: sessions holding a pin first, then program-level FCFS.
-  std::unordered_set<SessionId> pinned_sessions;
+  // The sessions still pinned (a dozen or so), sorted for a binary search.
+  std::vector<SessionId>& pinned_sessions = pinned_sessions_;
+  pinned_sessions.clear();
   for (std::size_t k = 0; k < in.pinned.size(); ++k) {
-    if (pin_alive[k]) pinned_sessions.insert(in.pinned[k].session);
+    if (pin_alive[k] != 0) pinned_sessions.push_back(in.pinned[k].session);
   }
+  std::sort(pinned_sessions.begin(), pinned_sessions.end());
+  auto pinned = [&](SessionId s) { return std::binary_search(pinned_sessions.begin(), pinned_sessions.end(), s); };
   // Keys are computed once per request, not inside the comparator.
-  using WaitKey = std::tuple<bool, Time, bool, std::uint32_t>;
-  std::vector<WaitKey> keyed;
+  std::vector<WaitKey>& keyed = keyed_;
+  keyed.clear();
   for (std::uint32_t i = 0; i < n_req; ++i) {
     const StepRequest& r = in.requests[i];
     if (r.phase == RequestPhase::kRunning) continue;
     // Preempted requests were prepended to the queue; ties keep queue order.
-    keyed.emplace_back(!pinned_sessions.contains(r.session), first_arrival(i), r.phase != RequestPhase::kPreempted, i);
+    keyed.emplace_back(!pinned(r.session), first_arrival(i), r.phase != RequestPhase::kPreempted, i);
   }
   std::sort(keyed.begin(), keyed.end());
   auto seats = static_cast<std::uint32_t>(running.size());

@@ -45,6 +45,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -96,7 +97,13 @@ class ContinuumStepScheduler final : public StepScheduler {
   double eta() const;
 
  private:
-  QueuedPins queued_;  // scratch of plan(), kept to reuse its storage
+  // Scratch of plan(), kept to reuse its storage from step to step.
+  QueuedPins queued_;
+  std::vector<char> pin_alive_;                                 // per StepInput::pinned entry
+  std::vector<std::uint32_t> running_;                          // running request indices, in running order
+  std::vector<SessionId> pinned_sessions_;                      // sessions still pinned, sorted
+  using WaitKey = std::tuple<bool, Time, bool, std::uint32_t>;  // (not pinned, first arrival, not preempted, index)
+  std::vector<WaitKey> keyed_;
   struct Kind {
     double sum = 0;
     std::uint64_t count = 0;

@@ -33,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "sched/policy.h"
 #include "sched/registry.h"
@@ -117,10 +118,17 @@ class MarsControl final : public ControlPolicy {
   // Counts pinned blocks as free in the KV pressure admission sees. MARS
   // never pins; `tandem` pins KV it can release on demand (tandem.h).
   void pinned_is_free() { pinned_is_free_ = true; }
-  // Admits long sessions (est > long_prefill_tokens) like short ones, by KV
-  // fit alone: no cap on long sessions in flight, no needle wait, no tail
-  // mode. MARS itself never calls this; `tandem` does (tandem.h, addition 10).
-  void no_long_cap() { no_long_cap_ = true; }
+  // Long sessions as tandem takes them (tandem.h, addition 10): a session
+  // is long only if its first prompt is also more than 4 times the median of
+  // the last 256 first prompts (note_first_prompt; MARS's threshold alone
+  // until 16 are noted), so a workload of only long sessions has none. Long
+  // ones enter by KV fit after the short ones, up to non_tail_long_cap per
+  // 262k tokens of the node's KV pool (MARS's cap on its node), with no
+  // needle wait and no tail mode. MARS itself never calls this.
+  void long_by_fit() { long_by_fit_ = true; }
+  // A session's first prompt (its first round, submitted while it waits for
+  // admission), for long_by_fit()'s median; 0 is ignored.
+  void note_first_prompt(std::uint32_t tokens);
   // While the tools' CPU pressure (CpuView::psi_some_avg10) is at or above
   // `psi` (%), an acting session with no KV on the GPU holds no window slot:
   // the window bounds the sessions competing for the GPU, and one that waits
@@ -142,6 +150,7 @@ class MarsControl final : public ControlPolicy {
   double kv_usage() const { return kv_usage_; }                   // 0 when unknown
   std::uint64_t budget_blocks() const { return budget_blocks_; }  // 0 when unknown
   MarsMode last_mode() const { return last_mode_; }
+  std::size_t first_prompts_noted() const { return first_prompts_.size(); }  // at most 256
   // Long sessions admitted and still live, with the blocks reserved for each.
   const std::map<SessionId, std::uint64_t>& long_in_flight() const { return long_in_flight_; }
 
@@ -162,7 +171,7 @@ class MarsControl final : public ControlPolicy {
   MarsControlParams p_;
   bool ignore_cpu_ = false;
   bool pinned_is_free_ = false;
-  bool no_long_cap_ = false;
+  bool long_by_fit_ = false;
   double cpu_slot_psi_ = -1;  // free_cpu_bound_slots(); < 0: off
   MarsControlParams base_;    // the configured windows, before scale_window()
   std::uint32_t window_scale_ = 1;
@@ -188,6 +197,10 @@ class MarsControl final : public ControlPolicy {
 
   // PackQueue state (§2.2).
   std::optional<Time> short_empty_since_;
+  static constexpr std::size_t kPromptWindow = 256;
+  std::vector<std::uint32_t> first_prompts_;  // note_first_prompt(): the last kPromptWindow, a ring
+  std::size_t prompt_next_ = 0;
+  std::vector<std::uint32_t> prompt_scratch_;  // pack()'s copy for the median
   std::optional<Time> last_arrival_;
   std::map<SessionId, std::uint64_t> long_in_flight_;
   std::vector<Candidate> waiting_;  // pack()'s, kept for its capacity

@@ -96,7 +96,7 @@ TandemParams tandem_params(const PolicyParams& p) {
 TandemControl::TandemControl(const MarsControlParams& mars, const TandemParams& params) : mars_(mars), p_(params) {
   if (p_.kv_admission) mars_.ignore_cpu();
   if (p_.pin_admission && p_.residency) mars_.pinned_is_free();
-  if (p_.long_admission) mars_.no_long_cap();
+  if (p_.long_admission) mars_.long_by_fit();
   if (p_.cpu_slots) mars_.free_cpu_bound_slots(p_.cpu_slot_psi);
 }
 
@@ -105,10 +105,18 @@ const ResidencyDecision* TandemControl::residency_of(SessionId s) const {
   return it == kept_.end() ? nullptr : &it->second.decision;
 }
 
-void TandemControl::on_event(const Event& event, const NodeModel& /*model*/, Time /*now*/) {
+void TandemControl::on_event(const Event& event, const NodeModel& model, Time /*now*/) {
   std::visit(
       [&](const auto& e) {
         using E = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<E, RoundSubmitted>) {
+          // A round submitted while its session waits for admission is its
+          // first (addition 10's median of first prompts).
+          if (p_.long_admission) {
+            const Session* s = model.sessions().find(e.session);
+            if (s != nullptr && s->state == SessionState::kWaiting) mars_.note_first_prompt(e.prompt_tokens);
+          }
+        }
         if constexpr (std::is_same_v<E, RoundEnded> || std::is_same_v<E, ToolStarted> || std::is_same_v<E, ToolEnded> ||
                       std::is_same_v<E, RoundSubmitted> || std::is_same_v<E, SessionClosed> ||
                       std::is_same_v<E, KvChanged>) {

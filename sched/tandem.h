@@ -65,8 +65,14 @@
 //                       releases on demand) counts as room, so KV kept for
 //                       sessions in long pauses does not close the window.
 //  10. long_admission — MARS admits at most two "long" sessions (first prompt
-//                       > 50k tokens) at a time, a rule for its 262k-token
-//                       pool; tandem admits them by KV fit like any other.
+//                       > 50k tokens) at a time, and only once no short one
+//                       has waited for 5 s: a rule for its 262k-token pool
+//                       and its mix. tandem counts a session long only if
+//                       its first prompt is also 4x the median of the last
+//                       256 (a workload of only long sessions has none), and
+//                       admits long ones by KV fit after the short ones, up
+//                       to MARS's cap scaled to the node's pool, with no
+//                       needle wait (MarsControl::long_by_fit).
 //  11. prompt_projection — the growth check projects every admitted round's
 //                       whole prompt plus growth (and the kept KV), not just
 //                       what its prefill has allocated so far: on a pool of
@@ -203,7 +209,7 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"engine_window", 1, 0, 1, "addition 8: the admission window scales with the node's engine count"},
     {"pin_admission", 1, 0, 1, "addition 9: admission counts pinned KV as room (the step half releases it on demand)"},
     {"long_admission", 1, 0, 1,
-     "addition 10: long sessions are admitted by KV fit, without MARS's cap of two in flight"},
+     "addition 10: long sessions (outliers past 4x the median first prompt) by KV fit, MARS's cap scaled to the pool"},
     {"prompt_projection", 1, 0, 1,
      "addition 11: the growth check projects every admitted round's whole prompt, not what its prefill allocated"},
     {"queue_admission", 1, 0, 1,

@@ -425,8 +425,9 @@ TEST(MarsControl, LongAdmittedAtOnceWhenNothingIsInFlightUpToTheCap) {
   EXPECT_EQ(c.last_mode(), MarsMode::kLowPressureFcfs);
 }
 
-TEST(MarsControl, WithoutTheLongCapLongSessionsEnterByKvFitAlone) {
-  // tandem's addition 10: as above, but all three enter at once.
+TEST(MarsControl, LongByFitCountsNoSessionLongWhenAllAreAsLong) {
+  // tandem's addition 10: as above, but every recent first prompt was about
+  // as long, so none of the three is an outlier and all enter at once.
   Host h;
   h.join(1, 100000);
   h.kv(100000, 90000);
@@ -436,9 +437,51 @@ TEST(MarsControl, WithoutTheLongCapLongSessionsEnterByKvFitAlone) {
   h.waiting(2, 70000, at(0.1));
   h.waiting(3, 55000, at(0.2));
   MarsControl c(defaults());
-  c.no_long_cap();
+  c.long_by_fit();
+  for (int i = 0; i < 16; ++i) c.note_first_prompt(60000);
   EXPECT_EQ(h.tick(c, at(1)), (Ids{1, 2, 3}));
-  EXPECT_TRUE(c.long_in_flight().empty()) << "nothing counts as long";
+  EXPECT_TRUE(c.long_in_flight().empty()) << "none is 4x the median of 60,000";
+}
+
+// Six 60k-token sessions and a short one on a pool of 40,000 blocks of 16
+// tokens (640k tokens): MARS's cap of 2 per 262,144 tokens scales to 4.
+void six_long_and_one_short(Host& h) {
+  h.join(1, 40000);
+  h.kv(40000, 39000);
+  h.cores(8);
+  h.live(100, 1000, at(0));
+  h.waiting(1, 4000, at(0));
+  for (SessionId s = 2; s <= 7; ++s) h.waiting(s, 60000, at(0.1 * static_cast<double>(s)));
+}
+
+TEST(MarsControl, LongByFitCapsOutliersToMarsCapScaledToThePool) {
+  // The recent first prompts were 4,000 tokens: 60,000 is an outlier (more
+  // than 4 x 4,000 and past MARS's 50,000). Four enter by fit, after the short one.
+  Host h;
+  six_long_and_one_short(h);
+  MarsControl c(defaults());
+  c.long_by_fit();
+  for (int i = 0; i < 16; ++i) c.note_first_prompt(4000);
+  EXPECT_EQ(h.tick(c, at(1)), (Ids{1, 2, 3, 4, 5}));
+  EXPECT_EQ(c.long_in_flight().size(), 4u);
+  EXPECT_TRUE(h.tick(c, at(1.05)).empty()) << "the cap is reached";
+  // MARS itself: two at most, and only once no short session waits (needle).
+  Host m;
+  six_long_and_one_short(m);
+  MarsControl mars(defaults());
+  EXPECT_EQ(m.tick(mars, at(1)), (Ids{1}));
+}
+
+TEST(MarsControl, LongByFitUsesMarsThresholdAloneUntilItHasSeenSixteenPrompts) {
+  Host h;
+  six_long_and_one_short(h);
+  MarsControl c(defaults());
+  c.long_by_fit();
+  for (int i = 0; i < 15; ++i) c.note_first_prompt(60000);  // one short of a median
+  EXPECT_EQ(h.tick(c, at(1)), (Ids{1, 2, 3, 4, 5}));
+  c.note_first_prompt(0);  // ignored
+  c.note_first_prompt(60000);
+  EXPECT_EQ(h.tick(c, at(1.05)), (Ids{6, 7})) << "16 prompts of 60,000: no outlier left, no cap";
 }
 
 TEST(MarsControl, PinnedBlocksCountAsFreeWhenAsked) {

@@ -116,6 +116,32 @@ TEST(Tandem, AllAdditionsOffIsMarsControl) {
   }
 }
 
+TEST(Tandem, NotesOnlyFirstPromptsForItsMedianOfLongSessions) {
+  // Addition 10 judges "long" against the median of first prompts: a round
+  // submitted while its session waits for admission, not a later one.
+  Node n;
+  TandemControl c(MarsControlParams{}, TandemParams{});
+  auto feed = [&](const Event& e) {
+    ASSERT_TRUE(n.model.observe(e, at(1)));
+    c.on_event(e, n.model, at(1));
+  };
+  feed(SessionOpened{1});
+  feed(RoundSubmitted{1, kE, 0, 4000, 0, 250});
+  EXPECT_EQ(c.mars().first_prompts_noted(), 1u);
+  n.acting(2, 5000, kGrep, at(1));  // admitted, ran a round, now in a tool
+  feed(ToolEnded{2, kGrep, 1, 0, Duration(1000), {}});
+  feed(RoundSubmitted{2, kE, 1, 5200, 4900, 330});
+  EXPECT_EQ(c.mars().first_prompts_noted(), 1u) << "a later round is no first prompt";
+  TandemParams off;
+  off.long_admission = false;
+  TandemControl without(MarsControlParams{}, off);
+  ASSERT_TRUE(n.model.observe(SessionOpened{3}, at(1)));
+  const Event r = RoundSubmitted{3, kE, 0, 4000, 0, 250};
+  ASSERT_TRUE(n.model.observe(r, at(1)));
+  without.on_event(r, n.model, at(1));
+  EXPECT_EQ(without.mars().first_prompts_noted(), 0u) << "MARS's rule needs no median";
+}
+
 TEST(Tandem, IdleMemoryKeepsEveryToolsKv) {
   Node node(1000, 900);  // 10 % used: price 0
   node.teach(kPytest, seconds(60));
