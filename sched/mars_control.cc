@@ -373,8 +373,10 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
     for (const auto& [eid, e] : model.engines()) {
       pool_tokens += static_cast<double>(e.kv.blocks_total) * (e.params.block_size > 0 ? e.params.block_size : 16);
     }
-    const auto cap = std::max<std::uint64_t>(
-        p_.non_tail_long_cap, static_cast<std::uint64_t>(p_.non_tail_long_cap * pool_tokens / kMarsPoolTokens));
+    // At least one: without MARS's tail mode a cap of 0 would hold long
+    // sessions back for good.
+    const std::uint64_t cap = std::max<std::uint64_t>(
+        {1, p_.non_tail_long_cap, static_cast<std::uint64_t>(p_.non_tail_long_cap * pool_tokens / kMarsPoolTokens)});
     long_slots = cap > long_live ? cap - long_live : 0;
     allow_needle = backlog_long > 0 && long_slots > 0;
   } else {

@@ -472,6 +472,19 @@ TEST(MarsControl, LongByFitCapsOutliersToMarsCapScaledToThePool) {
   EXPECT_EQ(m.tick(mars, at(1)), (Ids{1}));
 }
 
+TEST(MarsControl, LongByFitLetsOneLongSessionInEvenWithACapOfZero) {
+  // MARS with non_tail_long_cap = 0 still has its tail mode; tandem's rule
+  // has none, so its cap is at least one.
+  Host h;
+  six_long_and_one_short(h);
+  MarsControlParams p = defaults();
+  p.non_tail_long_cap = 0;
+  MarsControl c(p);
+  c.long_by_fit();
+  for (int i = 0; i < 16; ++i) c.note_first_prompt(4000);
+  EXPECT_EQ(h.tick(c, at(1)), (Ids{1, 2}));
+}
+
 TEST(MarsControl, LongByFitUsesMarsThresholdAloneUntilItHasSeenSixteenPrompts) {
   Host h;
   six_long_and_one_short(h);
