@@ -11,8 +11,9 @@ namespace tandem::sched {
 namespace {
 
 // long_by_fit() (tandem's addition 10). MARS's cap of non_tail_long_cap long
-// sessions is for its node's pool: 16,384 blocks of 16 tokens (docs/sim.md,
-// h100nvl-qwen3-coder-30b-a3b). tandem scales the cap to the node's pool.
+// sessions is for its node: one engine, a pool of 16,384 blocks of 16 tokens
+// (docs/sim.md, h100nvl-qwen3-coder-30b-a3b). tandem scales the cap to the
+// node's engines or pool.
 constexpr double kMarsPoolTokens = 16384.0 * 16;
 // A long session is also an outlier: its first prompt more than this many
 // times the median of the last first prompts. Only this value was tried.
@@ -368,15 +369,17 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
   bool allow_needle = false;
   if (long_by_fit_) {
     // tandem: long sessions enter by fit, smallest first after the short
-    // ones, up to MARS's cap scaled to the node's pool; no needle wait.
+    // ones, with no needle wait. MARS's cap is for its one engine and its
+    // pool: tandem allows it per engine (as its window, addition 8) or per
+    // MARS-sized pool of the node's KV, whichever allows more, and at least
+    // one (without a tail mode, a cap of 0 would hold long sessions back for
+    // good).
     double pool_tokens = 0;
     for (const auto& [eid, e] : model.engines()) {
       pool_tokens += static_cast<double>(e.kv.blocks_total) * (e.params.block_size > 0 ? e.params.block_size : 16);
     }
-    // At least one: without MARS's tail mode a cap of 0 would hold long
-    // sessions back for good.
-    const std::uint64_t cap = std::max<std::uint64_t>(
-        {1, p_.non_tail_long_cap, static_cast<std::uint64_t>(p_.non_tail_long_cap * pool_tokens / kMarsPoolTokens)});
+    const double per = std::max(static_cast<double>(model.engines().size()), pool_tokens / kMarsPoolTokens);
+    const std::uint64_t cap = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(p_.non_tail_long_cap * per));
     long_slots = cap > long_live ? cap - long_live : 0;
     allow_needle = backlog_long > 0 && long_slots > 0;
   } else {

@@ -122,9 +122,10 @@ class MarsControl final : public ControlPolicy {
   // is long only if its first prompt is also more than 4 times the median of
   // the last 256 first prompts (note_first_prompt; MARS's threshold alone
   // until 16 are noted), so a workload of only long sessions has none. Long
-  // ones enter by KV fit after the short ones, up to non_tail_long_cap per
-  // 262k tokens of the node's KV pool (MARS's cap on its node), with no
-  // needle wait and no tail mode. MARS itself never calls this.
+  // ones enter by KV fit after the short ones, with no needle wait and no
+  // tail mode, up to non_tail_long_cap (MARS's cap on its one engine with a
+  // 262k-token pool) per engine or per 262k tokens of the node's KV pool,
+  // whichever allows more, and at least one. MARS itself never calls this.
   void long_by_fit() { long_by_fit_ = true; }
   // A session's first prompt (its first round, submitted while it waits for
   // admission), for long_by_fit()'s median; 0 is ignored.

@@ -472,6 +472,28 @@ TEST(MarsControl, LongByFitCapsOutliersToMarsCapScaledToThePool) {
   EXPECT_EQ(m.tick(mars, at(1)), (Ids{1}));
 }
 
+TEST(MarsControl, LongByFitAllowsMarsCapPerEngineOnSmallPools) {
+  // Four engines of 4,096 blocks: 262,144 tokens in all, MARS's one pool,
+  // but four engines. A cap of 1 becomes 4 (per engine), not 1 (per pool).
+  Host h;
+  for (EngineId e = 1; e <= 4; ++e) {
+    h.join(e, 4096);
+    h.kv(4096, 4096, at(0), e);
+  }
+  h.cores(8);
+  h.live(100, 1000, at(0));
+  h.waiting(1, 4000, at(0));
+  for (SessionId s = 2; s <= 7; ++s) h.waiting(s, 51000, at(0.1 * static_cast<double>(s)));
+  MarsControlParams p = defaults();
+  p.non_tail_long_cap = 1;
+  p.kv_target_ratio = 0.999;  // a reserve of 17 blocks: five 3,188-block sessions fit
+  MarsControl c(p);
+  c.long_by_fit();
+  for (int i = 0; i < 16; ++i) c.note_first_prompt(4000);
+  EXPECT_EQ(h.tick(c, at(1)), (Ids{1, 2, 3, 4, 5}));
+  EXPECT_EQ(c.long_in_flight().size(), 4u);
+}
+
 TEST(MarsControl, LongByFitLetsOneLongSessionInEvenWithACapOfZero) {
   // MARS with non_tail_long_cap = 0 still has its tail mode; tandem's rule
   // has none, so its cap is at least one.
