@@ -364,7 +364,6 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
     short_empty_since_.reset();
   }
   const Duration short_empty = short_empty_since_ ? now - *short_empty_since_ : Duration::zero();
-  const bool short_quiet = backlog_short == 0 && (live == 0 || short_empty >= needle_wait_);
   std::uint64_t long_slots = 0;
   bool allow_needle = false;
   if (long_by_fit_) {
@@ -376,13 +375,14 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
     // good).
     double pool_tokens = 0;
     for (const auto& [eid, e] : model.engines()) {
-      pool_tokens += static_cast<double>(e.kv.blocks_total) * (e.params.block_size > 0 ? e.params.block_size : 16);
+      pool_tokens += static_cast<double>(e.kv.blocks_total) * block_size_of(eid);
     }
     const double per = std::max(static_cast<double>(model.engines().size()), pool_tokens / kMarsPoolTokens);
     const std::uint64_t cap = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(p_.non_tail_long_cap * per));
     long_slots = cap > long_live ? cap - long_live : 0;
     allow_needle = backlog_long > 0 && long_slots > 0;
   } else {
+    const bool short_quiet = backlog_short == 0 && (live == 0 || short_empty >= needle_wait_);
     long_slots = p_.non_tail_long_cap > long_live ? p_.non_tail_long_cap - long_live : 0;
     allow_needle =
         !tail && p_.long_prefill_tokens > 0 && backlog_long > 0 && short_quiet && !kv_overloaded_ && long_slots > 0;

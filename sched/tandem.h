@@ -71,8 +71,9 @@
 //                       its first prompt is also 4x the median of the last
 //                       256 (a workload of only long sessions has none), and
 //                       admits long ones by KV fit after the short ones, up
-//                       to MARS's cap scaled to the node's pool, with no
-//                       needle wait (MarsControl::long_by_fit).
+//                       to MARS's cap per engine or per 262k tokens of KV,
+//                       whichever allows more, with no needle wait
+//                       (MarsControl::long_by_fit).
 //  11. prompt_projection — the growth check projects every admitted round's
 //                       whole prompt plus growth (and the kept KV), not just
 //                       what its prefill has allocated so far: on a pool of
@@ -209,7 +210,7 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"engine_window", 1, 0, 1, "addition 8: the admission window scales with the node's engine count"},
     {"pin_admission", 1, 0, 1, "addition 9: admission counts pinned KV as room (the step half releases it on demand)"},
     {"long_admission", 1, 0, 1,
-     "addition 10: long sessions (outliers past 4x the median first prompt) by KV fit, MARS's cap scaled to the pool"},
+     "addition 10: long sessions (outliers past 4x the median first prompt) by KV fit, MARS's cap per engine or pool"},
     {"prompt_projection", 1, 0, 1,
      "addition 11: the growth check projects every admitted round's whole prompt, not what its prefill allocated"},
     {"queue_admission", 1, 0, 1,
