@@ -37,7 +37,11 @@ ResidencyDecision decide_residency(const ResidencyInput& in, const CostModel& co
   const double hold = blocks * in.horizon_s * in.price;
   d.keep_value = in.p_return_within_horizon * avoided - hold;
   // Idle memory (hold = 0) keeps whatever P is: nothing is gained by moving it.
-  if (hold == 0 || d.keep_value > 0) {
+  // A release whose blocks expected back within the horizon (P x blocks)
+  // exceed the headroom is not one at the margin: the session would come
+  // back to wait for the engine to drain that much room.
+  const bool past_headroom = in.p_return_within_horizon * blocks > in.headroom_blocks;
+  if (hold == 0 || d.keep_value > 0 || past_headroom) {
     d.residence = Residence::kKeep;
   } else {
     d.residence = offload ? Residence::kOffload : Residence::kDrop;

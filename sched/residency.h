@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "sched/model.h"
 
@@ -68,6 +69,14 @@ struct ResidencyInput {
   double price = 0;             // kv_price() of the session's engine
   bool offload_allowed = true;  // host memory and a copy path exist, and the copy may take room there
   double link_wait_s = 0;       // copies already queued on the engine's link
+  // The room the pool keeps free for sessions to come and go in, in blocks
+  // (tandem: (1 - resume_pressure) x the engine's pool). The price is a
+  // block's at the margin; a release larger than the headroom is not at the
+  // margin: back from its tool, the session waits for the engine to drain
+  // that much room, which the price does not see. So the KV is kept while
+  // the blocks expected back within the horizon, P x blocks, exceed it.
+  // Infinite: no such rule.
+  double headroom_blocks = std::numeric_limits<double>::infinity();
 };
 
 struct ResidencyDecision {

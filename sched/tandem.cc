@@ -80,6 +80,7 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.fill_idle_budget = p.flag("fill_idle_budget");
   t.cpu_slots = p.flag("cpu_slots");
   t.cpu_slot_psi = p.get("cpu_slot_psi");
+  t.headroom_keep = p.flag("headroom_keep");
   t.host_admission = p.flag("host_admission");
   t.host_psi_high = p.get("host_psi_high");
   t.host_low = p.get("host_low");
@@ -307,6 +308,9 @@ void TandemControl::evaluate(const NodeModel& model, const Session& s, Time now,
     in.blocks = s.blocks_held;
     in.price = engine != nullptr ? kv_price(*engine, p_.price) : 0.0;
     in.offload_allowed = p_.offload;
+    if (p_.headroom_keep && engine != nullptr && engine->has_stats && p_.resume_pressure < 1.0) {
+      in.headroom_blocks = (1.0 - p_.resume_pressure) * engine->kv.blocks_total;
+    }
     offload_terms(model, s, now, in);
     d = decide_residency(in, p_.cost);
     residence = d.residence;

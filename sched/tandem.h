@@ -120,6 +120,16 @@
 //                       at most las_levels levels), so short tools finish
 //                       first where the cores are the bottleneck. Needs
 //                       cpu_weights.
+// Issue 20 again (out of sample: long sessions on small pools):
+//  21. headroom_keep  — keep a session's KV through its tool while the
+//                       blocks expected back within the horizon (P x its
+//                       blocks) exceed its engine's headroom, (1 -
+//                       resume_pressure) x the pool. The KV price is a
+//                       block's at the margin, but so large a release is
+//                       not at the margin: the session came back to wait
+//                       for the engine to drain that much room, at every
+//                       round (mars-mixed and mars-long on
+//                       h100-qwen3-30b-a3b; docs/results.md).
 // With every switch off, tandem behaves as mars (the ablation baseline).
 //
 // Judgement calls, to be tuned by the simulator (issue 4): the horizon h
@@ -188,6 +198,8 @@ struct TandemParams {
   // Addition 19: CPU-bound sessions without KV hold no window slot.
   bool cpu_slots = true;
   double cpu_slot_psi = 90;  // tools' CPU PSI some avg10 (%) from which it acts
+  // Addition 21: keep KV while P x blocks exceeds the engine's headroom (1 - resume_pressure) x pool.
+  bool headroom_keep = true;
   // Addition 18 (issue 22): admission that protects host memory.
   bool host_admission = true;
   double host_psi_high = 10.0;   // memory PSI some avg10 (%) that cuts the host window
@@ -238,6 +250,9 @@ inline constexpr ParamSpec kTandemParams[] = {
     {"las_levels", 16, 1, 16,
      "at most this many cpu_las levels below cpu_weight_default (the default: until the weight is 1; fewer bound how "
      "long the longest sessions' tools wait, at some cost in mean E2E: docs/results.md)"},
+    {"headroom_keep", 1, 0, 1,
+     "addition 21: keep a session's KV while P(back within the horizon) x its blocks exceeds its engine's headroom, "
+     "(1 - resume_pressure) x the pool"},
     {"growth_decode_tokens", 256, 0, 1 << 20, "tokens each running session is expected to still generate"},
     {"pause_pressure", 0.9, 0.1, 2,
      "projected pressure above which acting sessions are paused (tuned in tandem-sim: docs/results.md)"},

@@ -96,11 +96,11 @@ calibration (docs/sim.md "Calibrating from a real engine")
 )";
 
 // tandem's switches (sched/tandem.h), one ablation run each.
-constexpr std::string_view kAdditions[] = {"residency",        "cost_eviction",  "cpu_weights",       "global_queue",
-                                           "growth_check",     "knee_quanta",    "kv_admission",      "engine_window",
-                                           "pin_admission",    "long_admission", "prompt_projection", "queue_admission",
-                                           "pending_restore",  "host_prices",    "pooled_prior",      "swap_preempt",
-                                           "fill_idle_budget", "host_admission", "cpu_slots",         "cpu_las"};
+constexpr std::string_view kAdditions[] = {
+    "residency",       "cost_eviction", "cpu_weights",   "global_queue",   "growth_check",      "knee_quanta",
+    "kv_admission",    "engine_window", "pin_admission", "long_admission", "prompt_projection", "queue_admission",
+    "pending_restore", "host_prices",   "pooled_prior",  "swap_preempt",   "fill_idle_budget",  "host_admission",
+    "cpu_slots",       "cpu_las",       "headroom_keep"};
 
 struct Options {
   std::string trace;

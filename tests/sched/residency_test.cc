@@ -2,6 +2,8 @@
 // keep / offload / drop choice at its boundaries (all values hand-computed).
 #include "sched/residency.h"
 
+#include <limits>
+
 #include <gtest/gtest.h>
 
 namespace tandem::sched {
@@ -104,6 +106,28 @@ TEST(Residency, ShortContextsAreDroppedNotOffloaded) {
   EXPECT_EQ(decide_residency(in, {}).residence, Residence::kDrop);
   in.context_tokens = 10;
   EXPECT_EQ(decide_residency(in, {}).residence, Residence::kOffload);
+}
+
+TEST(Residency, KeepsWhileTheBlocksExpectedBackExceedTheHeadroom) {
+  // 625 blocks at full price lose to the offload at any P (above). With a
+  // headroom of 300 blocks the release is not at the margin while
+  // P x 625 > 300, i.e. P > 0.48.
+  ResidencyInput in = pressured(0.49, true);
+  in.headroom_blocks = 300;
+  ResidencyDecision d = decide_residency(in, {});
+  EXPECT_EQ(d.residence, Residence::kKeep);
+  EXPECT_LT(d.keep_value, 0) << "the expected value alone still says release";
+  in.p_return_within_horizon = 0.47;
+  EXPECT_EQ(decide_residency(in, {}).residence, Residence::kOffload) << "a tool unlikely back lets it go";
+  in.p_return_within_horizon = 1.0;
+  in.headroom_blocks = 625;
+  EXPECT_EQ(decide_residency(in, {}).residence, Residence::kOffload) << "within the headroom: the price decides";
+  in.offload_allowed = false;  // keep iff P x 0.265 > 0.2 (above): not at P = 0.5
+  in.p_return_within_horizon = 0.5;
+  in.headroom_blocks = 312;
+  EXPECT_EQ(decide_residency(in, {}).residence, Residence::kKeep) << "past it (312.5 blocks), nowhere to offload";
+  in.headroom_blocks = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(decide_residency(in, {}).residence, Residence::kDrop) << "the default: no such rule";
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ TandemParams all_off() {
   t.residency = t.cost_eviction = t.cpu_weights = t.global_queue = t.growth_check = t.knee_quanta = t.kv_admission =
       t.engine_window = false;
   t.pin_admission = t.long_admission = t.prompt_projection = t.queue_admission = t.pending_restore = t.host_prices =
-      t.pooled_prior = t.swap_preempt = t.fill_idle_budget = t.cpu_slots = t.cpu_las = false;
+      t.pooled_prior = t.swap_preempt = t.fill_idle_budget = t.cpu_slots = t.cpu_las = t.headroom_keep = false;
   return t;
 }
 
@@ -166,6 +166,33 @@ TEST(Tandem, LongToolUnderPressureIsOffloadedOnce) {
   EXPECT_FALSE(has(first, ActionKind::kSetCpuWeight, 1)) << "nothing kept, nothing raised";
   auto second = tick(c, node.model, at(300));
   EXPECT_FALSE(has(second, ActionKind::kOffload, 1)) << "decisions go out when they change, not every tick";
+}
+
+// headroom_keep (addition 21): on a full pool the price says offload for
+// every session below, but one whose blocks expected back within the
+// horizon (P x 500) exceed the headroom ((1 - 0.8) x 1,000 = 200 blocks)
+// keeps its KV: released, it could come back only after the engine drained
+// 500 blocks.
+TEST(Tandem, ASessionPastTheHeadroomKeepsItsKvThroughAShortTool) {
+  constexpr ToolKind kShort = 13;
+  for (bool on : {true, false}) {
+    SCOPED_TRACE(on ? "headroom_keep" : "without");
+    Node node(1000, 0);
+    node.teach(kShort, milliseconds(800));
+    node.teach(kPytest, seconds(60));
+    node.acting(1, 8000, kShort, at(0));   // 500 blocks, back in 0.8 s
+    node.acting(2, 2400, kShort, at(0));   // 150 blocks: within the headroom whatever P is
+    node.acting(3, 8000, kPytest, at(0));  // 500 blocks, back in a minute
+    TandemParams p;
+    p.growth_check = false;  // residency alone
+    p.headroom_keep = on;
+    TandemControl c({}, p);
+    auto a = tick(c, node.model, at(100));
+    EXPECT_EQ(has(a, ActionKind::kPin, 1), on);
+    EXPECT_EQ(has(a, ActionKind::kOffload, 1), !on);
+    EXPECT_TRUE(has(a, ActionKind::kOffload, 2)) << "a release within the headroom is at the margin";
+    EXPECT_TRUE(has(a, ActionKind::kOffload, 3)) << "a tool unlikely back within the horizon lets go";
+  }
 }
 
 TEST(Tandem, WithoutOffloadALongToolIsReleasedToTheCacheAndAShortOneKept) {

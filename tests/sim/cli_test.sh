@@ -98,7 +98,7 @@ need = {"e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "slowdown_mean", "g
         "goodput_a3", "throughput_sps", "ttft_mean_s", "ttft_p99_s", "kv_hit_rate", "recomputed_tokens",
         "preemptions", "pinned_block_seconds", "gpu_busy", "tool_stretch_mean"}
 runs = r["runs"]
-assert len(runs) == 7 + 20, len(runs)
+assert len(runs) == 7 + 21, len(runs)
 for run in runs:
     assert {"policy", "rate", "sessions", "metrics"} <= run.keys(), run.keys()
     missing = need - run["metrics"].keys()
@@ -106,7 +106,7 @@ for run in runs:
     assert run["sessions"] == 12 and run["metrics"]["completed"] == 12, run
     assert run["metrics"]["e2e_mean_s"] > 0 and run["metrics"]["slowdown_mean"] >= 0.999, run
 PY
-[ "$(wc -l <"$dir/r.csv")" -eq 28 ] || fail "CSV should have a header and 27 rows"
+[ "$(wc -l <"$dir/r.csv")" -eq 29 ] || fail "CSV should have a header and 28 rows"
 # Host memory: the memory family turns it on and its metrics appear in the JSON, the CSV and the table.
 "$sim" --synthetic agentic-mem --preset h100-llama3-8b --rate 0.05 --sessions 6 --policies fcfs,tandem \
   --host-mem-gib 8 --quiet --json "$dir/m.json" --csv "$dir/m.csv" >"$dir/mem" || fail "memory run failed: $(cat "$dir/mem")"
