@@ -612,7 +612,8 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
       const double block_size = e.params.block_size > 0 ? e.params.block_size : 16;
       const double need = (s->context_tokens + p_.growth_decode_tokens) / block_size;
       // A session too big for the headroom resume_pressure leaves even on an
-      // empty engine waits only until the engine can hold it at all.
+      // empty engine waits for an engine with nothing else projected on it
+      // (limit = need / total, so room is minus the rest of the projection).
       const double limit = std::max(p_.resume_pressure, std::min(1.0, need / total));
       double room = (limit - pressure[eid]) * total - need;
       if (room < 0) continue;
