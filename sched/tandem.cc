@@ -653,11 +653,11 @@ void TandemStepScheduler::on_session_end(SessionId session, Time now) {
   mars_.on_session_end(session, now);
 }
 
-double TandemStepScheduler::release_cost_per_block(const PinnedKv& pin, Time now) const {
+double TandemStepScheduler::release_cost_per_block(const PinnedKv& pin, std::uint32_t block_size, Time now) const {
   auto it = pins_.find(pin.session);
   ToolKind tool = it != pins_.end() ? it->second.tool : 0;
   Time since = it != pins_.end() ? it->second.since : pin.pinned_at;
-  std::uint32_t context = it != pins_.end() ? it->second.context_tokens : pin.blocks * 16;
+  std::uint32_t context = it != pins_.end() ? it->second.context_tokens : pin.blocks * block_size;
   double p = tools_.p_return_within(tool, now - since, base::from_seconds(p_.horizon_s), p_.pooled_prior);
   return p * p_.cost.recompute_s(context) / std::max<std::uint32_t>(1, pin.blocks);
 }
@@ -703,7 +703,8 @@ void TandemStepScheduler::plan(const StepInput& in, Time now, StepPlan& out) {
   }
 
   auto key = [&](const PinnedKv* p) {
-    double order = p_.cost_eviction ? release_cost_per_block(*p, now) : base::to_seconds(p->until.time_since_epoch());
+    double order = p_.cost_eviction ? release_cost_per_block(*p, in.block_size, now)
+                                    : base::to_seconds(p->until.time_since_epoch());
     return std::tuple(order, p->session);
   };
   auto by_key = [&](const PinnedKv* a, const PinnedKv* b) { return key(a) < key(b); };

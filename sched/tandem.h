@@ -377,7 +377,9 @@ class TandemStepScheduler final : public StepScheduler {
   void on_session_end(SessionId session, Time now) override;
 
   // GPU-seconds per block that releasing `pin` would cost (higher = keep longer).
-  double release_cost_per_block(const PinnedKv& pin, Time now) const;
+  // A pin this scheduler did not see made (its engine pinned it before the
+  // scheduler attached) is priced as `block_size`-token blocks, all full.
+  double release_cost_per_block(const PinnedKv& pin, std::uint32_t block_size, Time now) const;
 
  private:
   static MarsStepParams with_fill(MarsStepParams m, bool fill) {

@@ -620,6 +620,20 @@ TEST(TandemStep, PinsAtAToolCallOnlyWithResidency) {
   EXPECT_EQ(off.on_round_end(info, at(1000)).decision, KeepDecision::kRelease) << "as mars";
 }
 
+TEST(TandemStep, APinItDidNotSeeMadeIsPricedAtTheEnginesBlockSize) {
+  TandemStepScheduler s({}, {});
+  for (int i = 0; i < 50; ++i) s.on_tool_end(0, 0, seconds(2), at(0));
+  // Session 7's pin was made through this scheduler: 100 blocks holding 3,200
+  // tokens. Session 8's pin came from the engine alone (before the scheduler
+  // attached): its context is its blocks full at the engine's block size.
+  (void)s.on_round_end({7, true, 0, 3200, 100, 0}, at(0));
+  const PinnedKv seen{7, 100, at(0), at(60000)};
+  const PinnedKv unseen{8, 100, at(0), at(60000)};
+  EXPECT_DOUBLE_EQ(s.release_cost_per_block(unseen, 32, at(10)), s.release_cost_per_block(seen, 32, at(10)));
+  EXPECT_LT(s.release_cost_per_block(unseen, 16, at(10)), s.release_cost_per_block(unseen, 32, at(10)))
+      << "a bigger block holds more context, which costs more to recompute";
+}
+
 TEST(TandemStep, ReleasesTheCheapestPinPerBlockFirst) {
   TandemStepScheduler s({}, {});
   for (int i = 0; i < 50; ++i) {
@@ -641,7 +655,7 @@ TEST(TandemStep, ReleasesTheCheapestPinPerBlockFirst) {
   EXPECT_EQ(out.unpin, (std::vector<SessionId>{5}));
   EXPECT_EQ(out.run.size(), 1u);
   EXPECT_TRUE(out.preempt.empty()) << "a pin is released instead of preempting running work";
-  EXPECT_LT(s.release_cost_per_block(pins[1], at(10)), s.release_cost_per_block(pins[0], at(10)));
+  EXPECT_LT(s.release_cost_per_block(pins[1], 16, at(10)), s.release_cost_per_block(pins[0], 16, at(10)));
 
   TandemParams by_expiry;
   by_expiry.cost_eviction = false;
