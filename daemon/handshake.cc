@@ -152,9 +152,15 @@ void Server::on_message(Client& c, const wire::Message& msg) {
       }
       on_resync(c, *msg.payload_as_Resync());
       break;
-    case wire::Payload::CtlRequest:
-      send_message(c, ctl_->handle(c.role, *msg.payload_as_CtlRequest()));
+    case wire::Payload::CtlRequest: {
+      auto answer = ctl_->handle(c.role, *msg.payload_as_CtlRequest());
+      // The answer may show sessions closed in this iteration (ctl pumps the
+      // rings first; `session kill`): on disk before anyone sees them gone,
+      // or a crash would bring back a session ctl said had ended.
+      sessions_.ledger().flush();
+      send_message(c, answer);
       break;
+    }
     case wire::Payload::ToolPrepare:
       on_tool_prepare(c, *msg.payload_as_ToolPrepare());
       break;

@@ -116,6 +116,62 @@ TEST_F(ProtocolTest, ClientDeathReleasesItsStateWithinOneSecond) {
   expect_good_client_served();
 }
 
+// A session that ctl has shown closed stays closed across a kill -9: the
+// ownership journal holds its close before the answer leaves. ctl pumps the
+// rings before it answers, so the runner's SESSION_CLOSE (below the ring's
+// wake-up watermark) is taken in the same loop iteration; the journal used to
+// be written only at the iteration's end, after the answer, and a daemon
+// killed in between brought the session back from its engine's snapshot.
+TEST(OwnershipJournal, ASessionCtlShowedClosedStaysClosedAfterKill9) {
+  TempDir dir;
+  Daemon daemon{dir.path()};
+  daemon.start();
+  const std::uint64_t id = 0xC105ED;
+  auto runner = RawClient::connect(daemon.socket_path());
+  auto engine = RawClient::connect(daemon.socket_path());
+  ASSERT_TRUE(runner && engine);
+  ASSERT_TRUE(runner->hello(wire::Role::Runner, "runner"));
+  ASSERT_TRUE(engine->hello(wire::Role::Engine, "engine", test_engine_info()));
+  ASSERT_TRUE(runner->push(record(ipc::SessionOpen{}, id)));
+  auto state = [&]() -> std::string {
+    const nlohmann::json listed = ctl(daemon.socket_path(), "sessions");
+    for (const auto& s : listed["sessions"]) {
+      if (s["id"] == fmt::format("{:#018x}", id)) return s["state"];
+    }
+    return "";
+  };
+  ipc::RoundSubmit submit;
+  submit.prompt_tokens = 100;
+  submit.projected_blocks = 8;
+  ASSERT_TRUE(engine->push(record(submit, id)));
+  ASSERT_TRUE(eventually([&] { return state() == "reasoning"; })) << daemon.log();
+  ipc::RoundEnd end;
+  end.header.flags = ipc::kRoundEndToolFollows;
+  end.output_tokens = 10;
+  end.blocks_held = 8;
+  ASSERT_TRUE(engine->push(record(end, id)));
+  ASSERT_TRUE(eventually([&] { return state() == "acting"; })) << daemon.log();
+  ASSERT_TRUE(runner->push(record(ipc::SessionClose{}, id)));
+  ASSERT_TRUE(eventually([&] { return state().empty(); }));
+  daemon.kill9();
+  daemon.start();
+  auto engine2 = RawClient::connect(daemon.socket_path());
+  ASSERT_TRUE(engine2);
+  ASSERT_TRUE(engine2->hello(wire::Role::Engine, "engine", test_engine_info()));
+  ipc::SessionSnapshotInfo snap;
+  snap.session = id;
+  snap.state = 2;  // acting
+  snap.residency = 1;
+  snap.blocks_held = 8;
+  ASSERT_TRUE(engine2->send(ipc::build_resync(std::span(&snap, 1), false)));
+  // The resync is answered (a refusal, and a CLOSE on the engine's ring)
+  // before ctl's request on a later connection is read.
+  ASSERT_TRUE(eventually([&] { return ctl(daemon.socket_path(), "status")["resync_refused"].get<int>() >= 1; }))
+      << ctl(daemon.socket_path(), "status").dump() << daemon.log();
+  EXPECT_EQ(state(), "") << "a session ctl showed closed came back after a restart";
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+}
+
 // Out of fds, accept() fails at once every time: tandemd pauses accepting
 // (connections wait in the backlog) instead of spinning, logs it once per
 // interval instead of per failure, and accepts again when fds come back.
