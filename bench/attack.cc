@@ -671,6 +671,45 @@ Verdict tool_prepare_flood() {
   return v;
 }
 
+// A tool kind is a hash of a name the runner chose: every TOOL_END of a new
+// kind used to give the policy's duration model one more history, forever.
+Verdict tool_kind_flood() {
+  Verdict v{"toolkind-flood", "tool calls of ever new kinds cannot grow the daemon without bound", false, ""};
+  Stack s;
+  s.start();
+  const std::uint64_t id = tandem::base::session_id("flood-kinds");
+  auto runner = DaemonConnection::connect(s.socket());
+  if (!runner || !runner->hello(wire::Role::Runner, "flood")) return v;
+  runner->push(record(ipc::SessionOpen{}, id));
+  std::this_thread::sleep_for(200ms);
+  const std::uint64_t before = rss_kb(s.pid());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::uint32_t call = 0;
+  while (std::chrono::steady_clock::now() - t0 < 10s) {
+    ipc::ToolStart start;
+    start.tool_kind = 0x9e3779b97f4a7c15ULL * (call + 1);
+    start.tool_call = call + 1;
+    ipc::ToolEnd end;
+    end.tool_kind = start.tool_kind;
+    end.tool_call = start.tool_call;
+    end.wall_ns = 1'000'000'000;
+    if (!runner->push(record(start, id))) {
+      std::this_thread::sleep_for(1ms);
+      continue;
+    }
+    while (!runner->push(record(end, id))) std::this_thread::sleep_for(1ms);
+    ++call;
+  }
+  std::this_thread::sleep_for(1s);  // the daemon takes what is still on the ring
+  const std::uint64_t after = rss_kb(s.pid());
+  const json st = status(s);
+  const auto accepted = st.contains("records") ? st["records"].value("accepted", -1) : -1;
+  v.held = s.running() && after < before + 32 * 1024;
+  v.detail = fmt::format("{} tool calls of new kinds in 10 s ({} records accepted); RSS {:.1f} → {:.1f} MB", call,
+                         accepted, before / 1024.0, after / 1024.0);
+  return v;
+}
+
 Verdict bad_configs() {
   Verdict v{"bad-configs", "bad configuration files are refused with file: key: problem", false, ""};
   const std::vector<std::string> bad = {"[limits]\nmax_clients = 0\n",
@@ -904,6 +943,7 @@ int run_main(int argc, char** argv) {
       {"errors", errors_not_disconnects},
       {"tool-wait-restart", tool_wait_restart},
       {"toolprepare-flood", tool_prepare_flood},
+      {"toolkind-flood", tool_kind_flood},
       {"bad-configs", bad_configs},
       {"kill-9", repeated_kill9},
   };

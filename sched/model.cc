@@ -56,11 +56,6 @@ bool NodeModel::observe(const Event& event, Time now) {
         } else if constexpr (std::is_same_v<E, ToolEnded>) {
           if (cpu_.active_tools > 0) --cpu_.active_tools;
           tools_.observe(e.kind, e.wall);
-          ToolKindStats& t = tool_stats_[e.kind];
-          ++t.calls;
-          t.wall += e.wall;
-          t.cpu += e.cpu;
-          if (e.exit_code != 0) ++t.failures;
         }
       },
       event);

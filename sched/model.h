@@ -42,14 +42,6 @@ struct EngineView {
   }
 };
 
-// Totals of finished tool calls of one kind.
-struct ToolKindStats {
-  std::uint64_t calls = 0;
-  Duration wall{};
-  Duration cpu{};
-  std::uint64_t failures = 0;  // non-zero exit code
-};
-
 struct CpuView {
   std::uint32_t tool_cores = 0;    // cores available to tools (0 = unknown)
   std::uint32_t active_tools = 0;  // tool calls started and not ended
@@ -98,8 +90,6 @@ class NodeModel {
   const CpuView& cpu() const { return cpu_; }
   const HostMemoryView& host_memory() const { return memory_; }
   const ToolDurationModel& tools() const { return tools_; }
-  // Wall and CPU time of finished tool calls, per kind.
-  const std::map<ToolKind, ToolKindStats>& tool_stats() const { return tool_stats_; }
 
  private:
   SessionTable sessions_;
@@ -107,7 +97,6 @@ class NodeModel {
   CpuView cpu_;
   HostMemoryView memory_;
   ToolDurationModel tools_;
-  std::map<ToolKind, ToolKindStats> tool_stats_;
   struct QueuedRound {
     EngineId engine = kNoEngine;
     std::uint32_t round = 0;

@@ -37,9 +37,27 @@ void ToolDurationModel::add(History& h, double s, std::size_t window) {
   }
 }
 
+ToolDurationModel::History& ToolDurationModel::history_for(ToolKind kind) {
+  if (auto it = kinds_.find(kind); it != kinds_.end()) return it->second;
+  if (kinds_.size() >= std::max<std::size_t>(1, params_.max_kinds)) {
+    // Forget the quarter observed longest ago at once, so a stream of new
+    // kinds costs one pass over the table per quarter, not per kind.
+    std::vector<std::uint64_t> last;
+    last.reserve(kinds_.size());
+    for (const auto& [k, h] : kinds_) last.push_back(h.last_observed);
+    const std::size_t drop = std::max<std::size_t>(1, kinds_.size() / 4);
+    std::nth_element(last.begin(), last.begin() + static_cast<std::ptrdiff_t>(drop - 1), last.end());
+    const std::uint64_t cutoff = last[drop - 1];  // observation stamps are unique
+    std::erase_if(kinds_, [cutoff](const auto& e) { return e.second.last_observed <= cutoff; });
+  }
+  return kinds_[kind];
+}
+
 void ToolDurationModel::observe(ToolKind kind, Duration wall) {
   double s = std::max(0.0, base::to_seconds(wall));
-  add(kinds_[kind], s, params_.window);
+  History& h = history_for(kind);
+  h.last_observed = ++observations_;
+  add(h, s, params_.window);
   if (params_.pool_window > 0) add(pool_, s, params_.pool_window);
 }
 

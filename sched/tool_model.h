@@ -43,6 +43,14 @@ struct ToolModelParams {
   double prior_weight = 4.0;       // pseudo-samples the prior is worth
   std::size_t window = 256;        // samples kept per kind
   std::size_t pool_window = 1024;  // calls of every kind kept for the pooled prior
+  // Kinds with a history of their own. A kind is a hash of a name a client
+  // chose, so without a bound a client reporting calls of ever new kinds
+  // would grow the model without end (in tandemd, a root daemon). At the
+  // bound, a new kind first makes the quarter of the kinds not observed for
+  // longest forget their histories: they are answered from the prior again
+  // until they are seen anew, and their calls stay in the pool. A node runs
+  // tens of tool kinds; 1,024 full histories are about 6 MiB.
+  std::size_t max_kinds = 1024;
 };
 
 // Thread-safety: one thread.
@@ -65,12 +73,16 @@ class ToolDurationModel {
   // a call that has run `elapsed` is expected to take.
   double remaining_s(ToolKind kind, Duration elapsed, double cap_s, bool pooled = false) const;
   std::size_t samples(ToolKind kind) const;
+  // Kinds with a history of their own (at most max_kinds).
+  std::size_t kinds() const { return kinds_.size(); }
 
  private:
   struct History {
-    std::deque<double> recent;   // seconds, arrival order (for the window)
-    std::vector<double> sorted;  // the same, sorted (for the CDF)
+    std::deque<double> recent;        // seconds, arrival order (for the window)
+    std::vector<double> sorted;       // the same, sorted (for the CDF)
+    std::uint64_t last_observed = 0;  // observations_ at its latest call
   };
+  History& history_for(ToolKind kind);  // finds or makes room for it (max_kinds)
   static void add(History& h, double s, std::size_t window);
   const History* history(ToolKind kind) const;  // nullptr: no call of `kind` seen
   double lognormal_cdf(double x_s) const;
@@ -84,6 +96,7 @@ class ToolDurationModel {
   double log_prior_median_;
   std::unordered_map<ToolKind, History> kinds_;
   History pool_;
+  std::uint64_t observations_ = 0;
 };
 
 }  // namespace tandem::sched

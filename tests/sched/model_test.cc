@@ -56,11 +56,19 @@ TEST(NodeModel, ToolsFeedTheCpuViewAndTheDurationModel) {
   EXPECT_EQ(m.tools().samples(77), 1u);
   ASSERT_TRUE(m.observe(ToolStarted{10, 77, 2}, at(3002)));
   ASSERT_TRUE(m.observe(ToolEnded{10, 77, 2, 1, std::chrono::seconds(2), std::chrono::seconds(2)}, at(5002)));
-  const ToolKindStats& t = m.tool_stats().at(77);
-  EXPECT_EQ(t.calls, 2u);
-  EXPECT_EQ(t.wall, std::chrono::seconds(5));
-  EXPECT_EQ(t.cpu, std::chrono::seconds(3));
-  EXPECT_EQ(t.failures, 1u);
+  EXPECT_EQ(m.tools().samples(77), 2u) << "a failed call's wall time counts as any other's";
+}
+
+TEST(NodeModel, ToolCallsOfEverNewKindsHoldABoundedModel) {
+  NodeModel m;
+  ASSERT_TRUE(m.observe(RoundSubmitted{10, 1, 0, 100, 0, 7}, at(0)));
+  ASSERT_TRUE(m.sessions().transition(10, SessionState::kReasoning, at(0)));
+  for (std::uint32_t call = 1; call <= 5'000; ++call) {
+    const ToolKind kind = 0x9e3779b97f4a7c15ULL * call;  // a new kind each call, as a hostile runner might send
+    ASSERT_TRUE(m.observe(ToolStarted{10, kind, call}, at(call)));
+    ASSERT_TRUE(m.observe(ToolEnded{10, kind, call, 0, std::chrono::seconds(1), std::chrono::seconds(1)}, at(call)));
+  }
+  EXPECT_LE(m.tools().kinds(), ToolModelParams{}.max_kinds);
 }
 
 }  // namespace

@@ -121,5 +121,35 @@ TEST(ToolModel, TheWindowIsExactlyTheLastSamplesAfterEveryObservation) {
   EXPECT_EQ(data.samples(9), kWindow);
 }
 
+// A kind is a hash of a name a client chose: a client reporting calls of
+// ever new kinds must not grow the model (tandemd's) without end. At the
+// bound the quarter observed longest ago is forgotten; the pool keeps their
+// calls.
+TEST(ToolModel, KindsAreBoundedAndTheLongestUnobservedAreForgottenFirst) {
+  ToolModelParams p;
+  p.max_kinds = 8;
+  ToolDurationModel m(p);
+  for (ToolKind k = 1; k <= 8; ++k) m.observe(k, seconds(10));
+  m.observe(1, seconds(10));  // kind 1 is now the most recently observed
+  EXPECT_EQ(m.kinds(), 8u);
+  m.observe(9, seconds(10));
+  EXPECT_EQ(m.kinds(), 7u) << "8 at the bound, a quarter (2) forgotten, the new one added";
+  EXPECT_EQ(m.samples(2), 0u);
+  EXPECT_EQ(m.samples(3), 0u);
+  EXPECT_EQ(m.samples(1), 2u) << "observed recently: kept";
+  EXPECT_EQ(m.samples(4), 1u);
+  EXPECT_EQ(m.samples(9), 1u);
+  EXPECT_DOUBLE_EQ(m.cdf(2, seconds(1)), m.cdf(1000, seconds(1))) << "a forgotten kind is answered as an unseen one";
+  // Ten thousand new kinds: the table never passes its bound, and every call
+  // is still in the pool (all ran 10 s, so an unseen kind's pooled CDF at 5 s
+  // is only the log-normal's weight).
+  for (ToolKind k = 100; k < 10'100; ++k) {
+    m.observe(k, seconds(10));
+    ASSERT_LE(m.kinds(), 8u);
+  }
+  EXPECT_EQ(m.samples(10'099), 1u);
+  EXPECT_LT(m.cdf(424242, seconds(5), true), 0.01);
+}
+
 }  // namespace
 }  // namespace tandem::sched
