@@ -49,7 +49,7 @@ struct ToolModelParams {
   // bound, a new kind first makes the quarter of the kinds not observed for
   // longest forget their histories: they are answered from the prior again
   // until they are seen anew, and their calls stay in the pool. A node runs
-  // tens of tool kinds; 1,024 full histories are about 6 MiB.
+  // tens of tool kinds; 1,024 full histories are about 5 MiB.
   std::size_t max_kinds = 1024;
 };
 
