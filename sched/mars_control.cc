@@ -47,8 +47,6 @@ bool is_live(SessionState s) {
   return s == SessionState::kReasoning || s == SessionState::kActing || s == SessionState::kPaused;
 }
 
-constexpr std::uint32_t kDefaultBlockSize = 16;  // vLLM on CUDA (§2.0)
-
 }  // namespace
 
 std::string_view to_string(MarsMode m) {
@@ -279,7 +277,7 @@ void MarsControl::pack(const NodeModel& model, Time now, Actions& out) {
   // Block size per engine, looked up once per tick rather than per session.
   std::vector<std::pair<EngineId, std::uint32_t>> block_sizes;
   for (const auto& [eid, e] : model.engines()) {
-    block_sizes.emplace_back(eid, e.params.block_size > 0 ? e.params.block_size : kDefaultBlockSize);
+    block_sizes.emplace_back(eid, e.params.block_size_or_default());
   }
   auto block_size_of = [&](EngineId eid) {
     for (const auto& [id, bs] : block_sizes) {

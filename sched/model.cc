@@ -38,7 +38,7 @@ bool NodeModel::observe(const Event& event, Time now) {
             it->second.prompt_tokens_total += e.prompt_tokens;
             it->second.cached_tokens_total += std::min(e.cached_tokens, e.prompt_tokens);
             unqueue(e.session);
-            const std::uint32_t bs = it->second.params.block_size > 0 ? it->second.params.block_size : 16;
+            const std::uint32_t bs = it->second.params.block_size_or_default();
             const std::uint64_t hit = e.cached_tokens / bs;
             const std::uint64_t need = e.projected_blocks > hit ? e.projected_blocks - hit : 0;
             it->second.queued_blocks += need;

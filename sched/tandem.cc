@@ -35,7 +35,7 @@ bool engine_idle(const NodeModel& model, const EngineView& e) {
 // operands are exact there and a non-integer quotient stays more than an ulp
 // from the next integer), without the software ceil of the baseline x86-64.
 std::uint64_t round_blocks(std::uint32_t prompt_tokens, std::uint32_t growth_tokens, std::uint32_t block_size) {
-  const std::uint64_t bs = block_size > 0 ? block_size : 16;
+  const std::uint64_t bs = block_size > 0 ? block_size : kDefaultBlockSize;
   return (std::uint64_t{prompt_tokens} + growth_tokens + bs - 1) / bs;
 }
 
@@ -435,7 +435,7 @@ void TandemControl::release(SessionId id, const Session* s, Actions& out) {
 
 double TandemControl::projected_pressure(const EngineView& e, std::uint64_t running_rounds) const {
   if (!e.has_stats || e.kv.blocks_total == 0) return 0.0;
-  const double block_size = e.params.block_size > 0 ? e.params.block_size : 16;
+  const double block_size = e.params.block_size_or_default();
   // What admitted work holds now, plus what its running rounds will still
   // grow into (growth_decode_tokens each). Rounds of sessions still waiting
   // for admission are not counted: admission (MARS's KV budget) decides
@@ -609,7 +609,7 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
       if (!e.has_stats || e.kv.blocks_total == 0) continue;
       if (!p_.global_queue && eid != s->engine) continue;
       const double total = e.kv.blocks_total;
-      const double block_size = e.params.block_size > 0 ? e.params.block_size : 16;
+      const double block_size = e.params.block_size_or_default();
       const double need = (s->context_tokens + p_.growth_decode_tokens) / block_size;
       // A session too big for the headroom resume_pressure leaves even on an
       // empty engine waits for an engine with nothing else projected on it

@@ -47,13 +47,17 @@ bool legal_transition(SessionState from, SessionState to);
 
 // ---- events -----------------------------------------------------------------
 
+inline constexpr std::uint32_t kDefaultBlockSize = 16;  // vLLM on CUDA
+
 // The static description of an engine (its Hello).
 struct EngineParams {
-  std::uint32_t block_size = 16;      // tokens per KV block
-  std::uint32_t total_blocks = 0;     // KV blocks in the pool
-  std::uint32_t max_seqs = 256;       // running sequences per step
-  std::uint32_t token_budget = 8192;  // tokens per step
+  std::uint32_t block_size = kDefaultBlockSize;  // tokens per KV block (0: unknown)
+  std::uint32_t total_blocks = 0;                // KV blocks in the pool
+  std::uint32_t max_seqs = 256;                  // running sequences per step
+  std::uint32_t token_budget = 8192;             // tokens per step
   std::uint32_t max_model_len = 131072;
+  // block_size, or the default when the engine did not say.
+  std::uint32_t block_size_or_default() const { return block_size > 0 ? block_size : kDefaultBlockSize; }
 };
 
 struct KvPoolStats {
