@@ -73,6 +73,7 @@ TandemParams tandem_params(const PolicyParams& p) {
   t.long_admission = p.flag("long_admission");
   t.prompt_projection = p.flag("prompt_projection");
   t.queue_admission = p.flag("queue_admission");
+  t.restore_wait_max_s = p.get("restore_wait_max_s");
   t.pending_restore = p.flag("pending_restore");
   t.host_prices = p.flag("host_prices");
   t.pooled_prior = p.flag("pooled_prior");
@@ -175,6 +176,7 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
   paused_waiting_ = false;
   pressure_.clear();
   if (p_.growth_check) check_growth(model, now, out);
+  hold_for_waiting_restores(model, now);
   // MARS's admissions, last: with queue_admission a new session enters only
   // if its round fits under resume_pressure on its engine, as a restore
   // would. (It used to wait behind every paused session whose round waits
@@ -211,6 +213,8 @@ void TandemControl::tick(const NodeModel& model, Time now, Actions& out) {
       continue;
     }
     const Session* s = model.sessions().find(a.session);
+    // Behind a paused round passed over for restore_wait_max_s.
+    if (s != nullptr && std::find(held_.begin(), held_.end(), s->engine) != held_.end()) continue;
     const EngineView* e = s != nullptr ? model.engine(s->engine) : nullptr;
     if (s == nullptr || e == nullptr || !e->has_stats || e->kv.blocks_total == 0) {
       out.add_action(a);
@@ -584,6 +588,7 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
     }
     if (target == kNoEngine) return false;
     out.restore(oldest->id, target);
+    restored_.push_back(oldest->id);
     return true;
   };
   if (!room_somewhere) {  // nothing can be restored: skip sorting the paused
@@ -629,11 +634,49 @@ void TandemControl::check_growth(const NodeModel& model, Time now, Actions& out)
       continue;
     }
     out.restore(s->id, best);
+    restored_.push_back(s->id);
     restored = true;
     pressure[best] += static_cast<double>(need_blocks) / model.engine(best)->kv.blocks_total;
   }
   if (!restored && paused_waiting_) restore_onto_idle();
   pressure_ = pressure;
+}
+
+void TandemControl::hold_for_waiting_restores(const NodeModel& model, Time now) {
+  held_.clear();
+  restore_waits_next_.clear();
+  if (!p_.queue_admission || !p_.growth_check || p_.restore_wait_max_s <= 0) {
+    restore_waits_.clear();
+    restored_.clear();
+    return;
+  }
+  const Duration max_wait = base::from_seconds(p_.restore_wait_max_s);
+  std::sort(restored_.begin(), restored_.end());
+  for (const Session* s : model.sessions().in_state(SessionState::kPaused)) {
+    if (!s->round_in_flight || std::binary_search(restored_.begin(), restored_.end(), s->id)) continue;
+    auto it = std::lower_bound(restore_waits_.begin(), restore_waits_.end(), std::pair(s->id, Time::min()));
+    const Time since = it != restore_waits_.end() && it->first == s->id ? it->second : now;
+    restore_waits_next_.emplace_back(s->id, since);
+    if (now - since < max_wait) continue;
+    // The engine it will be restored to first: with a global queue the one
+    // with the least projected pressure, else its own. Only that one drains.
+    EngineId target = s->engine;
+    if (p_.global_queue) {
+      double least = 0;
+      bool found = false;
+      for (const auto& [eid, pr] : pressure_) {
+        const EngineView* e = model.engine(eid);
+        if (e == nullptr || !e->has_stats || (found && pr >= least)) continue;
+        target = eid;
+        least = pr;
+        found = true;
+      }
+    }
+    if (std::find(held_.begin(), held_.end(), target) == held_.end()) held_.push_back(target);
+  }
+  std::sort(restore_waits_next_.begin(), restore_waits_next_.end());
+  restore_waits_.swap(restore_waits_next_);
+  restored_.clear();
 }
 
 // ---- step half --------------------------------------------------------------

@@ -85,6 +85,10 @@
 //                       also waits while a paused session's round waits to be
 //                       restored: that gate cost 5-16 % of mean E2E on the
 //                       validation part's small-KV pools (docs/results.md).
+//                       Only a paused round passed over for
+//                       restore_wait_max_s holds new sessions back, until it
+//                       is restored: a stream of small sessions cannot
+//                       starve it.
 //  13. pending_restore — paused sessions whose next round waits are restored
 //                       before those still in their tool.
 //  14. host_prices    — offload's cost counts the link (its backlog and the
@@ -190,6 +194,7 @@ struct TandemParams {
   bool long_admission = true;
   bool prompt_projection = true;
   bool queue_admission = true;
+  double restore_wait_max_s = 600;  // queue_admission: how long new sessions may pass a paused round (0: forever)
   bool pending_restore = true;
   bool host_prices = true;
   bool pooled_prior = true;
@@ -227,6 +232,9 @@ inline constexpr ParamSpec kTandemParams[] = {
      "addition 11: the growth check projects every admitted round's whole prompt, not what its prefill allocated"},
     {"queue_admission", 1, 0, 1,
      "addition 12: a new session enters only if its round fits under resume_pressure, as a restore would"},
+    {"restore_wait_max_s", 600, 0, 86400,
+     "with queue_admission: seconds new sessions may enter while a paused session's round waits to be restored; "
+     "after that they wait until it is (0: no bound)"},
     {"pending_restore", 1, 0, 1, "addition 13: paused sessions whose next round waits are restored first"},
     {"host_prices", 1, 0, 1,
      "addition 14: offload's cost counts the link (backlog, copy time) and a full host displaces a copy only for a "
@@ -318,6 +326,10 @@ class TandemControl final : public ControlPolicy {
   // A session left ACTING or is gone: give back its weight, forget it.
   void release(SessionId id, const Session* s, Actions& out);
   void check_growth(const NodeModel& model, Time now, Actions& out);
+  // After check_growth: which paused rounds still wait, since when, and
+  // which engine each holds new sessions off (restore_wait_max_s): the one
+  // with the least projected pressure with global_queue, else its own.
+  void hold_for_waiting_restores(const NodeModel& model, Time now);
   // The residency inputs of offload: host price, link wait, remaining pause.
   void offload_terms(const NodeModel& model, const Session& s, Time now, ResidencyInput& in) const;
   // Projected pool pressure of `e` including the growth of its running rounds.
@@ -349,6 +361,14 @@ class TandemControl final : public ControlPolicy {
   Actions mars_out_;                     // MARS's actions of this tick, before admission is filtered
   std::map<EngineId, double> pressure_;  // projected pressure after this tick's restores
   bool paused_waiting_ = false;          // a paused session's round could not be restored
+  // Paused sessions whose round waits to be restored, by id, with the tick
+  // that first saw it waiting (restore_wait_max_s); rebuilt each tick.
+  std::vector<std::pair<SessionId, Time>> restore_waits_;
+  std::vector<std::pair<SessionId, Time>> restore_waits_next_;  // scratch
+  std::vector<SessionId> restored_;                             // restored this tick (scratch)
+  // Engines new sessions may not enter: one's paused round has waited
+  // restore_wait_max_s and will be restored there first (few: a vector).
+  std::vector<EngineId> held_;
   // Addition 18's state.
   double host_window_ = 0;  // live sessions host memory allows (0: not started)
   std::uint64_t host_kills_ = 0;

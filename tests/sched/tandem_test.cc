@@ -532,6 +532,98 @@ TEST(Tandem, NewSessionsEnterOnlyIfTheyFitAsARestoreWould) {
   EXPECT_TRUE(has(b, ActionKind::kAdmit, 21)) << "MARS alone admits it";
 }
 
+TEST(Tandem, APausedRoundPassedOverForRestoreWaitMaxHoldsNewSessionsBack) {
+  // As above: session 1 is paused with its next round waiting (216 blocks),
+  // two rounds hold 0.6 of the pool, and small new sessions fit under
+  // resume_pressure where the restore does not. They may pass it for
+  // restore_wait_max_s; after that they wait, so a stream of them cannot
+  // starve it, and once the running rounds end it is restored.
+  Node node(1000, 1000);
+  node.acting(1, 3200, kGrep, at(0));
+  ASSERT_TRUE(node.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(10), {}}, at(0)));
+  ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kPaused, at(1)));
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{1, kE, 1, 3300, 3200, 216}, at(1)));
+  for (SessionId s = 10; s < 12; ++s) {
+    ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 4544, 0, 300}, at(1)));
+    ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(1)));
+  }
+  TandemParams p;
+  p.residency = false;
+  p.restore_wait_max_s = 30;
+  TandemControl c({}, p);
+  // A new small session every 10 s; each would fit beside the running rounds.
+  SessionId fresh = 20;
+  auto offer = [&](std::int64_t ms) {
+    EXPECT_TRUE(node.model.observe(RoundSubmitted{fresh, kE, 0, 160, 0, 11}, at(ms)));
+    auto a = tick(c, node.model, at(ms));
+    EXPECT_FALSE(has(a, ActionKind::kRestore, 1)) << "0.6 + 0.216 > resume_pressure, at " << ms << " ms";
+    return has(a, ActionKind::kAdmit, fresh++);
+  };
+  EXPECT_TRUE(offer(10)) << "the paused round has waited 0 s";
+  EXPECT_TRUE(offer(20'000)) << "20 s";
+  EXPECT_FALSE(offer(30'010)) << "30 s: new sessions wait behind the paused round";
+  EXPECT_FALSE(offer(40'000));
+  // The running rounds end (their sessions close): the paused round fits.
+  for (SessionId s = 10; s < 12; ++s) ASSERT_TRUE(node.model.observe(SessionClosed{s}, at(41'000)));
+  auto a = tick(c, node.model, at(42'000));
+  EXPECT_TRUE(has(a, ActionKind::kRestore, 1));
+  // Restored: new sessions enter again (the held ones are MARS's to offer).
+  ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kReasoning, at(42'001), kE));
+  EXPECT_TRUE(offer(43'000));
+
+  // 0 switches the bound off: the stream passes the paused round forever.
+  p.restore_wait_max_s = 0;
+  Node n2(1000, 1000);
+  n2.acting(1, 3200, kGrep, at(0));
+  ASSERT_TRUE(n2.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(10), {}}, at(0)));
+  ASSERT_TRUE(n2.model.sessions().transition(1, SessionState::kPaused, at(1)));
+  ASSERT_TRUE(n2.model.observe(RoundSubmitted{1, kE, 1, 3300, 3200, 216}, at(1)));
+  for (SessionId s = 10; s < 12; ++s) {
+    ASSERT_TRUE(n2.model.observe(RoundSubmitted{s, kE, 0, 4544, 0, 300}, at(1)));
+    ASSERT_TRUE(n2.model.sessions().transition(s, SessionState::kReasoning, at(1)));
+  }
+  TandemControl off({}, p);
+  for (std::int64_t ms : {10, 30'010, 600'000}) {
+    ASSERT_TRUE(n2.model.observe(RoundSubmitted{fresh, kE, 0, 160, 0, 11}, at(ms)));
+    EXPECT_TRUE(has(tick(off, n2.model, at(ms)), ActionKind::kAdmit, fresh++)) << ms << " ms";
+  }
+}
+
+TEST(Tandem, APausedRoundPassedOverTooLongDrainsOnlyTheEngineItWillGoTo) {
+  // Two engines: rounds hold 0.6 of engine 1 and 0.7 of engine 2, and session
+  // 1's paused round (0.216) fits on neither under resume_pressure 0.8. Once
+  // it has been passed over for restore_wait_max_s, new sessions wait on
+  // engine 1, the least loaded, where it will be restored; engine 2 still
+  // takes them.
+  constexpr EngineId kE2 = 2;
+  Node node(1000, 1000);
+  EngineParams ep;
+  ep.total_blocks = 1000;
+  ASSERT_TRUE(node.model.observe(EngineJoined{kE2, ep}, at(0)));
+  node.stats(1000, at(0), kE2);
+  node.acting(1, 3200, kGrep, at(0));
+  ASSERT_TRUE(node.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(10), {}}, at(0)));
+  ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kPaused, at(1)));
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{1, kE, 1, 3300, 3200, 216}, at(1)));
+  for (SessionId s = 10; s < 12; ++s) {
+    ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 4544, 0, 300}, at(1)));
+    ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(1)));
+  }
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{12, kE2, 0, 10944, 0, 700}, at(1)));
+  ASSERT_TRUE(node.model.sessions().transition(12, SessionState::kReasoning, at(1)));
+  TandemParams p;
+  p.residency = false;
+  p.restore_wait_max_s = 30;
+  TandemControl c({}, p);
+  EXPECT_FALSE(has(tick(c, node.model, at(10)), ActionKind::kRestore, 1));
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{20, kE, 0, 160, 0, 11}, at(30'020)));
+  ASSERT_TRUE(node.model.observe(RoundSubmitted{21, kE2, 0, 160, 0, 11}, at(30'020)));
+  auto a = tick(c, node.model, at(30'020));
+  EXPECT_FALSE(has(a, ActionKind::kRestore, 1));
+  EXPECT_FALSE(has(a, ActionKind::kAdmit, 20)) << "engine 1 drains for the paused round";
+  EXPECT_TRUE(has(a, ActionKind::kAdmit, 21)) << "engine 2 (0.7 + 0.011) still takes new sessions";
+}
+
 TEST(Tandem, AnIdleEngineGetsAPausedRoundEvenIfItsProjectionDoesNotFit) {
   // What a live replay on a 128-block pool deadlocked on: session 1 is paused
   // with its next round waiting and needs (1900 + 256) / 16 = 135 blocks, more
