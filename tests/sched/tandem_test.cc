@@ -500,14 +500,9 @@ TEST(Tandem, PromptProjectionCountsWholePromptsOfAdmittedRounds) {
       << "allocated 100 + growth 48 of 1000: no overflow seen";
 }
 
-TEST(Tandem, NewSessionsEnterOnlyIfTheyFitAsARestoreWould) {
-  // Two admitted rounds will hold 300 blocks each (0.6 of the pool). Session
-  // 1 is paused with its next round waiting; it needs (3200 + 256) / 16 = 216
-  // blocks, which resume_pressure 0.8 cannot give (0.816). A new small
-  // session (26 blocks) fits under 0.8 and enters: it does not queue behind
-  // the paused round (the gate that cost the validation part 5-16 %). A new
-  // large one (266 blocks) would not fit as a restore would, and waits.
-  Node node(1000, 1000);
+// Session 1 paused with its next round waiting (216 blocks), and sessions
+// 10 and 11 running rounds that will hold 300 blocks each, on engine kE.
+void paused_behind_two_rounds(Node& node) {
   node.acting(1, 3200, kGrep, at(0));
   ASSERT_TRUE(node.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(10), {}}, at(0)));
   ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kPaused, at(1)));
@@ -516,6 +511,17 @@ TEST(Tandem, NewSessionsEnterOnlyIfTheyFitAsARestoreWould) {
     ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 4544, 0, 300}, at(1)));
     ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(1)));
   }
+}
+
+TEST(Tandem, NewSessionsEnterOnlyIfTheyFitAsARestoreWould) {
+  // Two admitted rounds will hold 300 blocks each (0.6 of the pool). Session
+  // 1 is paused with its next round waiting; it needs (3200 + 256) / 16 = 216
+  // blocks, which resume_pressure 0.8 cannot give (0.816). A new small
+  // session (26 blocks) fits under 0.8 and enters: it does not queue behind
+  // the paused round (the gate that cost the validation part 5-16 %). A new
+  // large one (266 blocks) would not fit as a restore would, and waits.
+  Node node(1000, 1000);
+  paused_behind_two_rounds(node);
   ASSERT_TRUE(node.model.observe(RoundSubmitted{20, kE, 0, 160, 0, 11}, at(2)));    // new, small
   ASSERT_TRUE(node.model.observe(RoundSubmitted{21, kE, 0, 4000, 0, 250}, at(3)));  // new, large
   TandemParams p;
@@ -539,14 +545,7 @@ TEST(Tandem, APausedRoundPassedOverForRestoreWaitMaxHoldsNewSessionsBack) {
   // restore_wait_max_s; after that they wait, so a stream of them cannot
   // starve it, and once the running rounds end it is restored.
   Node node(1000, 1000);
-  node.acting(1, 3200, kGrep, at(0));
-  ASSERT_TRUE(node.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(10), {}}, at(0)));
-  ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kPaused, at(1)));
-  ASSERT_TRUE(node.model.observe(RoundSubmitted{1, kE, 1, 3300, 3200, 216}, at(1)));
-  for (SessionId s = 10; s < 12; ++s) {
-    ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 4544, 0, 300}, at(1)));
-    ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(1)));
-  }
+  paused_behind_two_rounds(node);
   TandemParams p;
   p.residency = false;
   p.restore_wait_max_s = 30;
@@ -574,14 +573,7 @@ TEST(Tandem, APausedRoundPassedOverForRestoreWaitMaxHoldsNewSessionsBack) {
   // 0 switches the bound off: the stream passes the paused round forever.
   p.restore_wait_max_s = 0;
   Node n2(1000, 1000);
-  n2.acting(1, 3200, kGrep, at(0));
-  ASSERT_TRUE(n2.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(10), {}}, at(0)));
-  ASSERT_TRUE(n2.model.sessions().transition(1, SessionState::kPaused, at(1)));
-  ASSERT_TRUE(n2.model.observe(RoundSubmitted{1, kE, 1, 3300, 3200, 216}, at(1)));
-  for (SessionId s = 10; s < 12; ++s) {
-    ASSERT_TRUE(n2.model.observe(RoundSubmitted{s, kE, 0, 4544, 0, 300}, at(1)));
-    ASSERT_TRUE(n2.model.sessions().transition(s, SessionState::kReasoning, at(1)));
-  }
+  paused_behind_two_rounds(n2);
   TandemControl off({}, p);
   for (std::int64_t ms : {10, 30'010, 600'000}) {
     ASSERT_TRUE(n2.model.observe(RoundSubmitted{fresh, kE, 0, 160, 0, 11}, at(ms)));
@@ -601,14 +593,7 @@ TEST(Tandem, APausedRoundPassedOverTooLongDrainsOnlyTheEngineItWillGoTo) {
   ep.total_blocks = 1000;
   ASSERT_TRUE(node.model.observe(EngineJoined{kE2, ep}, at(0)));
   node.stats(1000, at(0), kE2);
-  node.acting(1, 3200, kGrep, at(0));
-  ASSERT_TRUE(node.model.observe(ToolEnded{1, kGrep, 1, 0, milliseconds(10), {}}, at(0)));
-  ASSERT_TRUE(node.model.sessions().transition(1, SessionState::kPaused, at(1)));
-  ASSERT_TRUE(node.model.observe(RoundSubmitted{1, kE, 1, 3300, 3200, 216}, at(1)));
-  for (SessionId s = 10; s < 12; ++s) {
-    ASSERT_TRUE(node.model.observe(RoundSubmitted{s, kE, 0, 4544, 0, 300}, at(1)));
-    ASSERT_TRUE(node.model.sessions().transition(s, SessionState::kReasoning, at(1)));
-  }
+  paused_behind_two_rounds(node);
   ASSERT_TRUE(node.model.observe(RoundSubmitted{12, kE2, 0, 10944, 0, 700}, at(1)));
   ASSERT_TRUE(node.model.sessions().transition(12, SessionState::kReasoning, at(1)));
   TandemParams p;
