@@ -651,6 +651,18 @@ void TandemControl::hold_for_waiting_restores(const NodeModel& model, Time now) 
     return;
   }
   const Duration max_wait = base::from_seconds(p_.restore_wait_max_s);
+  // With a global queue a waiting round goes first to the engine with the
+  // least projected pressure: the same one for every round, so found once.
+  EngineId least_loaded = kNoEngine;
+  if (p_.global_queue) {
+    double least = 0;
+    for (const auto& [eid, pr] : pressure_) {
+      const EngineView* e = model.engine(eid);
+      if (e == nullptr || !e->has_stats || (least_loaded != kNoEngine && pr >= least)) continue;
+      least_loaded = eid;
+      least = pr;
+    }
+  }
   std::sort(restored_.begin(), restored_.end());
   for (const Session* s : model.sessions().in_state(SessionState::kPaused)) {
     if (!s->round_in_flight || std::binary_search(restored_.begin(), restored_.end(), s->id)) continue;
@@ -658,20 +670,8 @@ void TandemControl::hold_for_waiting_restores(const NodeModel& model, Time now) 
     const Time since = it != restore_waits_.end() && it->first == s->id ? it->second : now;
     restore_waits_next_.emplace_back(s->id, since);
     if (now - since < max_wait) continue;
-    // The engine it will be restored to first: with a global queue the one
-    // with the least projected pressure, else its own. Only that one drains.
-    EngineId target = s->engine;
-    if (p_.global_queue) {
-      double least = 0;
-      bool found = false;
-      for (const auto& [eid, pr] : pressure_) {
-        const EngineView* e = model.engine(eid);
-        if (e == nullptr || !e->has_stats || (found && pr >= least)) continue;
-        target = eid;
-        least = pr;
-        found = true;
-      }
-    }
+    // Only the engine it will be restored to drains: the least loaded, else its own.
+    const EngineId target = least_loaded != kNoEngine ? least_loaded : s->engine;
     if (std::find(held_.begin(), held_.end(), target) == held_.end()) held_.push_back(target);
   }
   std::sort(restore_waits_next_.begin(), restore_waits_next_.end());
