@@ -97,6 +97,7 @@ int Coordinator::plan(const tandem_step_input& in, tandem_step_plan& out, std::s
 
   plan_.clear();
   last_now_ = base::from_ns(in.now_ns);
+  if (!tools_.empty()) observe_tool_ends();
   step_->plan(step, last_now_, plan_);
 
   // The scheduler's contract bounds these; check before writing into arrays
@@ -132,7 +133,28 @@ int Coordinator::plan(const tandem_step_input& in, tandem_step_plan& out, std::s
   return 0;
 }
 
+// A request of a session whose tool is in flight, that arrived at or after
+// the round end, is the next round: the tool (and the runner's time around
+// it) took from that end to its arrival. Requests that arrived before are the
+// ended round's own, still listed by an engine that has not retired them.
+void Coordinator::observe_tool_ends() {
+  for (const sched::StepRequest& r : requests_) {
+    const ToolInFlight* t = tools_.find(r.session);
+    if (t == nullptr || r.arrival < t->since) continue;
+    const ToolInFlight ended = *t;
+    tools_.erase(r.session);
+    step_->on_tool_end(r.session, ended.kind, r.arrival - ended.since, last_now_);
+    if (tools_.empty()) return;
+  }
+}
+
 sched::KeepPlan Coordinator::keep(const tandem_round_end_info& info) {
+  const base::Time now = base::from_ns(info.now_ns);
+  if (info.tool_follows != 0) {
+    tools_[info.session] = ToolInFlight{info.tool_kind, now};
+  } else {
+    tools_.erase(info.session);
+  }
   sched::RoundEndInfo r;
   r.session = info.session;
   r.tool_follows = info.tool_follows != 0;
@@ -140,9 +162,12 @@ sched::KeepPlan Coordinator::keep(const tandem_round_end_info& info) {
   r.context_tokens = info.context_tokens;
   r.blocks = info.blocks;
   r.other_running_tokens = info.other_running_tokens;
-  return step_->on_round_end(r, base::from_ns(info.now_ns));
+  return step_->on_round_end(r, now);
 }
 
-void Coordinator::session_end(std::uint64_t id) { step_->on_session_end(id, last_now_); }
+void Coordinator::session_end(std::uint64_t id) {
+  tools_.erase(id);
+  step_->on_session_end(id, last_now_);
+}
 
 }  // namespace tandem::client

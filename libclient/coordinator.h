@@ -12,6 +12,16 @@
 // policy), runs the scheduler and copies the plan into the caller's arrays.
 // Scratch vectors are kept across steps so a warm engine loop allocates
 // nothing.
+//
+// Tool durations. Policies learn how long each kind of tool runs
+// (StepScheduler::on_tool_end: Continuum's TTL, InferCept's waste terms,
+// tandem's release order). The simulator tells them the tool's wall time;
+// an engine never sees the tool, which runs under the agent's runner. The
+// coordinator measures it as the MARS repo does: from a round's end with a
+// tool to follow (keep()) to the arrival of the session's next request (the
+// first plan() that shows a request of the session that arrived at or after
+// that end). It so includes the runner's own time between the tool and the
+// next round, and any think time there.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/id_map.h"
 #include "base/result.h"
 #include "sched/policy.h"
 #include "tandem/tandem.h"
@@ -44,7 +55,8 @@ class Coordinator {
   // the caller).
   int plan(const tandem_step_input& in, tandem_step_plan& out, std::string& error);
 
-  // The keep decision for a finished round.
+  // The keep decision for a finished round. A round that a tool follows
+  // starts that tool's clock (above).
   sched::KeepPlan keep(const tandem_round_end_info& info);
 
   // Session `id` is over (a CLOSE directive, or the engine closed it): the
@@ -54,6 +66,13 @@ class Coordinator {
   void session_end(std::uint64_t id);
 
  private:
+  // A tool whose end the next request of its session will show.
+  struct ToolInFlight {
+    sched::ToolKind kind = 0;
+    base::Time since{};  // the round's end, the engine's clock
+  };
+  void observe_tool_ends();
+
   std::string name_;
   std::unique_ptr<sched::StepScheduler> step_;
   std::uint64_t epoch_ = 0;
@@ -61,6 +80,7 @@ class Coordinator {
   std::vector<sched::StepRequest> requests_;
   std::vector<sched::PinnedKv> pinned_;
   sched::StepPlan plan_;
+  base::IdMap<ToolInFlight> tools_;  // by session; at most one per open session
 };
 
 }  // namespace tandem::client

@@ -8,11 +8,18 @@
 #include <tuple>
 
 namespace tandem::sched {
-namespace {
 
-void insert_sorted(std::vector<double>& v, double x) { v.insert(std::upper_bound(v.begin(), v.end(), x), x); }
-
-}  // namespace
+// The oldest goes before the newest comes, so the vector never holds more
+// than `cap`; equal samples are interchangeable, so any copy of the oldest's
+// value may go.
+void ContinuumStepScheduler::Samples::add(double x, std::size_t cap) {
+  if (arrivals.size() >= cap) {
+    sorted.erase(std::lower_bound(sorted.begin(), sorted.end(), arrivals.front()));
+    arrivals.pop_front();
+  }
+  sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), x), x);
+  arrivals.push_back(x);
+}
 
 ContinuumParams continuum_params(const PolicyParams& p) {
   ContinuumParams c;
@@ -23,6 +30,7 @@ ContinuumParams continuum_params(const PolicyParams& p) {
   c.min_samples = static_cast<std::uint32_t>(p.get("min_samples"));
   c.reload_s_per_token = p.get("reload_s_per_token");
   c.delay_window = static_cast<std::uint32_t>(p.get("delay_window"));
+  c.sample_window = static_cast<std::uint32_t>(p.get("sample_window"));
   return c;
 }
 
@@ -60,26 +68,27 @@ double ContinuumStepScheduler::ttl_for(ToolKind kind, std::uint32_t context_toke
 double ContinuumStepScheduler::dynamic_ttl(ToolKind kind, std::uint32_t context_tokens) const {
   const double base = queue_delay_s() * eta() + params_.reload_s_per_token * context_tokens;
   if (base <= 0) return 0.0;
-  if (all_sorted_.size() <= params_.min_samples) return params_.ttl_s;  // cold start
+  if (all_.sorted.size() <= params_.min_samples) return params_.ttl_s;  // cold start
   auto it = kinds_.find(kind);
-  const std::vector<double>& records =
-      (it != kinds_.end() && it->second.sorted.size() > params_.min_samples) ? it->second.sorted : all_sorted_;
+  const std::vector<double>& records = (it != kinds_.end() && it->second.samples.sorted.size() > params_.min_samples)
+                                           ? it->second.samples.sorted
+                                           : all_.sorted;
   if (records.empty()) return 0.0;
-  // τ ∈ {0} ∪ records, ascending; the first best wins.
+  // τ ∈ {0} ∪ records, ascending; the first best wins. P(D ≤ τ) for a
+  // sample τ is the position after its last copy, so one walk finds them all.
   const auto n = static_cast<double>(records.size());
   double best_tau = 0;
   double best = -std::numeric_limits<double>::infinity();
-  auto consider = [&](double tau) {
-    const auto le = static_cast<double>(std::upper_bound(records.begin(), records.end(), tau) - records.begin());
-    const double reward = le / n * base - tau;
+  auto consider = [&](double tau, std::size_t at_or_below) {
+    const double reward = static_cast<double>(at_or_below) / n * base - tau;
     if (reward > best) {
       best = reward;
       best_tau = tau;
     }
   };
-  consider(0.0);
+  consider(0.0, static_cast<std::size_t>(std::upper_bound(records.begin(), records.end(), 0.0) - records.begin()));
   for (std::size_t i = 0; i < records.size(); ++i) {
-    if (records[i] > 0 && (i == 0 || records[i] != records[i - 1])) consider(records[i]);
+    if (records[i] > 0 && (i + 1 == records.size() || records[i + 1] != records[i])) consider(records[i], i + 1);
   }
   return best <= 0 ? 0.0 : best_tau;
 }
@@ -115,8 +124,8 @@ void ContinuumStepScheduler::on_tool_end(SessionId /*session*/, ToolKind kind, D
   k.sum += s;
   ++k.count;
   if (params_.dynamic) {
-    insert_sorted(k.sorted, s);
-    insert_sorted(all_sorted_, s);
+    k.samples.add(s, params_.sample_window);
+    all_.add(s, params_.sample_window);
   }
 }
 

@@ -37,8 +37,13 @@
 // the first two are also Continuum's public code): FIXED_THRESHOLD_CONTINUUM
 // 2.0 s (threshold and TTL), pin cutoff 0.01 s, record_threshold_k 100,
 // reload 2e-4 s/token, delay window 200.
-// Deviation: the repo measures a tool's duration as next arrival − previous
-// departure of the job; we are fed the tool's wall time (on_tool_end).
+// Deviations: the repo measures a tool's duration as next arrival − previous
+// departure of the job; the simulator feeds the tool's wall time
+// (on_tool_end), and in an engine libtandem measures it as the repo does
+// (libclient/coordinator.h). The repo keeps every duration it ever saw; a
+// scheduler that runs for months cannot, so the dynamic variant keeps the
+// newest sample_window (32,768) per kind and in all, more than any of our
+// simulated runs observes.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +67,8 @@ inline constexpr ParamSpec kContinuumParams[] = {
     {"min_samples", 100, 0, 1e6, "dynamic: samples needed before durations are trusted (MARS repo)"},
     {"reload_s_per_token", 2e-4, 0, 1, "dynamic: recompute cost of the context, s/token (MARS repo)"},
     {"delay_window", 200, 1, 1e6, "dynamic: preempt->reschedule delays averaged for T (MARS repo)"},
+    {"sample_window", 32768, 1, 1e6,
+     "dynamic: the newest tool durations kept, per kind and in all (the MARS repo keeps every one)"},
 };
 
 struct ContinuumParams {
@@ -72,6 +79,7 @@ struct ContinuumParams {
   std::uint32_t min_samples = 100;
   double reload_s_per_token = 2e-4;
   std::uint32_t delay_window = 200;
+  std::uint32_t sample_window = 32768;
 };
 
 ContinuumParams continuum_params(const PolicyParams& p);
@@ -104,10 +112,16 @@ class ContinuumStepScheduler final : public StepScheduler {
   std::vector<SessionId> pinned_sessions_;                      // sessions still pinned, sorted
   using WaitKey = std::tuple<bool, Time, bool, std::uint32_t>;  // (not pinned, first arrival, not preempted, index)
   std::vector<WaitKey> keyed_;
+  // The newest `cap` samples, ascending, and the order they came in.
+  struct Samples {
+    std::vector<double> sorted;
+    std::deque<double> arrivals;  // oldest first
+    void add(double x, std::size_t cap);
+  };
   struct Kind {
     double sum = 0;
     std::uint64_t count = 0;
-    std::vector<double> sorted;  // dynamic only: every sample, ascending
+    Samples samples;  // dynamic only
   };
   struct Session {
     Time first_arrival = Time::max();
@@ -119,7 +133,7 @@ class ContinuumStepScheduler final : public StepScheduler {
 
   ContinuumParams params_;
   std::unordered_map<ToolKind, Kind> kinds_;
-  std::vector<double> all_sorted_;  // dynamic: every sample of every kind, ascending
+  Samples all_;  // dynamic: the newest samples of every kind
   std::unordered_map<SessionId, Session> sessions_;
   std::vector<Session*> session_of_;                       // request index → its session, for one plan()
   std::unordered_map<std::uint64_t, std::uint64_t> seen_;  // request id → the last plan() that saw it

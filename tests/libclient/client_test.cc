@@ -1139,6 +1139,67 @@ TEST_F(EngineOnFakeDaemon, ACloseDirectiveEndsTheSessionInTheStepScheduler) {
   EXPECT_EQ(first_chunk(t), 2048u) << "the round ended: the closed session is forgotten";
 }
 
+// An engine never sees a tool run, yet Continuum, InferCept and tandem learn
+// from tool durations. The coordinator measures one as the MARS repo does:
+// from the round's end to the arrival of the session's next request. Here
+// Continuum pins a round's KV only while its tool kind's mean duration is at
+// most 2 s; a kind never seen is pinned.
+TEST_F(EngineOnFakeDaemon, ToolDurationsReachTheStepSchedulerFromTheNextRequestsArrival) {
+  ASSERT_NO_FATAL_FAILURE(open("continuum"));
+  constexpr std::int64_t kSecond = 1'000'000'000;
+  std::uint64_t next_id = 1;
+  auto keep = [&](std::uint64_t session, const char* tool, std::int64_t now_ns) {
+    tandem_round_end_info info{};
+    info.sz = sizeof info;
+    info.session = session;
+    info.tool_follows = 1;
+    info.tool_kind = tandem_tool_kind(tool);
+    info.context_tokens = 1000;
+    info.blocks = 63;
+    info.now_ns = now_ns;
+    int decision = -1;
+    std::int64_t until = -1;
+    EXPECT_EQ(c.keep_decision(info, decision, until), 0) << c.last_error();
+    return decision;
+  };
+  // One step that lists a waiting request of `session` that arrived at `arrival_ns`.
+  auto step = [&](std::uint64_t session, std::int64_t arrival_ns, std::int64_t now_ns) {
+    tandem_step_request r = request(next_id++, TANDEM_REQ_WAITING, 100, 0, 0);
+    r.session = session;
+    r.arrival_ns = arrival_ns;
+    tandem_step_input in{};
+    in.sz = sizeof in;
+    in.token_budget = 4096;
+    in.max_seqs = 8;
+    in.block_size = 16;
+    in.free_blocks = 1000;
+    in.requests = &r;
+    in.n_requests = 1;
+    in.now_ns = now_ns;
+    PlanBuffers out(1);
+    EXPECT_EQ(c.plan_step(in, out.plan), 0) << c.last_error();
+  };
+
+  const std::uint64_t s = tandem_session_id("s");
+  EXPECT_EQ(keep(s, "pytest", 1 * kSecond), TANDEM_KEEP_PIN) << "pytest was never seen";
+  step(s, kSecond / 2, kSecond + 1);  // the ended round's own request, not yet retired: no duration
+  EXPECT_EQ(keep(tandem_session_id("t"), "pytest", 2 * kSecond), TANDEM_KEEP_PIN);
+  step(s, 6 * kSecond, 6 * kSecond);  // s's next round: its pytest took 5 s
+  EXPECT_EQ(keep(tandem_session_id("u"), "pytest", 7 * kSecond), TANDEM_KEEP_RELEASE)
+      << "pytest's mean is 5 s, above Continuum's 2 s";
+  step(s, 9 * kSecond, 9 * kSecond);  // no tool of s in flight: nothing to measure
+
+  // A session closed while its tool runs is forgotten with it: a request
+  // under the same id later measures nothing.
+  const std::uint64_t v = tandem_session_id("v");
+  EXPECT_EQ(keep(v, "grep", 10 * kSecond), TANDEM_KEEP_PIN) << "grep was never seen";
+  const std::uint64_t before = get_stats(c.get()).directives;
+  daemon.push(ipc::Close{}, v);
+  ASSERT_TRUE(pump_until(c.get(), [&] { return get_stats(c.get()).directives == before + 1; }));
+  step(v, 30 * kSecond, 30 * kSecond);
+  EXPECT_EQ(keep(tandem_session_id("w"), "grep", 31 * kSecond), TANDEM_KEEP_PIN) << "grep is still unseen";
+}
+
 // tandem_gpu.hpp on the simulated device, against no daemon: the RAII types
 // (move-over-live closes the old handle, self-move keeps it, failed opens
 // leave `ret` alone) and every call through them.

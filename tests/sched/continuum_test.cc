@@ -239,6 +239,63 @@ TEST(ContinuumTest, DynamicTtlArgmaxOnHandMadeDurations) {
   EXPECT_DOUBLE_EQ(s.ttl_for(1, 10000), 1.0);
 }
 
+// The dynamic TTL looks only at the newest sample_window durations, per
+// kind and in all, and is the argmax the header defines over them: checked
+// against a brute-force argmax over the last samples after every one of many
+// observations, with ties (durations in whole 100 ms) and zeros.
+TEST(ContinuumTest, DynamicTtlIsTheArgmaxOverTheNewestSamples) {
+  ContinuumParams params;
+  params.dynamic = true;
+  params.min_samples = 3;
+  params.sample_window = 7;
+  ContinuumStepScheduler s(params);
+  // The header's rule over `records` (any order), written out.
+  auto argmax = [](std::vector<double> records, double base) {
+    double best_tau = 0;
+    double best = -1e300;
+    std::vector<double> taus = records;
+    taus.push_back(0.0);
+    std::sort(taus.begin(), taus.end());
+    for (double tau : taus) {
+      const auto le = std::count_if(records.begin(), records.end(), [&](double d) { return d <= tau; });
+      const double reward = static_cast<double>(le) / static_cast<double>(records.size()) * base - tau;
+      if (reward > best) {
+        best = reward;
+        best_tau = tau;
+      }
+    }
+    return best <= 0 ? 0.0 : best_tau;
+  };
+  std::vector<double> all;
+  std::vector<std::vector<double>> by_kind(2);
+  std::uint64_t x = 99;
+  auto next = [&] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::uint32_t>(x >> 33);
+  };
+  for (int i = 0; i < 500; ++i) {
+    const ToolKind kind = next() % 3 == 0 ? 1 : 0;
+    const int tenths = static_cast<int>(next() % 30);
+    s.on_tool_end(1, kind, milliseconds(100 * tenths), ms(0));
+    all.push_back(tenths / 10.0);
+    by_kind[kind].push_back(tenths / 10.0);
+    auto newest = [&](const std::vector<double>& v) {
+      return std::vector<double>(v.end() - static_cast<std::ptrdiff_t>(std::min<std::size_t>(v.size(), 7)), v.end());
+    };
+    for (ToolKind k : {ToolKind{0}, ToolKind{1}}) {
+      for (std::uint32_t context : {2000u, 10000u, 20000u}) {
+        const double base = 2e-4 * context;
+        double want = params.ttl_s;
+        if (all.size() > params.min_samples) {
+          want = argmax(newest(by_kind[k].size() > params.min_samples ? by_kind[k] : all), base);
+        }
+        ASSERT_DOUBLE_EQ(s.ttl_for(k, context), want)
+            << "observation " << i << ", kind " << k << ", context " << context;
+      }
+    }
+  }
+}
+
 TEST(ContinuumTest, DynamicQueueDelayAndEta) {
   ContinuumParams params;
   params.dynamic = true;
