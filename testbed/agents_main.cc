@@ -511,12 +511,15 @@ void run_session(const sim::SessionSpec& spec, std::size_t index, SessionLog& lo
     prompt += " r";
     RoundLog rl;
     rl.submit_s = since(sh.t0);
-    const json body = {{"prompt", prompt},
-                       {"prompt_tokens", round.input_tokens},
-                       {"max_tokens", round.output_tokens},
-                       {"session_id", log.name},
-                       {"stream", true},
-                       {"tool_follows", !round.tool.empty()}};
+    json body = {{"prompt", prompt},
+                 {"prompt_tokens", round.input_tokens},
+                 {"max_tokens", round.output_tokens},
+                 {"session_id", log.name},
+                 {"stream", true},
+                 {"tool_follows", !round.tool.empty()}};
+    // The tool the round's output calls, as a real engine would read it
+    // from the generated tool call: step policies learn durations per kind.
+    if (!round.tool.empty()) body["tool"] = round.tool;
     if (auto err = send_round(cli, body, sh, rl)) {
       log.error = fmt::format("round {}: {}", r, *err);
       break;

@@ -128,6 +128,13 @@ std::expected<CompletionRequest, RequestError> parse_request(std::string_view bo
   if (auto ok = get_bool(j, "stream", r.stream); !ok) return std::unexpected(ok.error());
   if (auto ok = get_bool(j, "tool_follows", r.tool_follows); !ok) return std::unexpected(ok.error());
   if (auto ok = get_bool(j, "ignore_eos", r.ignore_eos); !ok) return std::unexpected(ok.error());
+  if (auto t = j.find("tool"); t != j.end() && !t->is_null()) {
+    if (!t->is_string() || t->get_ref<const std::string&>().empty() ||
+        t->get_ref<const std::string&>().size() > kMaxToolNameBytes) {
+      return bad("tool", "'tool' must be a tool name of 1 to " + std::to_string(kMaxToolNameBytes) + " bytes");
+    }
+    r.tool = t->get<std::string>();
+  }
   if (auto t = j.find("temperature"); t != j.end() && !t->is_null()) {
     if (!t->is_number() || !(t->get<double>() >= 0.0) || t->get<double>() > 2.0) {
       return bad("temperature", "'temperature' must be a number between 0 and 2");

@@ -9,6 +9,7 @@
 // the same token boundaries as its prompt.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <span>
@@ -20,6 +21,8 @@ namespace tandem::testbed {
 
 inline constexpr std::string_view kFillerToken = " tok";
 inline constexpr std::uint32_t kDefaultMaxTokens = 16;
+// The longest `tool` name a request may give (libtandem's tool names' bound).
+inline constexpr std::size_t kMaxToolNameBytes = 1024;
 
 // ceil(bytes / 4), at least 1.
 std::uint32_t count_tokens(std::string_view text);
@@ -43,6 +46,11 @@ struct CompletionRequest {
   std::uint32_t max_tokens = kDefaultMaxTokens;
   bool stream = false;
   bool tool_follows = true;
+  // The tool this round's output calls (the `tool` extension): a real
+  // engine reads it from the tool call it generated; these engines' outputs
+  // are not real text, so the agent names it. Empty: not known. Step
+  // policies learn tool durations per kind (base::tool_kind_id of this).
+  std::string tool;
   // Sampling, for engines that generate real tokens (tandem-llama; the
   // emulator ignores them): temperature 0 is greedy; `seed` fixes the draws
   // (0: a random one); ignore_eos generates max_tokens even past an

@@ -36,9 +36,14 @@ std::string toml_string(std::string_view s) {
   return out + "\"";
 }
 
-// Whether a policy parameter is a duration or a cost per unit of work in
-// microseconds: what time compression divides.
-bool time_valued(std::string_view name) { return name.ends_with("_s") || name.find("_us_") != std::string_view::npos; }
+// Whether a policy parameter is a duration (`..._s`) or a time per unit of
+// work (`..._s_per_token`, `..._us_per_pair`): what time compression divides.
+// (InferCept's and Continuum's `_s_per_token` costs were once missed, so
+// their live TTLs and waste terms were 16 times too long.)
+bool time_valued(std::string_view name) {
+  return name.ends_with("_s") || name.find("_s_per_") != std::string_view::npos ||
+         name.find("_us_") != std::string_view::npos;
+}
 
 }  // namespace
 

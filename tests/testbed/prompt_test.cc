@@ -55,7 +55,15 @@ TEST(Parse, CompletionDefaults) {
   EXPECT_EQ(r.max_tokens, kDefaultMaxTokens);
   EXPECT_FALSE(r.stream);
   EXPECT_TRUE(r.tool_follows);
+  EXPECT_TRUE(r.tool.empty());
   EXPECT_TRUE(r.session_name.empty());
+}
+
+TEST(Parse, ToolNamesTheToolTheOutputCalls) {
+  EXPECT_EQ(parse_ok(R"({"prompt":"x","tool":"pytest"})").tool, "pytest");
+  EXPECT_TRUE(parse_ok(R"({"prompt":"x","tool":null})").tool.empty());
+  EXPECT_EQ(parse_ok(R"({"prompt":"x","tool":")" + std::string(kMaxToolNameBytes, 't') + R"("})").tool.size(),
+            kMaxToolNameBytes);
 }
 
 TEST(Parse, ChatConcatenatesContents) {
@@ -89,6 +97,9 @@ TEST(Parse, ErrorsNameTheField) {
   EXPECT_EQ(bad_field(R"({"prompt":"a","max_tokens":1025})"), "max_tokens");
   EXPECT_EQ(bad_field(R"({"prompt":"a","stream":"yes"})"), "stream");
   EXPECT_EQ(bad_field(R"({"prompt":"a","tool_follows":1})"), "tool_follows");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","tool":3})"), "tool");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","tool":""})"), "tool");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","tool":")" + std::string(kMaxToolNameBytes + 1, 't') + R"("})"), "tool");
   EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":5})"), "session_id");
   EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":""})"), "session_id");
   EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":"a\nb"})"), "session_id") << "a control character";

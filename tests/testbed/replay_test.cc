@@ -215,6 +215,20 @@ TEST(DaemonConfigTest, DividesDurationsAndCostsAndTandemdAcceptsIt) {
   EXPECT_NE(strong->clamped.front().find("control_interval_s"), std::string::npos);
   EXPECT_TRUE(daemon::parse_config(strong->toml, "strong"));
 
+  // Costs in seconds per token are times too: InferCept's TTL and waste
+  // terms, Continuum's reload cost.
+  auto infercept = daemon_config("infercept", 16, "", "");
+  ASSERT_TRUE(infercept);
+  EXPECT_DOUBLE_EQ(infercept->params.at("fwd_s_per_token"), 2e-4 / 16);
+  EXPECT_DOUBLE_EQ(infercept->params.at("swap_s_per_token"), 4e-5 / 16);
+  EXPECT_DOUBLE_EQ(infercept->params.at("min_pin_s"), 0.01 / 16);
+  EXPECT_FALSE(infercept->params.contains("swap_free_tokens")) << "a token count: not compressed";
+  auto continuum = daemon_config("continuum", 16, "", "");
+  ASSERT_TRUE(continuum);
+  EXPECT_DOUBLE_EQ(continuum->params.at("reload_s_per_token"), 2e-4 / 16);
+  EXPECT_DOUBLE_EQ(continuum->params.at("threshold_s"), 2.0 / 16);
+  EXPECT_FALSE(continuum->params.contains("sample_window"));
+
   auto fcfs = daemon_config("fcfs", 1, "", "");
   ASSERT_TRUE(fcfs);
   EXPECT_TRUE(fcfs->params.empty());
