@@ -10,8 +10,6 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "base/ids.h"
-
 namespace tandem::testbed {
 namespace {
 
@@ -321,7 +319,7 @@ void Emulator::release_runnable(Time now) {
     w.output_tokens = r.max_tokens;
     w.shared_prefix = s.shared;
     w.last_round = !r.tool_follows;
-    w.tool = r.tool_follows && !r.tool.empty() ? base::tool_kind_id(r.tool) : 0;
+    w.tool = tool_kind_of(r);
     w.priority = static_cast<std::uint8_t>(std::clamp(tandem_session_priority(client_, id), 0, 255));
     w.submitted = s.submitted;
     w.content = &s.content;

@@ -87,6 +87,10 @@ std::string filler_text(std::uint32_t tokens) {
   return s;
 }
 
+std::uint64_t tool_kind_of(const CompletionRequest& r) {
+  return r.tool_follows && !r.tool.empty() ? base::tool_kind_id(r.tool) : 0;
+}
+
 std::expected<CompletionRequest, RequestError> parse_request(std::string_view body, bool chat,
                                                              const RequestLimits& limits) {
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);

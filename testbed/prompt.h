@@ -63,6 +63,11 @@ struct CompletionRequest {
   std::vector<std::int32_t> tokens;
 };
 
+// The kind of the tool that follows the request's round, as the engine
+// reports it at the round's end (tandem_round_end_info.tool_kind):
+// base::tool_kind_id of `tool`, 0 when no tool follows or none is named.
+std::uint64_t tool_kind_of(const CompletionRequest& r);
+
 // Why a request is refused: the field it names and a message for the client.
 struct RequestError {
   std::string field;

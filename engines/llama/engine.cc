@@ -353,7 +353,7 @@ void LlamaEngine::release_runnable(Time now) {
     w.output_tokens = r.max_tokens;
     w.shared_prefix = s.shared;
     w.last_round = !r.tool_follows;
-    w.tool = r.tool_follows && !r.tool.empty() ? base::tool_kind_id(r.tool) : 0;
+    w.tool = testbed::tool_kind_of(r);
     w.priority =
         client_ != nullptr ? static_cast<std::uint8_t>(std::clamp(tandem_session_priority(client_, id), 0, 255)) : 0;
     w.submitted = s.submitted;

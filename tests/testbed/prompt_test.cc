@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/ids.h"
+
 namespace tandem::testbed {
 namespace {
 
@@ -61,6 +63,11 @@ TEST(Parse, CompletionDefaults) {
 
 TEST(Parse, ToolNamesTheToolTheOutputCalls) {
   EXPECT_EQ(parse_ok(R"({"prompt":"x","tool":"pytest"})").tool, "pytest");
+  EXPECT_EQ(tool_kind_of(parse_ok(R"({"prompt":"x","tool":"pytest"})")), base::tool_kind_id("pytest"));
+  EXPECT_NE(base::tool_kind_id("pytest"), 0u);
+  EXPECT_EQ(tool_kind_of(parse_ok(R"({"prompt":"x"})")), 0u) << "no name: unknown";
+  EXPECT_EQ(tool_kind_of(parse_ok(R"({"prompt":"x","tool":"pytest","tool_follows":false})")), 0u)
+      << "the session's last round: no tool follows";
   EXPECT_TRUE(parse_ok(R"({"prompt":"x","tool":null})").tool.empty());
   EXPECT_EQ(parse_ok(R"({"prompt":"x","tool":")" + std::string(kMaxToolNameBytes, 't') + R"("})").tool.size(),
             kMaxToolNameBytes);
