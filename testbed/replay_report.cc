@@ -163,6 +163,18 @@ ordered_json run_document(const RunSummary& r) {
     }
   }
   tb["tool_calls"] = std::move(calls);
+  // Every round: [session index, submit, first token, end, prompt tokens, cached tokens], wall seconds
+  // since the run's start (compressed), so a slow first token can be traced to its session and time.
+  ordered_json round_log = ordered_json::array();
+  if (r.logs != nullptr) {
+    for (std::size_t i = 0; i < r.logs->size(); ++i) {
+      for (const RoundLog& round : (*r.logs)[i].rounds) {
+        round_log.push_back(
+            {i, round.submit_s, round.first_token_s, round.end_s, round.prompt_tokens, round.cached_tokens});
+      }
+    }
+  }
+  tb["round_log"] = std::move(round_log);
   tb["e2e_s"] = r.e2e_s;
   tb["ttft_s"] = r.ttft_s;
   tb["predicted_e2e_s"] = r.predicted_e2e_s;

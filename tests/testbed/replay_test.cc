@@ -379,6 +379,8 @@ TEST_F(CompareTest, SideBySideWithRatioAndMergedFiles) {
   EXPECT_EQ(doc["predicted"]["runs"][0]["metrics"]["e2e_mean_s"], 50);
   EXPECT_EQ(doc["testbed"]["tools"]["calls"], 1);
   EXPECT_EQ(doc["testbed"]["tool_calls"].size(), 1u);
+  ASSERT_EQ(doc["testbed"]["round_log"].size(), 2u);
+  EXPECT_EQ(doc["testbed"]["round_log"][1], nlohmann::json::parse("[0, 1.0, 1.02, 2.0, 200, 96]"));
 
   char* buf = nullptr;
   std::size_t size = 0;
