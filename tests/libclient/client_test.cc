@@ -1012,6 +1012,22 @@ struct EngineOnFakeDaemon : ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(connect(c.get(), daemon, 7, policy));
     ASSERT_STREQ(c.policy(), policy) << c.last_error();
   }
+  // Plans one step with `r` alone waiting, on a pool with room (1,000 free
+  // blocks, a 4,096-token budget): the tokens of its first chunk, 0 if none.
+  std::uint32_t plan_alone(const tandem_step_request& r, std::int64_t now_ns = 0) {
+    tandem_step_input in{};
+    in.sz = sizeof in;
+    in.token_budget = 4096;
+    in.max_seqs = 8;
+    in.block_size = 16;
+    in.free_blocks = 1000;
+    in.requests = &r;
+    in.n_requests = 1;
+    in.now_ns = now_ns;
+    PlanBuffers out(1);
+    EXPECT_EQ(c.plan_step(in, out.plan), 0) << c.last_error();
+    return out.plan.n_run == 1 ? out.run[0].tokens : 0u;
+  }
   TempDir dir;
   FakeDaemon daemon{dir.path()};
   Client c;  // closed first: declared last
@@ -1103,17 +1119,7 @@ TEST_F(EngineOnFakeDaemon, ACloseDirectiveEndsTheSessionInTheStepScheduler) {
   auto first_chunk = [&](std::uint64_t session) {
     tandem_step_request r = request(next_id++, TANDEM_REQ_WAITING, 3000, 0, 0);
     r.session = session;
-    tandem_step_input in{};
-    in.sz = sizeof in;
-    in.token_budget = 4096;
-    in.max_seqs = 8;
-    in.block_size = 16;
-    in.free_blocks = 1000;
-    in.requests = &r;
-    in.n_requests = 1;
-    PlanBuffers out(1);
-    EXPECT_EQ(c.plan_step(in, out.plan), 0) << c.last_error();
-    return out.plan.n_run == 1 ? out.run[0].tokens : 0u;
+    return plan_alone(r);
   };
   auto close = [&](std::uint64_t session) {
     const std::uint64_t before = get_stats(c.get()).directives;
@@ -1167,17 +1173,7 @@ TEST_F(EngineOnFakeDaemon, ToolDurationsReachTheStepSchedulerFromTheNextRequests
     tandem_step_request r = request(next_id++, TANDEM_REQ_WAITING, 100, 0, 0);
     r.session = session;
     r.arrival_ns = arrival_ns;
-    tandem_step_input in{};
-    in.sz = sizeof in;
-    in.token_budget = 4096;
-    in.max_seqs = 8;
-    in.block_size = 16;
-    in.free_blocks = 1000;
-    in.requests = &r;
-    in.n_requests = 1;
-    in.now_ns = now_ns;
-    PlanBuffers out(1);
-    EXPECT_EQ(c.plan_step(in, out.plan), 0) << c.last_error();
+    plan_alone(r, now_ns);
   };
 
   const std::uint64_t s = tandem_session_id("s");
