@@ -27,6 +27,9 @@ namespace tandem::base {
 
 // The longest session or client name either side accepts.
 inline constexpr std::size_t kMaxNameBytes = 256;
+// The longest tool name libtandem takes (tandem_tool_begin, _spawn) or an
+// engine's request may give: tool names only become a kind (tool_kind_id).
+inline constexpr std::size_t kMaxToolNameBytes = 1024;
 
 // Whether `s` is well-formed UTF-8 (RFC 3629: shortest forms only, no
 // surrogates, nothing above U+10FFFF).

@@ -270,7 +270,7 @@ int tandem_tool_begin(tandem_client* client, uint64_t session, const char* tool_
     const char* fn = "tandem_tool_begin";
     if (int r = need_role(c, Role::kRunner, fn)) return r;
     if (session == 0) return invalid(c, fn, "session is 0");
-    if (!valid_name(tool_name, tandem::client::kMaxToolNameLength)) return invalid(c, fn, "tool_name is NULL or empty");
+    if (!valid_name(tool_name, tandem::base::kMaxToolNameBytes)) return invalid(c, fn, "tool_name is NULL or empty");
     if (pid < 0 || pid > 0x3fffffff) return invalid(c, fn, fmt::format("pid {} is out of range", pid));
     return c.tool_begin(session, tool_name, call, pid);
   });
@@ -282,7 +282,7 @@ int tandem_tool_end(tandem_client* client, uint64_t session, const char* tool_na
     const char* fn = "tandem_tool_end";
     if (int r = need_role(c, Role::kRunner, fn)) return r;
     if (session == 0) return invalid(c, fn, "session is 0");
-    if (!valid_name(tool_name, tandem::client::kMaxToolNameLength)) return invalid(c, fn, "tool_name is NULL or empty");
+    if (!valid_name(tool_name, tandem::base::kMaxToolNameBytes)) return invalid(c, fn, "tool_name is NULL or empty");
     if (exit_code < -64 || exit_code > 255) {
       return invalid(c, fn, fmt::format("exit_code {} is neither a status nor a signal", exit_code));
     }
@@ -301,7 +301,7 @@ int tandem_tool_spawn(tandem_client* client, uint64_t session, const char* tool_
     const char* fn = "tandem_tool_spawn";
     if (int r = need_role(c, Role::kRunner, fn)) return r;
     if (session == 0) return invalid(c, fn, "session is 0");
-    if (!valid_name(tool_name, tandem::client::kMaxToolNameLength)) return invalid(c, fn, "tool_name is NULL or empty");
+    if (!valid_name(tool_name, tandem::base::kMaxToolNameBytes)) return invalid(c, fn, "tool_name is NULL or empty");
     if (ret_pid == nullptr) return invalid(c, fn, "ret_pid is NULL");
     if (argv == nullptr || argv[0] == nullptr || argv[0][0] == '\0') return invalid(c, fn, "argv is NULL or empty");
     tandem::client::ToolSpec spec;

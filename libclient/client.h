@@ -80,8 +80,6 @@ inline constexpr std::size_t kMaxSessions = std::size_t{1} << 20;
 inline constexpr std::size_t kMaxToolsPerSession = 1024;
 // Session and client names: the daemon's rule (base::name_problem).
 inline constexpr std::size_t kMaxNameLength = base::kMaxNameBytes;
-// Tool names only feed tandem_tool_kind() and never leave the library.
-inline constexpr std::size_t kMaxToolNameLength = 1024;
 // Directives kept for the caller between polls (all already applied).
 inline constexpr std::size_t kMaxQueuedDirectives = std::size_t{1} << 16;
 // Socket messages waiting for room in the socket buffer; more means the

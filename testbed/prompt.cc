@@ -134,8 +134,8 @@ std::expected<CompletionRequest, RequestError> parse_request(std::string_view bo
   if (auto ok = get_bool(j, "ignore_eos", r.ignore_eos); !ok) return std::unexpected(ok.error());
   if (auto t = j.find("tool"); t != j.end() && !t->is_null()) {
     if (!t->is_string() || t->get_ref<const std::string&>().empty() ||
-        t->get_ref<const std::string&>().size() > kMaxToolNameBytes) {
-      return bad("tool", "'tool' must be a tool name of 1 to " + std::to_string(kMaxToolNameBytes) + " bytes");
+        t->get_ref<const std::string&>().size() > base::kMaxToolNameBytes) {
+      return bad("tool", "'tool' must be a tool name of 1 to " + std::to_string(base::kMaxToolNameBytes) + " bytes");
     }
     r.tool = t->get<std::string>();
   }

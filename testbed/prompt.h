@@ -9,7 +9,6 @@
 // the same token boundaries as its prompt.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <span>
@@ -21,8 +20,6 @@ namespace tandem::testbed {
 
 inline constexpr std::string_view kFillerToken = " tok";
 inline constexpr std::uint32_t kDefaultMaxTokens = 16;
-// The longest `tool` name a request may give (libtandem's tool names' bound).
-inline constexpr std::size_t kMaxToolNameBytes = 1024;
 
 // ceil(bytes / 4), at least 1.
 std::uint32_t count_tokens(std::string_view text);

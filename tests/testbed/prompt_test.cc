@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/ids.h"
+#include "base/text.h"
 
 namespace tandem::testbed {
 namespace {
@@ -69,8 +70,8 @@ TEST(Parse, ToolNamesTheToolTheOutputCalls) {
   EXPECT_EQ(tool_kind_of(parse_ok(R"({"prompt":"x","tool":"pytest","tool_follows":false})")), 0u)
       << "the session's last round: no tool follows";
   EXPECT_TRUE(parse_ok(R"({"prompt":"x","tool":null})").tool.empty());
-  EXPECT_EQ(parse_ok(R"({"prompt":"x","tool":")" + std::string(kMaxToolNameBytes, 't') + R"("})").tool.size(),
-            kMaxToolNameBytes);
+  EXPECT_EQ(parse_ok(R"({"prompt":"x","tool":")" + std::string(base::kMaxToolNameBytes, 't') + R"("})").tool.size(),
+            base::kMaxToolNameBytes);
 }
 
 TEST(Parse, ChatConcatenatesContents) {
@@ -106,7 +107,7 @@ TEST(Parse, ErrorsNameTheField) {
   EXPECT_EQ(bad_field(R"({"prompt":"a","tool_follows":1})"), "tool_follows");
   EXPECT_EQ(bad_field(R"({"prompt":"a","tool":3})"), "tool");
   EXPECT_EQ(bad_field(R"({"prompt":"a","tool":""})"), "tool");
-  EXPECT_EQ(bad_field(R"({"prompt":"a","tool":")" + std::string(kMaxToolNameBytes + 1, 't') + R"("})"), "tool");
+  EXPECT_EQ(bad_field(R"({"prompt":"a","tool":")" + std::string(base::kMaxToolNameBytes + 1, 't') + R"("})"), "tool");
   EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":5})"), "session_id");
   EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":""})"), "session_id");
   EXPECT_EQ(bad_field(R"({"prompt":"a","session_id":"a\nb"})"), "session_id") << "a control character";
