@@ -207,7 +207,7 @@ void Emulator::run() {
 
     now = clock_.now();
     if (step_end_ && now >= *step_end_) {
-      late_ += now - *step_end_;
+      pacer_.woke(now - *step_end_);
       step_end_.reset();
       engine_.finish_step(now);
       // Anonymous sessions end with their round, closed ones with the round
@@ -229,7 +229,9 @@ void Emulator::run() {
         begin_pass();
         const double real = static_cast<double>((*end - now).count()) / config_.speedup;
         step_real_ = Duration(static_cast<std::int64_t>(std::llround(real)));
-        step_end_ = now + step_real_;
+        step_end_ = now + pacer_.start(step_real_);
+      } else {
+        pacer_.idle();
       }
     }
     if (now - last_report_ >= kReportPeriod) report_stats(now);
@@ -531,13 +533,16 @@ void Emulator::publish(Time now) {
         {"recomputed", counters_.recomputed_tokens},
         {"preemptions", counters_.preemptions}}},
       // Σ modelled step time (not divided by the speedup), block-seconds of
-      // pins on the real clock, and how late the engine thread woke for step
-      // ends in all (real seconds): a run whose lateness is a large share of
+      // pins on the real clock, how late the engine thread woke for step
+      // ends in all (real seconds), and how much of that the following
+      // steps could not make up (the engine went idle first, or the run
+      // ended): a run whose unrecovered lateness is a large share of
       // busy_s / speedup did not keep up with the model.
       {"time",
        {{"busy_s", counters_.gpu_busy_s},
         {"pinned_block_seconds", counters_.pinned_block_seconds},
-        {"late_s", std::chrono::duration<double>(late_).count()}}},
+        {"late_s", base::to_seconds(pacer_.late())},
+        {"late_unrecovered_s", base::to_seconds(pacer_.unrecovered())}}},
       {"rounds",
        {{"submitted", rounds_submitted_},
         {"completed", rounds_done_},

@@ -51,6 +51,7 @@
 #include "testbed/kv_pool.h"
 #include "testbed/prompt.h"
 #include "testbed/step_adapter.h"
+#include "testbed/step_pacer.h"
 
 namespace tandem::testbed {
 
@@ -175,7 +176,7 @@ class Emulator final : public CompletionEngine, public sim::EngineHost, public s
   std::vector<sim::SessionId> held_;  // sessions with a held round, in arrival order
   std::optional<Time> step_end_;      // real time the step in progress ends
   Duration step_real_{};
-  Duration late_{};  // Σ (woken − step end) over steps
+  StepPacer pacer_;  // the steps' sleeps, late wake-ups made up (testbed/step_pacer.h)
   Time last_report_{};
   Time last_publish_{};
   std::uint64_t anon_next_ = 1;

@@ -119,6 +119,7 @@ ordered_json run_document(const RunSummary& r) {
       {"steps", get_or<std::uint64_t>(e, {"engine", "steps"}, 0)},
       {"busy_s", get_or<double>(e, {"time", "busy_s"}, 0)},
       {"late_s", get_or<double>(e, {"time", "late_s"}, 0)},
+      {"late_unrecovered_s", get_or<double>(e, {"time", "late_unrecovered_s"}, 0)},
       {"violations", get_or<std::uint64_t>(e, {"engine", "violations"}, 0)},
       {"scheduler_failures", get_or<std::uint64_t>(e, {"scheduler_failures"}, 0)},
       {"directives", get_or<json>(e, {"directives"}, json::object())},
@@ -412,15 +413,15 @@ base::Result<void> compare_runs(std::FILE* out, std::span<const std::string> inp
   }
   for (const Loaded& l : runs) {
     const ordered_json& tb = l.tb();
-    fmt::print(out,
-               "{}: {} tool calls, {} in a cgroup of their own, {} seen there by the tool itself; tandemd cgroups: {}; "
-               "telemetry: {}; engine late by {:.2f} s in all over {:.0f} s of run\n",
-               l.label, get_or<std::uint64_t>(tb, {"tools", "calls"}, 0),
-               get_or<std::uint64_t>(tb, {"tools", "placed"}, 0),
-               get_or<std::uint64_t>(tb, {"tools", "verified_in_session_cgroup"}, 0),
-               hierarchies(get_or<ordered_json>(tb, {"daemon", "cgroups"}, "off")),
-               get_or<std::string>(tb, {"daemon", "telemetry_mode"}, "off"),
-               get_or<double>(tb, {"engine", "late_s"}, 0), get_or<double>(tb, {"wall_s"}, 0));
+    fmt::print(
+        out,
+        "{}: {} tool calls, {} in a cgroup of their own, {} seen there by the tool itself; tandemd cgroups: {}; "
+        "telemetry: {}; engine late by {:.2f} s in all ({:.2f} s not made up) over {:.0f} s of run\n",
+        l.label, get_or<std::uint64_t>(tb, {"tools", "calls"}, 0), get_or<std::uint64_t>(tb, {"tools", "placed"}, 0),
+        get_or<std::uint64_t>(tb, {"tools", "verified_in_session_cgroup"}, 0),
+        hierarchies(get_or<ordered_json>(tb, {"daemon", "cgroups"}, "off")),
+        get_or<std::string>(tb, {"daemon", "telemetry_mode"}, "off"), get_or<double>(tb, {"engine", "late_s"}, 0),
+        get_or<double>(tb, {"engine", "late_unrecovered_s"}, 0), get_or<double>(tb, {"wall_s"}, 0));
   }
 
   if (!json_path.empty() || !sim_json_path.empty()) {

@@ -202,6 +202,11 @@ TEST_F(EmuTest, CompletionReturnsUsageAndFillerText) {
   EXPECT_EQ(s["pool"]["blocks_cached"], s["engine"]["blocks_cached"]);
   EXPECT_EQ(s["pool"]["blocks_total"], 4096);
   EXPECT_GT(s["pool"]["touched_bytes"].get<std::uint64_t>(), 0u);
+  // Both rounds are over and the engine idle: whatever lateness it did not
+  // make up was forgiven, and it is part of all the lateness.
+  const double late = s["time"]["late_s"], unrecovered = s["time"]["late_unrecovered_s"];
+  EXPECT_GE(unrecovered, 0.0);
+  EXPECT_LE(unrecovered, late);
 }
 
 TEST_F(EmuTest, StreamYieldsOneChunkPerTokenSpreadOverSteps) {
