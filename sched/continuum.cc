@@ -9,18 +9,6 @@
 
 namespace tandem::sched {
 
-// The oldest goes before the newest comes, so the vector never holds more
-// than `cap`; equal samples are interchangeable, so any copy of the oldest's
-// value may go.
-void ContinuumStepScheduler::Samples::add(double x, std::size_t cap) {
-  if (arrivals.size() >= cap) {
-    sorted.erase(std::lower_bound(sorted.begin(), sorted.end(), arrivals.front()));
-    arrivals.pop_front();
-  }
-  sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), x), x);
-  arrivals.push_back(x);
-}
-
 ContinuumParams continuum_params(const PolicyParams& p) {
   ContinuumParams c;
   c.dynamic = p.flag("continuum_dy");
@@ -68,11 +56,11 @@ double ContinuumStepScheduler::ttl_for(ToolKind kind, std::uint32_t context_toke
 double ContinuumStepScheduler::dynamic_ttl(ToolKind kind, std::uint32_t context_tokens) const {
   const double base = queue_delay_s() * eta() + params_.reload_s_per_token * context_tokens;
   if (base <= 0) return 0.0;
-  if (all_.sorted.size() <= params_.min_samples) return params_.ttl_s;  // cold start
+  if (all_.size() <= params_.min_samples) return params_.ttl_s;  // cold start
   auto it = kinds_.find(kind);
-  const std::vector<double>& records = (it != kinds_.end() && it->second.samples.sorted.size() > params_.min_samples)
-                                           ? it->second.samples.sorted
-                                           : all_.sorted;
+  const std::vector<double>& records = (it != kinds_.end() && it->second.samples.size() > params_.min_samples)
+                                           ? it->second.samples.sorted()
+                                           : all_.sorted();
   if (records.empty()) return 0.0;
   // τ ∈ {0} ∪ records, ascending; the first best wins. P(D ≤ τ) for a
   // sample τ is the position after its last copy, so one walk finds them all.

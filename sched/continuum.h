@@ -56,6 +56,7 @@
 
 #include "sched/policy.h"
 #include "sched/registry.h"
+#include "sched/sorted_window.h"
 
 namespace tandem::sched {
 
@@ -112,16 +113,10 @@ class ContinuumStepScheduler final : public StepScheduler {
   std::vector<SessionId> pinned_sessions_;                      // sessions still pinned, sorted
   using WaitKey = std::tuple<bool, Time, bool, std::uint32_t>;  // (not pinned, first arrival, not preempted, index)
   std::vector<WaitKey> keyed_;
-  // The newest `cap` samples, ascending, and the order they came in.
-  struct Samples {
-    std::vector<double> sorted;
-    std::deque<double> arrivals;  // oldest first
-    void add(double x, std::size_t cap);
-  };
   struct Kind {
     double sum = 0;
     std::uint64_t count = 0;
-    Samples samples;  // dynamic only
+    SortedWindow samples;  // dynamic only: the newest sample_window
   };
   struct Session {
     Time first_arrival = Time::max();
@@ -133,7 +128,7 @@ class ContinuumStepScheduler final : public StepScheduler {
 
   ContinuumParams params_;
   std::unordered_map<ToolKind, Kind> kinds_;
-  Samples all_;  // dynamic: the newest samples of every kind
+  SortedWindow all_;  // dynamic: the newest samples of every kind
   std::unordered_map<SessionId, Session> sessions_;
   std::vector<Session*> session_of_;                       // request index → its session, for one plan()
   std::unordered_map<std::uint64_t, std::uint64_t> seen_;  // request id → the last plan() that saw it

@@ -10,33 +10,6 @@ namespace tandem::sched {
 ToolDurationModel::ToolDurationModel(ToolModelParams params)
     : params_(params), log_prior_median_(std::log(params.prior_median_s)) {}
 
-void ToolDurationModel::add(History& h, double s, std::size_t window) {
-  std::vector<double>& v = h.sorted;
-  h.recent.push_back(s);
-  if (h.recent.size() <= window) {
-    v.insert(std::upper_bound(v.begin(), v.end(), s), s);
-    return;
-  }
-  // A full window: the oldest sample makes way for `s`. Replacing it in
-  // place moves only the values between the two (a third of the window on
-  // average, none when they are equal), not the whole tail twice as an
-  // erase and an insert would; equal values are interchangeable, so the
-  // copy of `old` nearest to where `s` goes is the one replaced.
-  const double old = h.recent.front();
-  h.recent.pop_front();
-  if (old == s) return;
-  const auto at = std::upper_bound(v.begin(), v.end(), s);  // where `s` goes
-  if (old < s) {
-    const auto last_old = std::upper_bound(v.begin(), at, old) - 1;
-    std::move(last_old + 1, at, last_old);
-    *(at - 1) = s;
-  } else {
-    const auto first_old = std::lower_bound(at, v.end(), old);
-    std::move_backward(at, first_old, first_old + 1);
-    *at = s;
-  }
-}
-
 ToolDurationModel::History& ToolDurationModel::history_for(ToolKind kind) {
   if (auto it = kinds_.find(kind); it != kinds_.end()) return it->second;
   if (kinds_.size() >= std::max<std::size_t>(1, params_.max_kinds)) {
@@ -57,8 +30,8 @@ void ToolDurationModel::observe(ToolKind kind, Duration wall) {
   double s = std::max(0.0, base::to_seconds(wall));
   History& h = history_for(kind);
   h.last_observed = ++observations_;
-  add(h, s, params_.window);
-  if (params_.pool_window > 0) add(pool_, s, params_.pool_window);
+  h.samples.add(s, params_.window);
+  if (params_.pool_window > 0) pool_.samples.add(s, params_.pool_window);
 }
 
 double ToolDurationModel::lognormal_cdf(double x_s) const {
@@ -68,22 +41,23 @@ double ToolDurationModel::lognormal_cdf(double x_s) const {
 }
 
 double ToolDurationModel::prior_cdf(double x_s, bool pooled) const {
-  const double n = static_cast<double>(pool_.sorted.size());
+  const double n = static_cast<double>(pool_.samples.size());
   if (!pooled || n == 0) return lognormal_cdf(x_s);
   const double k0 = params_.prior_weight;
   return (n * empirical_cdf(pool_, x_s) + k0 * lognormal_cdf(x_s)) / (n + k0);
 }
 
 double ToolDurationModel::blended_cdf(const History* h, double x_s, bool pooled) const {
-  const double n = h == nullptr ? 0.0 : static_cast<double>(h->sorted.size());
+  const double n = h == nullptr ? 0.0 : static_cast<double>(h->samples.size());
   const double k0 = params_.prior_weight;
   const double emp = n > 0 ? empirical_cdf(*h, x_s) : 0.0;
   return (n * emp + k0 * prior_cdf(x_s, pooled)) / (n + k0);
 }
 
 double ToolDurationModel::empirical_cdf(const History& h, double x_s) const {
-  auto it = std::upper_bound(h.sorted.begin(), h.sorted.end(), x_s);
-  return static_cast<double>(it - h.sorted.begin()) / static_cast<double>(h.sorted.size());
+  const std::vector<double>& v = h.samples.sorted();
+  auto it = std::upper_bound(v.begin(), v.end(), x_s);
+  return static_cast<double>(it - v.begin()) / static_cast<double>(v.size());
 }
 
 const ToolDurationModel::History* ToolDurationModel::history(ToolKind kind) const {
@@ -107,15 +81,15 @@ double ToolDurationModel::p_return_within(ToolKind kind, Duration elapsed, Durat
 double ToolDurationModel::mean_s(ToolKind kind, bool pooled) const {
   double k0 = params_.prior_weight;
   double prior_mean = params_.prior_median_s * std::exp(params_.prior_sigma * params_.prior_sigma / 2);
-  if (pooled && !pool_.sorted.empty()) {
+  if (pooled && !pool_.samples.empty()) {
     double sum = 0;
-    for (double v : pool_.sorted) sum += v;
-    const double n = static_cast<double>(pool_.sorted.size());
+    for (double v : pool_.samples.sorted()) sum += v;
+    const double n = static_cast<double>(pool_.samples.size());
     prior_mean = (sum + k0 * prior_mean) / (n + k0);
   }
   const History* h = history(kind);
-  if (h == nullptr || h->sorted.empty()) return prior_mean;
-  const auto& s = h->sorted;
+  if (h == nullptr || h->samples.empty()) return prior_mean;
+  const auto& s = h->samples.sorted();
   double sum = 0;
   for (double v : s) sum += v;
   double n = static_cast<double>(s.size());
@@ -144,7 +118,7 @@ double ToolDurationModel::remaining_s(ToolKind kind, Duration elapsed, double ca
 
 std::size_t ToolDurationModel::samples(ToolKind kind) const {
   const History* h = history(kind);
-  return h == nullptr ? 0 : h->sorted.size();
+  return h == nullptr ? 0 : h->samples.size();
 }
 
 }  // namespace tandem::sched

@@ -29,10 +29,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <unordered_map>
-#include <vector>
 
+#include "sched/sorted_window.h"
 #include "sched/types.h"
 
 namespace tandem::sched {
@@ -78,12 +77,10 @@ class ToolDurationModel {
 
  private:
   struct History {
-    std::deque<double> recent;        // seconds, arrival order (for the window)
-    std::vector<double> sorted;       // the same, sorted (for the CDF)
+    SortedWindow samples;             // seconds, the window's newest
     std::uint64_t last_observed = 0;  // observations_ at its latest call
   };
-  History& history_for(ToolKind kind);  // finds or makes room for it (max_kinds)
-  static void add(History& h, double s, std::size_t window);
+  History& history_for(ToolKind kind);          // finds or makes room for it (max_kinds)
   const History* history(ToolKind kind) const;  // nullptr: no call of `kind` seen
   double lognormal_cdf(double x_s) const;
   double prior_cdf(double x_s, bool pooled) const;  // the pool blended with the log-normal, or the latter alone
