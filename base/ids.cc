@@ -7,6 +7,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <cstring>
+
 namespace tandem::base {
 
 std::uint64_t hash64(std::string_view s) { return XXH64(s.data(), s.size(), 0); }
@@ -17,5 +19,14 @@ std::uint64_t session_id(std::string_view name) {
 }
 
 std::uint64_t tool_kind_id(std::string_view name) { return session_id(name); }
+
+std::uint64_t principal_tool_kind(std::uint32_t principal, std::uint64_t kind) {
+  if (kind == 0) return 0;
+  unsigned char bytes[sizeof kind + sizeof principal];
+  std::memcpy(bytes, &kind, sizeof kind);
+  std::memcpy(bytes + sizeof kind, &principal, sizeof principal);
+  const std::uint64_t h = XXH64(bytes, sizeof bytes, 0);
+  return h == 0 ? 1 : h;
+}
 
 }  // namespace tandem::base

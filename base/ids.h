@@ -22,4 +22,9 @@ std::uint64_t session_id(std::string_view name);
 // Non-zero id for a tool kind (the tool's name).
 std::uint64_t tool_kind_id(std::string_view name);
 
+// The kind `kind` as reported by principal `principal` (tandemd: the
+// runner's uid): xxh64 of both, non-zero, so that the same name reported by
+// two principals is two kinds. 0 (no kind) stays 0.
+std::uint64_t principal_tool_kind(std::uint32_t principal, std::uint64_t kind);
+
 }  // namespace tandem::base

@@ -1,6 +1,8 @@
 // Wire records to policy events.
 #include "daemon/events.h"
 
+#include "base/ids.h"
+
 namespace tandem::daemon {
 namespace {
 
@@ -73,7 +75,7 @@ Verdict authorize(const Sending& from, const RecordRule& rule, const SessionFact
   return Verdict::refused("unknown session rule");
 }
 
-std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId client) {
+std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId client, std::uint32_t principal) {
   using ipc::RecordType;
   const sched::SessionId session = record.session();
   switch (record.type()) {
@@ -137,11 +139,14 @@ std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId 
       return sched::SessionClosed{session};
     case RecordType::kToolStart: {
       auto r = record.as<ipc::ToolStart>();
-      return sched::ToolStarted{session, r.tool_kind, r.tool_call};
+      return sched::ToolStarted{session, base::principal_tool_kind(principal, r.tool_kind), r.tool_call};
     }
     case RecordType::kToolEnd: {
       auto r = record.as<ipc::ToolEnd>();
-      return sched::ToolEnded{session, r.tool_kind, r.tool_call, r.exit_code, ns(r.wall_ns), ns(r.cpu_ns)};
+      return sched::ToolEnded{session,       base::principal_tool_kind(principal, r.tool_kind),
+                              r.tool_call,   r.exit_code,
+                              ns(r.wall_ns), ns(r.cpu_ns),
+                              principal};
     }
     case RecordType::kAdmit:
     case RecordType::kPause:
@@ -159,7 +164,7 @@ std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId 
 }
 
 std::vector<ResyncStep> resync_steps(const wire::SessionSnapshot& snap, Sender sender, sched::EngineId client,
-                                     const sched::Session* current, bool runner_owned) {
+                                     std::uint32_t principal, const sched::Session* current, bool runner_owned) {
   using S = sched::SessionState;
   const sched::SessionId id = snap.session();
   const bool live = current != nullptr && current->state != S::kDone;
@@ -168,7 +173,8 @@ std::vector<ResyncStep> resync_steps(const wire::SessionSnapshot& snap, Sender s
     if (!live) steps.emplace_back(sched::Event{sched::SessionOpened{id}});
     // Call 0: the tool's call id is not in the snapshot's summary.
     if (snap.in_tool() && (!live || current->tool == 0)) {
-      steps.emplace_back(sched::Event{sched::ToolStarted{id, snap.tool_kind(), 0}});
+      steps.emplace_back(
+          sched::Event{sched::ToolStarted{id, base::principal_tool_kind(principal, snap.tool_kind()), 0}});
     }
     return steps;
   }

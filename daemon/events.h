@@ -29,8 +29,11 @@ namespace tandem::daemon {
 
 // The event a record from client `client` means, or nullopt for a directive.
 // Engine records are attributed to the engine that sent them: `client` is its
-// id, whatever the record might claim.
-std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId client);
+// id, whatever the record might claim. Tool kinds are the sender's own: a
+// record's kind becomes base::principal_tool_kind(principal, kind), with
+// `principal` the sender's uid, so what the policy learns of a kind from one
+// user's reports decides only for that user's sessions.
+std::optional<sched::Event> to_event(const ipc::Record& record, sched::EngineId client, std::uint32_t principal);
 
 // Who may put a record type on its event ring, and what the record needs of
 // its session: the one table ring intake consults (authorize() below, then
@@ -122,8 +125,9 @@ using ResyncStep = std::variant<sched::Event, MarkRunning>;
 // Pure. Run them as the daemon does: events through the model and policy,
 // a MarkRunning as SessionTable::transition(session, kReasoning) when the
 // session is WAITING.
+// `principal`: the sender's uid, whose own tool kinds the entry's are (to_event).
 std::vector<ResyncStep> resync_steps(const wire::SessionSnapshot& snap, Sender sender, sched::EngineId client,
-                                     const sched::Session* current, bool runner_owned);
+                                     std::uint32_t principal, const sched::Session* current, bool runner_owned);
 
 // The sender's timestamp of a record, on the same clock as the daemon's.
 inline sched::Time record_time(const ipc::Record& record) { return base::from_ns(record.timestamp_ns()); }

@@ -161,7 +161,7 @@ void Server::take_record(Client& c, const ipc::Record& r, Time now) {
     return;
   }
   if (r.type() == ipc::RecordType::kKvStats) control_->gpu().on_kv_stats(c.id, r.as<ipc::KvStats>());
-  auto event = to_event(r, c.id);
+  auto event = to_event(r, c.id, c.uid);
   if (!event) {
     reject_record(c, "a directive on the event ring");
     return;

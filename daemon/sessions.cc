@@ -271,7 +271,7 @@ bool Server::resync_runner(Client& c, const wire::SessionSnapshot& snap, const c
     return false;
   }
   if (!run_steps(
-          resync_steps(snap, Sender::kRunner, c.id, s, false),
+          resync_steps(snap, Sender::kRunner, c.id, c.uid, s, false),
           [&](const sched::Event& e) { return control_->feed(e, now); }, table, now)) {
     *why = "the session table refused it";
     return false;
@@ -331,7 +331,7 @@ bool Server::resync_engine(Client& c, const wire::SessionSnapshot& snap, const c
   // What the entry says, as events (a runner's session between rounds is
   // the runner's to describe).
   (void)run_steps(
-      resync_steps(snap, Sender::kEngine, c.id, s, runners),
+      resync_steps(snap, Sender::kEngine, c.id, c.uid, s, runners),
       [&](const sched::Event& e) { return control_->feed(e, now); }, table, now);
   if (table.find(id) != nullptr) sessions_.meta_for(c, id);
   return true;

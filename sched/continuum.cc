@@ -27,9 +27,9 @@ std::unique_ptr<StepScheduler> make_continuum_step(const PolicyParams& p) {
 }
 
 double ContinuumStepScheduler::mean_s(ToolKind kind) const {
-  auto it = kinds_.find(kind);
-  if (it == kinds_.end() || it->second.count == 0) return 0.0;  // unknown counts as 0 (the repo's cold start)
-  return it->second.sum / static_cast<double>(it->second.count);
+  const Kind* k = kinds_.find(kind);
+  if (k == nullptr || k->count == 0) return 0.0;  // unknown counts as 0 (the repo's cold start)
+  return k->sum / static_cast<double>(k->count);
 }
 
 double ContinuumStepScheduler::queue_delay_s() const {
@@ -57,10 +57,9 @@ double ContinuumStepScheduler::dynamic_ttl(ToolKind kind, std::uint32_t context_
   const double base = queue_delay_s() * eta() + params_.reload_s_per_token * context_tokens;
   if (base <= 0) return 0.0;
   if (all_.size() <= params_.min_samples) return params_.ttl_s;  // cold start
-  auto it = kinds_.find(kind);
-  const std::vector<double>& records = (it != kinds_.end() && it->second.samples.size() > params_.min_samples)
-                                           ? it->second.samples.sorted()
-                                           : all_.sorted();
+  const Kind* k = kinds_.find(kind);
+  const std::vector<double>& records =
+      (k != nullptr && k->samples.size() > params_.min_samples) ? k->samples.sorted() : all_.sorted();
   if (records.empty()) return 0.0;
   // τ ∈ {0} ∪ records, ascending; the first best wins. P(D ≤ τ) for a
   // sample τ is the position after its last copy, so one walk finds them all.
@@ -108,7 +107,7 @@ KeepPlan ContinuumStepScheduler::on_round_end(const RoundEndInfo& info, Time now
 
 void ContinuumStepScheduler::on_tool_end(SessionId /*session*/, ToolKind kind, Duration wall, Time /*now*/) {
   const double s = std::max(0.0, base::to_seconds(wall));
-  Kind& k = kinds_[kind];
+  Kind& k = kinds_.use(kind);
   k.sum += s;
   ++k.count;
   if (params_.dynamic) {

@@ -43,7 +43,8 @@
 // (libclient/coordinator.h). The repo keeps every duration it ever saw; a
 // scheduler that runs for months cannot, so the dynamic variant keeps the
 // newest sample_window (32,768) per kind and in all, more than any of our
-// simulated runs observes.
+// simulated runs observes, and at most kMaxToolKinds kinds (a kind forgotten
+// at that bound counts as never observed again, sched/kind_table.h).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +55,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sched/kind_table.h"
 #include "sched/policy.h"
 #include "sched/registry.h"
 #include "sched/sorted_window.h"
@@ -101,6 +103,8 @@ class ContinuumStepScheduler final : public StepScheduler {
   double ttl_for(ToolKind kind, std::uint32_t context_tokens) const;
   // Mean observed duration of `kind` (0 if never observed).
   double mean_s(ToolKind kind) const;
+  // Kinds with durations of their own (at most kMaxToolKinds).
+  std::size_t kinds() const { return kinds_.size(); }
   // The dynamic variant's inputs, exposed for tests.
   double queue_delay_s() const;
   double eta() const;
@@ -127,8 +131,8 @@ class ContinuumStepScheduler final : public StepScheduler {
   double dynamic_ttl(ToolKind kind, std::uint32_t context_tokens) const;
 
   ContinuumParams params_;
-  std::unordered_map<ToolKind, Kind> kinds_;
-  SortedWindow all_;  // dynamic: the newest samples of every kind
+  KindTable<Kind> kinds_{kMaxToolKinds};  // sched/kind_table.h: the kinds used longest ago are forgotten
+  SortedWindow all_;                      // dynamic: the newest samples of every kind
   std::unordered_map<SessionId, Session> sessions_;
   std::vector<Session*> session_of_;                       // request index → its session, for one plan()
   std::unordered_map<std::uint64_t, std::uint64_t> seen_;  // request id → the last plan() that saw it

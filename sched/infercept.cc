@@ -25,9 +25,9 @@ std::unique_ptr<StepScheduler> make_infercept_step(const PolicyParams& p) {
 }
 
 double InferceptStepScheduler::mean_s(ToolKind kind) const {
-  auto it = kinds_.find(kind);
-  if (it == kinds_.end() || it->second.count == 0) return 0.0;
-  return it->second.sum / static_cast<double>(it->second.count);
+  const Kind* k = kinds_.find(kind);
+  if (k == nullptr || k->count == 0) return 0.0;
+  return k->sum / static_cast<double>(k->count);
 }
 
 InferceptWaste InferceptStepScheduler::waste(std::uint32_t c, std::uint32_t c_other, double tool_s) const {
@@ -67,7 +67,7 @@ KeepPlan InferceptStepScheduler::on_round_end(const RoundEndInfo& info, Time now
 }
 
 void InferceptStepScheduler::on_tool_end(SessionId /*session*/, ToolKind kind, Duration wall, Time /*now*/) {
-  Kind& k = kinds_[kind];
+  Kind& k = kinds_.use(kind);
   k.sum += std::max(0.0, std::chrono::duration<double>(wall).count());
   ++k.count;
 }

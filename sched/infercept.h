@@ -25,7 +25,8 @@
 //              releases to the prefix cache instead, as the repo does;
 //   discard  → kDrop;   swap → kOffload.
 // T: InferCept uses an oracle tool time; here it is the running mean of the
-// kind's observed durations, 0 for a kind never seen (so cold start preserves).
+// kind's observed durations, 0 for a kind never seen (so cold start preserves)
+// or forgotten (at most kMaxToolKinds kinds, sched/kind_table.h).
 // With the default constants swap is always cheaper than discard (4·4e-5 <
 // 2e-4 per token): discard is chosen only with swap disabled or dearer.
 //
@@ -47,6 +48,7 @@
 #include <unordered_map>
 
 #include "sched/fcfs.h"
+#include "sched/kind_table.h"
 #include "sched/policy.h"
 #include "sched/registry.h"
 
@@ -101,6 +103,8 @@ class InferceptStepScheduler final : public StepScheduler {
   // expected tool time `tool_s`.
   InferceptWaste waste(std::uint32_t c, std::uint32_t c_other, double tool_s) const;
   double mean_s(ToolKind kind) const;
+  // Kinds with durations of their own (at most kMaxToolKinds).
+  std::size_t kinds() const { return kinds_.size(); }
 
  private:
   QueuedPins queued_;            // scratch of plan(), kept to reuse its storage
@@ -110,7 +114,7 @@ class InferceptStepScheduler final : public StepScheduler {
     std::uint64_t count = 0;
   };
   InferceptParams params_;
-  std::unordered_map<ToolKind, Kind> kinds_;
+  KindTable<Kind> kinds_{kMaxToolKinds};  // sched/kind_table.h: the kinds used longest ago are forgotten
   std::unordered_map<SessionId, Time> last_round_end_;
   std::uint32_t max_model_len_ = 0;  // from the last StepInput; 0 = not seen yet
   VllmV1StepScheduler vllm_;         // the step itself

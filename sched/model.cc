@@ -55,7 +55,7 @@ bool NodeModel::observe(const Event& event, Time now) {
           ++cpu_.active_tools;
         } else if constexpr (std::is_same_v<E, ToolEnded>) {
           if (cpu_.active_tools > 0) --cpu_.active_tools;
-          tools_.observe(e.kind, e.wall);
+          tools_.observe(e.kind, e.wall, e.principal);
         }
       },
       event);

@@ -8,29 +8,11 @@
 namespace tandem::sched {
 
 ToolDurationModel::ToolDurationModel(ToolModelParams params)
-    : params_(params), log_prior_median_(std::log(params.prior_median_s)) {}
+    : params_(params), log_prior_median_(std::log(params.prior_median_s)), kinds_(params.max_kinds) {}
 
-ToolDurationModel::History& ToolDurationModel::history_for(ToolKind kind) {
-  if (auto it = kinds_.find(kind); it != kinds_.end()) return it->second;
-  if (kinds_.size() >= std::max<std::size_t>(1, params_.max_kinds)) {
-    // Forget the quarter observed longest ago at once, so a stream of new
-    // kinds costs one pass over the table per quarter, not per kind.
-    std::vector<std::uint64_t> last;
-    last.reserve(kinds_.size());
-    for (const auto& [k, h] : kinds_) last.push_back(h.last_observed);
-    const std::size_t drop = std::max<std::size_t>(1, kinds_.size() / 4);
-    std::nth_element(last.begin(), last.begin() + static_cast<std::ptrdiff_t>(drop - 1), last.end());
-    const std::uint64_t cutoff = last[drop - 1];  // observation stamps are unique
-    std::erase_if(kinds_, [cutoff](const auto& e) { return e.second.last_observed <= cutoff; });
-  }
-  return kinds_[kind];
-}
-
-void ToolDurationModel::observe(ToolKind kind, Duration wall) {
+void ToolDurationModel::observe(ToolKind kind, Duration wall, std::uint32_t owner) {
   double s = std::max(0.0, base::to_seconds(wall));
-  History& h = history_for(kind);
-  h.last_observed = ++observations_;
-  h.samples.add(s, params_.window);
+  kinds_.use(kind, owner).samples.add(s, params_.window);
   if (params_.pool_window > 0) pool_.samples.add(s, params_.pool_window);
 }
 
@@ -58,11 +40,6 @@ double ToolDurationModel::empirical_cdf(const History& h, double x_s) const {
   const std::vector<double>& v = h.samples.sorted();
   auto it = std::upper_bound(v.begin(), v.end(), x_s);
   return static_cast<double>(it - v.begin()) / static_cast<double>(v.size());
-}
-
-const ToolDurationModel::History* ToolDurationModel::history(ToolKind kind) const {
-  auto it = kinds_.find(kind);
-  return it == kinds_.end() ? nullptr : &it->second;
 }
 
 double ToolDurationModel::cdf(ToolKind kind, Duration x, bool pooled) const {

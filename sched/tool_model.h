@@ -29,8 +29,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 
+#include "sched/kind_table.h"
 #include "sched/sorted_window.h"
 #include "sched/types.h"
 
@@ -42,14 +42,12 @@ struct ToolModelParams {
   double prior_weight = 4.0;       // pseudo-samples the prior is worth
   std::size_t window = 256;        // samples kept per kind
   std::size_t pool_window = 1024;  // calls of every kind kept for the pooled prior
-  // Kinds with a history of their own. A kind is a hash of a name a client
-  // chose, so without a bound a client reporting calls of ever new kinds
-  // would grow the model without end (in tandemd, a root daemon). At the
-  // bound, a new kind first makes the quarter of the kinds not observed for
-  // longest forget their histories: they are answered from the prior again
-  // until they are seen anew, and their calls stay in the pool. A node runs
-  // tens of tool kinds; 1,024 full histories are about 5 MiB.
-  std::size_t max_kinds = 1024;
+  // Kinds with a history of their own (sched/kind_table.h: at the bound, the
+  // quarter of the largest owner's kinds not observed for longest forget
+  // their histories and are answered from the prior again until seen anew;
+  // their calls stay in the pool). A node runs tens of tool kinds; 1,024
+  // full histories are about 5 MiB.
+  std::size_t max_kinds = kMaxToolKinds;
 };
 
 // Thread-safety: one thread.
@@ -57,7 +55,8 @@ class ToolDurationModel {
  public:
   explicit ToolDurationModel(ToolModelParams params = {});
 
-  void observe(ToolKind kind, Duration wall);
+  // `owner`: the principal that reported the call (sched/kind_table.h).
+  void observe(ToolKind kind, Duration wall, std::uint32_t owner = 0);
 
   // F(x): probability that a call of `kind` finishes within `x`. `pooled`:
   // the prior is the node's pool (above), else the log-normal alone.
@@ -72,16 +71,16 @@ class ToolDurationModel {
   // a call that has run `elapsed` is expected to take.
   double remaining_s(ToolKind kind, Duration elapsed, double cap_s, bool pooled = false) const;
   std::size_t samples(ToolKind kind) const;
-  // Kinds with a history of their own (at most max_kinds).
+  // Kinds with a history of their own (at most max_kinds), in all and of
+  // one owner.
   std::size_t kinds() const { return kinds_.size(); }
+  std::size_t kinds_of(std::uint32_t owner) const { return kinds_.owned_by(owner); }
 
  private:
   struct History {
-    SortedWindow samples;             // seconds, the window's newest
-    std::uint64_t last_observed = 0;  // observations_ at its latest call
+    SortedWindow samples;  // seconds, the window's newest
   };
-  History& history_for(ToolKind kind);          // finds or makes room for it (max_kinds)
-  const History* history(ToolKind kind) const;  // nullptr: no call of `kind` seen
+  const History* history(ToolKind kind) const { return kinds_.find(kind); }  // nullptr: no call of `kind` seen
   double lognormal_cdf(double x_s) const;
   double prior_cdf(double x_s, bool pooled) const;  // the pool blended with the log-normal, or the latter alone
   double empirical_cdf(const History& h, double x_s) const;
@@ -91,9 +90,8 @@ class ToolDurationModel {
   // log(params_.prior_median_s), taken once: the residency decision asks
   // for the CDF a thousand times a second.
   double log_prior_median_;
-  std::unordered_map<ToolKind, History> kinds_;
+  KindTable<History> kinds_;
   History pool_;
-  std::uint64_t observations_ = 0;
 };
 
 }  // namespace tandem::sched

@@ -136,6 +136,9 @@ struct ToolEnded {
   std::int32_t exit_code;
   Duration wall;
   Duration cpu;
+  // Who reported it (tandemd: the runner's uid, daemon/events.h); the tool
+  // model's bound on kinds is shared out among principals (sched/kind_table.h).
+  std::uint32_t principal = 0;
 };
 
 using Event = std::variant<EngineJoined, EngineLeft, SessionOpened, SessionClosed, RoundSubmitted, RoundFirstToken,

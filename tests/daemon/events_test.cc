@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "base/ids.h"
 #include "daemon/event_log.h"
 #include "ipc/messages.h"
 #include "sched/model.h"
@@ -71,7 +72,7 @@ TEST(Events, EngineRecordsCarryTheSendingEngine) {
   s.prompt_tokens = 900;
   s.cached_tokens = 800;
   s.projected_blocks = 60;
-  auto e = to_event(decoded(s), 7);
+  auto e = to_event(decoded(s), 7, 0);
   ASSERT_TRUE(e);
   auto& rs = std::get<sched::RoundSubmitted>(*e);
   EXPECT_EQ(rs.session, 42u);
@@ -85,7 +86,7 @@ TEST(Events, EngineRecordsCarryTheSendingEngine) {
   end.output_tokens = 30;
   end.blocks_held = 59;
   end.header.flags = ipc::kRoundEndToolFollows;
-  auto re = std::get<sched::RoundEnded>(*to_event(decoded(end), 7));
+  auto re = std::get<sched::RoundEnded>(*to_event(decoded(end), 7, 0));
   EXPECT_TRUE(re.tool_follows);
   EXPECT_EQ(re.blocks_held, 59u);
 
@@ -94,7 +95,7 @@ TEST(Events, EngineRecordsCarryTheSendingEngine) {
   kv.blocks_free = 40;
   kv.blocks_pinned = 10;
   kv.step_time_us = 1500;
-  auto ks = std::get<sched::KvStatsReported>(*to_event(decoded(kv, 0), 7));
+  auto ks = std::get<sched::KvStatsReported>(*to_event(decoded(kv, 0), 7, 0));
   EXPECT_EQ(ks.engine, 7u);
   EXPECT_EQ(ks.stats.blocks_free, 40u);
   EXPECT_EQ(ks.stats.step_time, std::chrono::microseconds(1500));
@@ -102,13 +103,13 @@ TEST(Events, EngineRecordsCarryTheSendingEngine) {
   ipc::RoundFirstToken ft;
   ft.queue_delay_ns = 2000;
   ft.prefill_ns = 3000;
-  auto f = std::get<sched::RoundFirstToken>(*to_event(decoded(ft), 7));
+  auto f = std::get<sched::RoundFirstToken>(*to_event(decoded(ft), 7, 0));
   EXPECT_EQ(f.queue_delay, sched::Duration(2000));
 
   ipc::KvEvent ev;
   ev.kind = static_cast<std::uint8_t>(ipc::KvEventKind::kOffloaded);
   ev.blocks = 12;
-  auto kc = std::get<sched::KvChanged>(*to_event(decoded(ev), 7));
+  auto kc = std::get<sched::KvChanged>(*to_event(decoded(ev), 7, 0));
   EXPECT_EQ(kc.change, sched::KvChange::kOffloaded);
   EXPECT_EQ(kc.blocks, 12u);
 }
@@ -117,25 +118,59 @@ TEST(Events, RunnerRecords) {
   ipc::SessionOpen o;
   o.priority_class = 2;
   o.expected_rounds = 30;
-  auto so = std::get<sched::SessionOpened>(*to_event(decoded(o), 3));
+  auto so = std::get<sched::SessionOpened>(*to_event(decoded(o), 3, 0));
   EXPECT_EQ(so.priority_class, 2);
   EXPECT_EQ(so.expected_rounds, 30u);
-  EXPECT_TRUE(std::holds_alternative<sched::SessionClosed>(*to_event(decoded(ipc::SessionClose{}), 3)));
+  EXPECT_TRUE(std::holds_alternative<sched::SessionClosed>(*to_event(decoded(ipc::SessionClose{}), 3, 0)));
   ipc::ToolStart ts;
   ts.tool_kind = 99;
   ts.tool_call = 4;
-  auto st = std::get<sched::ToolStarted>(*to_event(decoded(ts), 3));
-  EXPECT_EQ(st.kind, 99u);
+  auto st = std::get<sched::ToolStarted>(*to_event(decoded(ts), 3, 1000));
+  EXPECT_EQ(st.kind, base::principal_tool_kind(1000, 99));
   ipc::ToolEnd te;
   te.tool_kind = 99;
   te.tool_call = 4;
   te.exit_code = -9;
   te.wall_ns = 2'000'000'000;
   te.cpu_ns = 500'000'000;
-  auto en = std::get<sched::ToolEnded>(*to_event(decoded(te), 3));
+  auto en = std::get<sched::ToolEnded>(*to_event(decoded(te), 3, 1000));
+  EXPECT_EQ(en.kind, st.kind);
+  EXPECT_EQ(en.principal, 1000u);
   EXPECT_EQ(en.exit_code, -9);
   EXPECT_EQ(en.wall, std::chrono::seconds(2));
   EXPECT_EQ(en.cpu, std::chrono::milliseconds(500));
+}
+
+// A tool kind is a hash of a name the runner chose: the kind the policy
+// learns of is the sender's own, so one user's reports of "pytest" are not
+// what another user's "pytest" is judged by.
+TEST(Events, ToolKindsAreTheSendersOwn) {
+  ipc::ToolEnd te;
+  te.tool_kind = base::tool_kind_id("pytest");
+  te.tool_call = 1;
+  const auto a = std::get<sched::ToolEnded>(*to_event(decoded(te), 3, 1000));
+  const auto again = std::get<sched::ToolEnded>(*to_event(decoded(te), 4, 1000));
+  const auto b = std::get<sched::ToolEnded>(*to_event(decoded(te), 3, 1001));
+  EXPECT_EQ(a.kind, again.kind) << "the same user, another connection: the same kind";
+  EXPECT_NE(a.kind, b.kind);
+  EXPECT_NE(a.kind, te.tool_kind);
+  EXPECT_NE(a.kind, 0u);
+  EXPECT_EQ(base::principal_tool_kind(1000, 0), 0u) << "no kind stays no kind";
+
+  // What the model learns of user 1000's pytest says nothing of user 1001's.
+  // (The model learns from every call it is given, whatever its session
+  // table says of a session that was never opened here.)
+  sched::NodeModel model;
+  for (std::uint32_t call = 1; call <= 50; ++call) {
+    te.tool_call = call;
+    te.wall_ns = 600'000'000'000;  // ten minutes, fifty times
+    (void)model.observe(*to_event(decoded(te), 3, 1000), sched::Time{});
+  }
+  const auto ten_s = std::chrono::seconds(10);
+  EXPECT_LT(model.tools().cdf(a.kind, ten_s), 0.1);
+  EXPECT_DOUBLE_EQ(model.tools().cdf(b.kind, ten_s), model.tools().cdf(base::tool_kind_id("never-seen"), ten_s));
+  EXPECT_EQ(model.tools().kinds_of(1000), 1u);
+  EXPECT_EQ(model.tools().kinds_of(1001), 0u);
 }
 
 TEST(Events, DirectivesAreNotEvents) {
@@ -144,13 +179,13 @@ TEST(Events, DirectivesAreNotEvents) {
   ipc::RecordDecoder d(ipc::Direction::kToClient);
   ipc::Record r;
   ASSERT_EQ(d.decode(ipc::encode(a), r), ipc::DecodeStatus::kOk);
-  EXPECT_FALSE(to_event(r, 1));
+  EXPECT_FALSE(to_event(r, 1, 0));
 }
 
 TEST(Events, AWireSessionDrivesTheNodeModel) {
   sched::NodeModel model;
   auto feed = [&](const ipc::Record& r, sched::EngineId from) {
-    auto e = to_event(r, from);
+    auto e = to_event(r, from, 0);
     ASSERT_TRUE(e);
     ASSERT_TRUE(model.observe(*e, record_time(r)));
   };
@@ -167,13 +202,13 @@ TEST(Events, AWireSessionDrivesTheNodeModel) {
   feed(decoded(end), 1);
   ipc::ToolStart ts;
   ts.tool_kind = 5;
-  feed(decoded(ts), 100);
+  feed(decoded(ts), 100);  // principal 0: root's kinds
   const sched::Session* sess = model.sessions().find(42);
   ASSERT_NE(sess, nullptr);
   EXPECT_EQ(sess->state, sched::SessionState::kActing);
   EXPECT_EQ(sess->engine, 1u);
   EXPECT_EQ(sess->context_tokens, 1050u);
-  EXPECT_EQ(sess->tool, 5u);
+  EXPECT_EQ(sess->tool, base::principal_tool_kind(0, 5));
   EXPECT_EQ(sess->tool_started, base::from_ns(5'000));
 }
 
@@ -333,17 +368,17 @@ TEST(Authorize, ToolsAndClosesAreForLiveSessionsOfTheSendingRunner) {
 using S = sched::SessionState;
 
 TEST(ResyncSteps, ARunnerOpensWhatTheTableDoesNotHoldAndStartsItsTool) {
-  auto steps = resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, nullptr, false);
+  auto steps = resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, 1000, nullptr, false);
   ASSERT_EQ(steps.size(), 2u);
   const auto& open = std::get<sched::SessionOpened>(std::get<sched::Event>(steps[0]));
   EXPECT_EQ(open.session, 42u);
   const auto& tool = std::get<sched::ToolStarted>(std::get<sched::Event>(steps[1]));
   EXPECT_EQ(tool.session, 42u);
-  EXPECT_EQ(tool.kind, 9u);
+  EXPECT_EQ(tool.kind, base::principal_tool_kind(1000, 9)) << "the runner's own kind, as on its ring";
   EXPECT_EQ(tool.tool_call, 0u);
 
   // No tool running: only the opening.
-  steps = resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kRunner, 100, nullptr, false);
+  steps = resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kRunner, 100, 0, nullptr, false);
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_TRUE(std::holds_alternative<sched::SessionOpened>(std::get<sched::Event>(steps[0])));
 }
@@ -353,22 +388,22 @@ TEST(ResyncSteps, ARunnerSaysNothingTheTableKnowsAlready) {
   live.id = 42;
   live.state = S::kActing;
   live.tool = 9;
-  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, &live, false).empty());
+  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, 0, &live, false).empty());
   // Live without a tool: the tool it runs starts.
   live.tool = 0;
-  auto steps = resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, &live, false);
+  auto steps = resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, 0, &live, false);
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_TRUE(std::holds_alternative<sched::ToolStarted>(std::get<sched::Event>(steps[0])));
   // A DONE session is not live: opened again (the table decides whether it may be).
   live.state = S::kDone;
-  steps = resync_steps(*Snapshot(entry(S::kWaiting)), Sender::kRunner, 100, &live, false);
+  steps = resync_steps(*Snapshot(entry(S::kWaiting)), Sender::kRunner, 100, 0, &live, false);
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_TRUE(std::holds_alternative<sched::SessionOpened>(std::get<sched::Event>(steps[0])));
 }
 
 TEST(ResyncSteps, AnEngineReattachesItsRoundByState) {
   // WAITING: submitted, not running.
-  auto steps = resync_steps(*Snapshot(entry(S::kWaiting)), Sender::kEngine, 7, nullptr, false);
+  auto steps = resync_steps(*Snapshot(entry(S::kWaiting)), Sender::kEngine, 7, 0, nullptr, false);
   ASSERT_EQ(steps.size(), 1u);
   const auto& submit = std::get<sched::RoundSubmitted>(std::get<sched::Event>(steps[0]));
   EXPECT_EQ(submit.engine, 7u) << "attributed to the engine that sent it";
@@ -377,13 +412,13 @@ TEST(ResyncSteps, AnEngineReattachesItsRoundByState) {
   EXPECT_EQ(submit.prompt_tokens, 0u);
 
   // REASONING: submitted and running.
-  steps = resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, nullptr, false);
+  steps = resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, 0, nullptr, false);
   ASSERT_EQ(steps.size(), 2u);
   EXPECT_TRUE(std::holds_alternative<sched::RoundSubmitted>(std::get<sched::Event>(steps[0])));
   EXPECT_EQ(std::get<MarkRunning>(steps[1]), MarkRunning{42});
 
   // ACTING: its round ended with a tool following.
-  steps = resync_steps(*Snapshot(entry(S::kActing)), Sender::kEngine, 7, nullptr, false);
+  steps = resync_steps(*Snapshot(entry(S::kActing)), Sender::kEngine, 7, 0, nullptr, false);
   ASSERT_EQ(steps.size(), 3u);
   EXPECT_TRUE(std::holds_alternative<MarkRunning>(steps[1]));
   const auto& end = std::get<sched::RoundEnded>(std::get<sched::Event>(steps[2]));
@@ -393,8 +428,8 @@ TEST(ResyncSteps, AnEngineReattachesItsRoundByState) {
   EXPECT_TRUE(end.tool_follows);
 
   // PAUSED, and DONE: nothing on the engine to account for.
-  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kPaused)), Sender::kEngine, 7, nullptr, false).empty());
-  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kDone)), Sender::kEngine, 7, nullptr, false).empty());
+  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kPaused)), Sender::kEngine, 7, 0, nullptr, false).empty());
+  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kDone)), Sender::kEngine, 7, 0, nullptr, false).empty());
 }
 
 TEST(ResyncSteps, AnEngineDoesNotResubmitARoundInFlightNorDescribeARunnersSessionBetweenRounds) {
@@ -402,20 +437,20 @@ TEST(ResyncSteps, AnEngineDoesNotResubmitARoundInFlightNorDescribeARunnersSessio
   live.id = 42;
   live.state = S::kReasoning;
   live.round_in_flight = true;
-  auto steps = resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, &live, false);
+  auto steps = resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, 0, &live, false);
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_TRUE(std::holds_alternative<MarkRunning>(steps[0]));
 
   // A runner owns it: ACTING between rounds is the runner's word; a round
   // in flight is still the engine's.
-  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kActing)), Sender::kEngine, 7, nullptr, true).empty());
-  EXPECT_EQ(resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, nullptr, true).size(), 2u);
+  EXPECT_TRUE(resync_steps(*Snapshot(entry(S::kActing)), Sender::kEngine, 7, 0, nullptr, true).empty());
+  EXPECT_EQ(resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, 0, nullptr, true).size(), 2u);
 }
 
 TEST(ResyncSteps, TheStepsBringTheTableToWhatTheClientSays) {
   // A daemon that restarted hears an engine first, then the runner.
   sched::NodeModel model;
-  run(resync_steps(*Snapshot(entry(S::kActing)), Sender::kEngine, 7, model.sessions().find(42), false), model);
+  run(resync_steps(*Snapshot(entry(S::kActing)), Sender::kEngine, 7, 0, model.sessions().find(42), false), model);
   const sched::Session* s = model.sessions().find(42);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->state, S::kActing);
@@ -423,18 +458,18 @@ TEST(ResyncSteps, TheStepsBringTheTableToWhatTheClientSays) {
   EXPECT_FALSE(s->round_in_flight);
   EXPECT_EQ(s->blocks_held, 17u);
   EXPECT_EQ(s->residency, sched::Residency::kResident);
-  run(resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, s, false), model);
+  run(resync_steps(*Snapshot(entry(S::kActing, true)), Sender::kRunner, 100, 0, s, false), model);
   s = model.sessions().find(42);
   EXPECT_EQ(s->state, S::kActing);
-  EXPECT_EQ(s->tool, 9u);
+  EXPECT_EQ(s->tool, base::principal_tool_kind(0, 9));
 
   // The other order: the runner first, then the engine's round in flight.
   sched::NodeModel other;
-  run(resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kRunner, 100, nullptr, false), other);
+  run(resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kRunner, 100, 0, nullptr, false), other);
   s = other.sessions().find(42);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->state, S::kWaiting);
-  run(resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, s, true), other);
+  run(resync_steps(*Snapshot(entry(S::kReasoning)), Sender::kEngine, 7, 0, s, true), other);
   s = other.sessions().find(42);
   EXPECT_EQ(s->state, S::kReasoning);
   EXPECT_TRUE(s->round_in_flight);

@@ -75,6 +75,22 @@ TEST(ContinuumTest, PinsIffKindMeanAtMostThreshold) {
   EXPECT_EQ(s.on_round_end(round_end(3, 10), ms(200)).decision, KeepDecision::kRelease);
 }
 
+// A kind is a hash of the `tool` name a request carried: an engine's
+// clients naming ever new tools must not grow the scheduler without end. At
+// the bound the kinds used longest ago are forgotten and count as never seen.
+TEST(ContinuumTest, ToolKindsAreBounded) {
+  ContinuumStepScheduler s;
+  s.on_tool_end(1, 7, milliseconds(3000), ms(0));
+  EXPECT_EQ(s.on_round_end(round_end(1, 7), ms(0)).decision, KeepDecision::kRelease);
+  for (ToolKind k = 100; k < 100 + 4 * kMaxToolKinds; ++k) {
+    s.on_tool_end(2, k, milliseconds(3000), ms(0));
+    ASSERT_LE(s.kinds(), kMaxToolKinds);
+  }
+  EXPECT_DOUBLE_EQ(s.mean_s(100 + 4 * kMaxToolKinds - 1), 3.0) << "the newest kind is kept";
+  EXPECT_DOUBLE_EQ(s.mean_s(7), 0.0) << "the oldest is forgotten";
+  EXPECT_EQ(s.on_round_end(round_end(1, 7), ms(0)).decision, KeepDecision::kPin) << "as if never observed";
+}
+
 TEST(ContinuumTest, TtlBelowCutoffIsNoPin) {
   ContinuumParams p;
   p.ttl_s = 0.01;  // not > 0.01

@@ -66,6 +66,21 @@ TEST(InferceptTest, ShortToolPreservesLongToolSwaps) {
   EXPECT_EQ(s.on_round_end(round_end(1, 3, 2000), ms(1000)).decision, KeepDecision::kOffload);
 }
 
+// Tool kinds are names clients chose: bounded, the longest unused forgotten
+// (then their T is 0 again, as for a kind never seen).
+TEST(InferceptTest, ToolKindsAreBounded) {
+  InferceptStepScheduler s;
+  s.on_tool_end(1, 2, milliseconds(110), ms(0));
+  EXPECT_EQ(s.on_round_end(round_end(1, 2, 2000), ms(1000)).decision, KeepDecision::kOffload);
+  for (ToolKind k = 100; k < 100 + 4 * kMaxToolKinds; ++k) {
+    s.on_tool_end(1, k, milliseconds(110), ms(0));
+    ASSERT_LE(s.kinds(), kMaxToolKinds);
+  }
+  EXPECT_NEAR(s.mean_s(100 + 4 * kMaxToolKinds - 1), 0.11, 1e-12);
+  EXPECT_EQ(s.mean_s(2), 0.0);
+  EXPECT_EQ(s.on_round_end(round_end(1, 2, 2000), ms(1000)).decision, KeepDecision::kPin);
+}
+
 TEST(InferceptTest, WithoutSwapLongToolDiscards) {
   InferceptParams p;
   p.swap = false;

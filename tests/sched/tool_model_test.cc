@@ -151,5 +151,29 @@ TEST(ToolModel, KindsAreBoundedAndTheLongestUnobservedAreForgottenFirst) {
   EXPECT_LT(m.cdf(424242, seconds(5), true), 0.01);
 }
 
+// In tandemd each runner's uid owns its kinds: a principal naming ever new
+// tools forgets its own kinds at the bound, not those of principals that
+// hold fewer; between owners that all flood, the bound is shared out evenly.
+TEST(ToolModel, AtTheBoundTheOwnerHoldingTheMostForgets) {
+  ToolModelParams p;
+  p.max_kinds = 16;
+  ToolDurationModel m(p);
+  for (ToolKind k = 1; k <= 3; ++k) m.observe(k, seconds(10), 1);  // the honest user's three tools, used long ago
+  for (ToolKind k = 100; k < 10'100; ++k) {
+    m.observe(k, seconds(10), 7);
+    ASSERT_LE(m.kinds(), 16u);
+  }
+  EXPECT_EQ(m.kinds_of(1), 3u);
+  for (ToolKind k = 1; k <= 3; ++k) EXPECT_EQ(m.samples(k), 1u) << "kind " << k;
+  EXPECT_EQ(m.samples(10'099), 1u);
+  EXPECT_EQ(m.samples(100), 0u);
+  // A second flooder: the two end up holding half each, and the honest
+  // user's kinds are still never the ones forgotten.
+  for (ToolKind k = 20'000; k < 21'000; ++k) m.observe(k, seconds(10), 8);
+  EXPECT_EQ(m.kinds_of(1), 3u);
+  EXPECT_LE(m.kinds_of(7) > m.kinds_of(8) ? m.kinds_of(7) - m.kinds_of(8) : m.kinds_of(8) - m.kinds_of(7), 2u);
+  EXPECT_EQ(m.kinds_of(7) + m.kinds_of(8) + 3, m.kinds());
+}
+
 }  // namespace
 }  // namespace tandem::sched
