@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <utility>
 
 #include <fmt/core.h>
@@ -141,33 +142,14 @@ void Emulator::start() {
   thread_ = std::thread([this] { run(); });
 }
 
-SubmitStatus Emulator::submit(std::shared_ptr<Job> job) {
-  {
-    std::lock_guard lock(mu_);
-    if (draining_) return SubmitStatus::kDraining;
-    const std::string& name = job->request().session_name;
-    if (!name.empty() && !in_flight_.insert(name).second) return SubmitStatus::kBusy;
-    inbox_.push_back(std::move(job));
-  }
-  cv_.notify_one();
-  return SubmitStatus::kQueued;
-}
+SubmitStatus Emulator::submit(std::shared_ptr<Job> job) { return inbox_.submit(std::move(job)); }
 
 void Emulator::drain(Duration grace) {
-  {
-    std::lock_guard lock(mu_);
-    const Time deadline = clock_.now() + grace;
-    if (!drain_deadline_ || deadline < *drain_deadline_) drain_deadline_ = deadline;
-    draining_ = true;
-  }
-  cv_.notify_one();
+  inbox_.drain(clock_.now() + grace);
   if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) thread_.join();
 }
 
-std::string Emulator::stats_json() const {
-  std::lock_guard lock(mu_);
-  return stats_;
-}
+std::string Emulator::stats_json() const { return inbox_.stats(); }
 
 Emulator::Session* Emulator::find(sim::SessionId id) {
   auto it = sessions_.find(id);
@@ -178,12 +160,7 @@ void Emulator::run() {
   std::deque<std::shared_ptr<Job>> arrived;
   tandem_directive dirs[kMaxDirectives];
   for (;;) {
-    std::optional<Time> deadline;
-    {
-      std::lock_guard lock(mu_);
-      arrived.swap(inbox_);
-      deadline = drain_deadline_;
-    }
+    const std::optional<Time> deadline = inbox_.take(arrived);
     Time now = clock_.now();
     for (auto& job : arrived) accept(std::move(job), now);
     arrived.clear();
@@ -248,9 +225,7 @@ void Emulator::run() {
     if (!step_end_ && offload_done) wake = std::min(wake, *offload_done);
     if (deadline) wake = std::min(wake, *deadline);
     if (!step_end_ && engine_.has_work()) wake = std::min(wake, now + kIdleWait);
-    std::unique_lock lock(mu_);
-    const auto until = std::chrono::steady_clock::time_point(wake.time_since_epoch());
-    cv_.wait_until(lock, until, [&] { return !inbox_.empty() || drain_deadline_ != deadline; });
+    inbox_.wait(wake, deadline);
   }
 }
 
@@ -377,10 +352,7 @@ void Emulator::close(sim::SessionId id, Time now) {
 }
 
 void Emulator::end_round(Session& s) {
-  if (!s.anonymous) {
-    std::lock_guard lock(mu_);
-    in_flight_.erase(s.name);
-  }
+  if (!s.anonymous) inbox_.round_over(s.name);
   s.job.reset();
   s.held = false;
 }
@@ -393,13 +365,7 @@ void Emulator::fail_all(int status, const std::string& message) {
     end_round(s);
   }
   held_.clear();
-  std::deque<std::shared_ptr<Job>> left;
-  {
-    std::lock_guard lock(mu_);
-    left.swap(inbox_);
-    for (const auto& job : left) in_flight_.erase(job->request().session_name);
-  }
-  for (const auto& job : left) job->fail(status, message);
+  inbox_.fail_queued(status, message);
 }
 
 // ---- engine callbacks ---------------------------------------------------------------
@@ -568,9 +534,7 @@ void Emulator::publish(Time now) {
                      {"records_sent", cs.records_sent}, {"records_dropped", cs.records_dropped},
                      {"directives", cs.directives},     {"resyncs", cs.resyncs}};
   }
-  std::string text = out.dump();
-  std::lock_guard lock(mu_);
-  stats_ = std::move(text);
+  inbox_.publish(out.dump());
 }
 
 }  // namespace tandem::testbed

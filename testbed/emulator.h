@@ -26,16 +26,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include <tandem/tandem.h>
@@ -47,6 +44,7 @@
 #include "sim/metrics.h"
 #include "sim/preset.h"
 #include "testbed/front.h"
+#include "testbed/job_inbox.h"
 #include "testbed/kv_hashes.h"
 #include "testbed/kv_pool.h"
 #include "testbed/prompt.h"
@@ -158,14 +156,8 @@ class Emulator final : public CompletionEngine, public sim::EngineHost, public s
   sim::RunCounters counters_;
   sim::Engine engine_;
 
-  // Shared with HTTP threads, behind mu_.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> inbox_;
-  std::unordered_set<std::string> in_flight_;  // named sessions with a round in flight
-  bool draining_ = false;
-  std::optional<Time> drain_deadline_;
-  std::string stats_;
+  // Shared with HTTP threads.
+  JobInbox inbox_;
   std::atomic<bool> connected_{false};
   std::thread thread_;
 

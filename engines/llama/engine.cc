@@ -163,33 +163,14 @@ void LlamaEngine::start() {
   thread_ = std::thread([this] { run(); });
 }
 
-SubmitStatus LlamaEngine::submit(std::shared_ptr<Job> job) {
-  {
-    std::lock_guard lock(mu_);
-    if (draining_) return SubmitStatus::kDraining;
-    const std::string& name = job->request().session_name;
-    if (!name.empty() && !in_flight_.insert(name).second) return SubmitStatus::kBusy;
-    inbox_.push_back(std::move(job));
-  }
-  cv_.notify_one();
-  return SubmitStatus::kQueued;
-}
+SubmitStatus LlamaEngine::submit(std::shared_ptr<Job> job) { return inbox_.submit(std::move(job)); }
 
 void LlamaEngine::drain(Duration grace) {
-  {
-    std::lock_guard lock(mu_);
-    const Time deadline = clock_.now() + grace;
-    if (!drain_deadline_ || deadline < *drain_deadline_) drain_deadline_ = deadline;
-    draining_ = true;
-  }
-  cv_.notify_one();
+  inbox_.drain(clock_.now() + grace);
   if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) thread_.join();
 }
 
-std::string LlamaEngine::stats_json() const {
-  std::lock_guard lock(mu_);
-  return stats_;
-}
+std::string LlamaEngine::stats_json() const { return inbox_.stats(); }
 
 LlamaEngine::Session* LlamaEngine::find(sim::SessionId id) {
   auto it = sessions_.find(id);
@@ -220,20 +201,13 @@ void LlamaEngine::run() {
     if (t == Tick::kStepped) continue;
     // Idle: sleep until a round arrives or kIdleWait passes (directives and
     // admissions are seen within that).
-    std::unique_lock lock(mu_);
-    const std::optional<Time> deadline = drain_deadline_;
-    const auto until = std::chrono::steady_clock::time_point((clock_.now() + kIdleWait).time_since_epoch());
-    cv_.wait_until(lock, until, [&] { return !inbox_.empty() || drain_deadline_ != deadline; });
+    inbox_.wait(clock_.now() + kIdleWait, seen_deadline_);
   }
 }
 
 LlamaEngine::Tick LlamaEngine::tick() {
-  std::optional<Time> deadline;
-  {
-    std::lock_guard lock(mu_);
-    arrived_.swap(inbox_);
-    deadline = drain_deadline_;
-  }
+  const std::optional<Time> deadline = inbox_.take(arrived_);
+  seen_deadline_ = deadline;
   Time now = clock_.now();
   for (auto& job : arrived_) accept(std::move(job), now);
   arrived_.clear();
@@ -518,10 +492,7 @@ void LlamaEngine::close(SessionId id, Time now) {
 }
 
 void LlamaEngine::end_round(Session& s) {
-  if (!s.anonymous) {
-    std::lock_guard lock(mu_);
-    in_flight_.erase(s.name);
-  }
+  if (!s.anonymous) inbox_.round_over(s.name);
   s.job.reset();
   s.sampler.reset();
   s.held = false;
@@ -535,13 +506,7 @@ void LlamaEngine::fail_all(int status, const std::string& message) {
     end_round(s);
   }
   held_.clear();
-  std::deque<std::shared_ptr<Job>> left;
-  {
-    std::lock_guard lock(mu_);
-    left.swap(inbox_);
-    for (const auto& job : left) in_flight_.erase(job->request().session_name);
-  }
-  for (const auto& job : left) job->fail(status, message);
+  inbox_.fail_queued(status, message);
 }
 
 // ---- engine callbacks -------------------------------------------------------------
@@ -709,9 +674,7 @@ void LlamaEngine::publish(Time now) {
       {"report_errors", report_errors_ + (kv_hashes_ ? kv_hashes_->report_errors() : 0)},
       {"scheduler_failures", scheduler_.failures()},
   };
-  std::string text = out.dump(-1, ' ', false, json::error_handler_t::replace);
-  std::lock_guard lock(mu_);
-  stats_ = std::move(text);
+  inbox_.publish(out.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 }  // namespace tandem::llama

@@ -26,18 +26,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include <tandem/tandem.h>
@@ -50,6 +47,7 @@
 #include "sim/metrics.h"
 #include "sim/preset.h"
 #include "testbed/front.h"
+#include "testbed/job_inbox.h"
 #include "testbed/kv_hashes.h"
 #include "testbed/step_adapter.h"
 
@@ -172,6 +170,7 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
   void accept(std::shared_ptr<Job> job, Time now);
   void apply(const tandem_directive& d, Time now);
   std::deque<std::shared_ptr<Job>> arrived_;  // tick()'s scratch
+  std::optional<Time> seen_deadline_;         // the drain deadline as tick() last took the inbox
   void release_runnable(Time now);
   void spare_sequences(Time now);
   void forget_evicted_hosts();
@@ -203,14 +202,8 @@ class LlamaEngine final : public CompletionEngine, public sim::EngineHost, publi
   std::FILE* step_log_ = nullptr;
   std::mt19937_64 seeds_{std::random_device{}()};
 
-  // Shared with HTTP threads, behind mu_.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> inbox_;
-  std::unordered_set<std::string> in_flight_;
-  bool draining_ = false;
-  std::optional<Time> drain_deadline_;
-  std::string stats_;
+  // Shared with HTTP threads.
+  testbed::JobInbox inbox_;
   std::atomic<bool> connected_{false};
   std::thread thread_;
 
