@@ -13,10 +13,12 @@ namespace tandem::base {
 
 std::uint64_t hash64(std::string_view s) { return XXH64(s.data(), s.size(), 0); }
 
-std::uint64_t session_id(std::string_view name) {
-  std::uint64_t h = hash64(name);
-  return h == kNoSession ? 1 : h;
-}
+namespace {
+// 0 is reserved ("no session", "no kind"): the one hash that is 0 maps to 1.
+std::uint64_t nonzero(std::uint64_t h) { return h == kNoSession ? 1 : h; }
+}  // namespace
+
+std::uint64_t session_id(std::string_view name) { return nonzero(hash64(name)); }
 
 std::uint64_t tool_kind_id(std::string_view name) { return session_id(name); }
 
@@ -25,8 +27,7 @@ std::uint64_t principal_tool_kind(std::uint32_t principal, std::uint64_t kind) {
   unsigned char bytes[sizeof kind + sizeof principal];
   std::memcpy(bytes, &kind, sizeof kind);
   std::memcpy(bytes + sizeof kind, &principal, sizeof principal);
-  const std::uint64_t h = XXH64(bytes, sizeof bytes, 0);
-  return h == 0 ? 1 : h;
+  return nonzero(XXH64(bytes, sizeof bytes, 0));
 }
 
 }  // namespace tandem::base

@@ -59,7 +59,6 @@ class KindTable {
     auto it = owned_.find(owner);
     return it == owned_.end() ? 0 : it->second;
   }
-  std::size_t max_kinds() const { return max_kinds_; }
 
  private:
   struct Entry {

@@ -12,8 +12,8 @@ ToolDurationModel::ToolDurationModel(ToolModelParams params)
 
 void ToolDurationModel::observe(ToolKind kind, Duration wall, std::uint32_t owner) {
   double s = std::max(0.0, base::to_seconds(wall));
-  kinds_.use(kind, owner).samples.add(s, params_.window);
-  if (params_.pool_window > 0) pool_.samples.add(s, params_.pool_window);
+  kinds_.use(kind, owner).add(s, params_.window);
+  if (params_.pool_window > 0) pool_.add(s, params_.pool_window);
 }
 
 double ToolDurationModel::lognormal_cdf(double x_s) const {
@@ -23,21 +23,21 @@ double ToolDurationModel::lognormal_cdf(double x_s) const {
 }
 
 double ToolDurationModel::prior_cdf(double x_s, bool pooled) const {
-  const double n = static_cast<double>(pool_.samples.size());
+  const double n = static_cast<double>(pool_.size());
   if (!pooled || n == 0) return lognormal_cdf(x_s);
   const double k0 = params_.prior_weight;
   return (n * empirical_cdf(pool_, x_s) + k0 * lognormal_cdf(x_s)) / (n + k0);
 }
 
 double ToolDurationModel::blended_cdf(const History* h, double x_s, bool pooled) const {
-  const double n = h == nullptr ? 0.0 : static_cast<double>(h->samples.size());
+  const double n = h == nullptr ? 0.0 : static_cast<double>(h->size());
   const double k0 = params_.prior_weight;
   const double emp = n > 0 ? empirical_cdf(*h, x_s) : 0.0;
   return (n * emp + k0 * prior_cdf(x_s, pooled)) / (n + k0);
 }
 
 double ToolDurationModel::empirical_cdf(const History& h, double x_s) const {
-  const std::vector<double>& v = h.samples.sorted();
+  const std::vector<double>& v = h.sorted();
   auto it = std::upper_bound(v.begin(), v.end(), x_s);
   return static_cast<double>(it - v.begin()) / static_cast<double>(v.size());
 }
@@ -58,15 +58,15 @@ double ToolDurationModel::p_return_within(ToolKind kind, Duration elapsed, Durat
 double ToolDurationModel::mean_s(ToolKind kind, bool pooled) const {
   double k0 = params_.prior_weight;
   double prior_mean = params_.prior_median_s * std::exp(params_.prior_sigma * params_.prior_sigma / 2);
-  if (pooled && !pool_.samples.empty()) {
+  if (pooled && !pool_.empty()) {
     double sum = 0;
-    for (double v : pool_.samples.sorted()) sum += v;
-    const double n = static_cast<double>(pool_.samples.size());
+    for (double v : pool_.sorted()) sum += v;
+    const double n = static_cast<double>(pool_.size());
     prior_mean = (sum + k0 * prior_mean) / (n + k0);
   }
   const History* h = history(kind);
-  if (h == nullptr || h->samples.empty()) return prior_mean;
-  const auto& s = h->samples.sorted();
+  if (h == nullptr || h->empty()) return prior_mean;
+  const auto& s = h->sorted();
   double sum = 0;
   for (double v : s) sum += v;
   double n = static_cast<double>(s.size());
@@ -95,7 +95,7 @@ double ToolDurationModel::remaining_s(ToolKind kind, Duration elapsed, double ca
 
 std::size_t ToolDurationModel::samples(ToolKind kind) const {
   const History* h = history(kind);
-  return h == nullptr ? 0 : h->samples.size();
+  return h == nullptr ? 0 : h->size();
 }
 
 }  // namespace tandem::sched

@@ -77,9 +77,7 @@ class ToolDurationModel {
   std::size_t kinds_of(std::uint32_t owner) const { return kinds_.owned_by(owner); }
 
  private:
-  struct History {
-    SortedWindow samples;  // seconds, the window's newest
-  };
+  using History = SortedWindow;                                              // seconds, the window's newest
   const History* history(ToolKind kind) const { return kinds_.find(kind); }  // nullptr: no call of `kind` seen
   double lognormal_cdf(double x_s) const;
   double prior_cdf(double x_s, bool pooled) const;  // the pool blended with the log-normal, or the latter alone
